@@ -1,0 +1,32 @@
+// Errors: every failure the user can cause is reported as stateflow::Error with a message
+// that names the problem and, where there is one, the fix.
+#pragma once
+#include <sstream>
+#include <stdexcept>
+#include <string>
+
+namespace stateflow {
+
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class... Args>
+std::string cat(const Args&... args) {
+  std::ostringstream os;
+  (os << ... << args);
+  return os.str();
+}
+
+template <class... Args>
+[[noreturn]] void fail(const Args&... args) {
+  throw Error(cat(args...));
+}
+
+}  // namespace stateflow
+
+// SF_CHECK(cond, "message parts", value, ...): throws stateflow::Error when cond is false.
+#define SF_CHECK(cond, ...)                          \
+  do {                                               \
+    if (!(cond)) ::stateflow::fail(__VA_ARGS__);     \
+  } while (0)

@@ -1,0 +1,57 @@
+// The chunk interface every layer implements (ARCHITECTURE.md "Layers").
+//
+//   forward (ctx, x[batch*len, ...], state_in  -> y, state_out, stash)
+//   backward(ctx, dy, dstate_out, stash        -> dx, dstate_in, += param grads)
+//
+// A layer object holds parameters only. Boundary states (and their gradients) are passed
+// in and out and live in the caller's store, keyed by (layer, microbatch, chunk). An
+// empty State means "all zeros": the state entering chunk 0, and the gradient leaving the
+// last chunk. Stateful layers always return a full state / state gradient.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "kernels/cpu/cross_entropy.h"
+#include "model/param.h"
+
+namespace stateflow {
+
+// Where a unit sits: which microbatch and chunk, and the chunk's span of the sequence.
+struct ChunkCtx {
+  int microbatch = 0;
+  int chunk = 0;
+  int64_t offset = 0;  // first token of the chunk within the sequence
+  int64_t len = 0;     // tokens in the chunk
+  int64_t batch = 1;   // sequences in the microbatch
+  // Loss layers only: targets[batch*len] (int32, -1 = no loss at this position), the factor
+  // that turns a sum of token losses into this step's mean loss, and where to add stats.
+  const Tensor* targets = nullptr;
+  double loss_scale = 1.0;
+  LossStats* stats = nullptr;
+};
+
+// Layer-defined boundary state: e.g. GDN = {S, conv prefix q, k, v}; empty when stateless.
+using State = std::vector<Tensor>;
+
+// What a unit's forward saved for its backward. Layers derive their own; it is freed when
+// the backward ends, which is what releases a chunk's activations.
+struct Stash {
+  virtual ~Stash() = default;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string kind() const = 0;
+  virtual std::vector<Param*> params() = 0;
+  virtual bool stateful() const { return false; }
+
+  virtual Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                         std::unique_ptr<Stash>& stash) = 0;
+  virtual Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                          Stash& stash) = 0;
+};
+
+}  // namespace stateflow

@@ -1,0 +1,74 @@
+// Helpers shared by the tests: fresh random inputs, error metrics and finite differences.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <vector>
+
+#include "core/rng.h"
+
+namespace stateflow::testing {
+
+// A fresh seed per call (printed by the caller on failure), so every run tests new inputs.
+inline uint64_t fresh_seed() { return std::random_device{}() * 0x100000001ull + std::random_device{}(); }
+
+template <class T>
+std::vector<T> random_vec(Rng& rng, size_t n, double scale = 1.0) {
+  std::vector<T> v(n);
+  for (auto& x : v) x = static_cast<T>(scale * rng.normal());
+  return v;
+}
+
+// max|a - ref| / max|ref| (MATH.md section 8's normwise metric).
+template <class A, class B>
+double rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - double(ref[i])));
+    den = std::max(den, std::abs(double(ref[i])));
+  }
+  return den == 0 ? num : num / den;
+}
+
+// Directional central finite differences in float64. `inputs` are the tensors the scalar
+// loss depends on and `grads` the hand-written gradients of the loss w.r.t. them. For each
+// of `n_dirs` random directions u, compares (L(x+hu) - L(x-hu)) / 2h with sum <grad, u>.
+// Returns the worst |fd - analytic| / max(|analytic|, |fd|, floor).
+inline double fd_directional(const std::function<double()>& loss, const std::vector<std::vector<double>*>& inputs,
+                             const std::vector<const std::vector<double>*>& grads, Rng& rng, int n_dirs = 3,
+                             double h = 1e-5, double floor = 1e-8) {
+  double worst = 0;
+  for (int d = 0; d < n_dirs; ++d) {
+    std::vector<std::vector<double>> dirs;
+    double analytic = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      dirs.push_back(random_vec<double>(rng, inputs[i]->size()));
+      for (size_t j = 0; j < dirs[i].size(); ++j) analytic += (*grads[i])[j] * dirs[i][j];
+    }
+    auto shift = [&](double s) {
+      for (size_t i = 0; i < inputs.size(); ++i)
+        for (size_t j = 0; j < dirs[i].size(); ++j) (*inputs[i])[j] += s * dirs[i][j];
+    };
+    shift(h);
+    double lp = loss();
+    shift(-2 * h);
+    double lm = loss();
+    shift(h);
+    double fd = (lp - lm) / (2 * h);
+    worst = std::max(worst, std::abs(fd - analytic) / std::max({std::abs(analytic), std::abs(fd), floor}));
+  }
+  return worst;
+}
+
+// Per-input variant: checks each input separately (so a wrong gradient is named by index).
+inline std::vector<double> fd_per_input(const std::function<double()>& loss,
+                                        const std::vector<std::vector<double>*>& inputs,
+                                        const std::vector<const std::vector<double>*>& grads, Rng& rng,
+                                        int n_dirs = 2) {
+  std::vector<double> out;
+  for (size_t i = 0; i < inputs.size(); ++i) out.push_back(fd_directional(loss, {inputs[i]}, {grads[i]}, rng, n_dirs));
+  return out;
+}
+
+}  // namespace stateflow::testing

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Installs the Debian packages stateflow builds with (skips the ones already present).
+set -euo pipefail
+pkgs=(cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin python3-numpy)
+missing=()
+for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  sudo_cmd=""; [[ $(id -u) -ne 0 ]] && sudo_cmd="sudo"
+  $sudo_cmd apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq "${missing[@]}"
+fi
