@@ -278,7 +278,7 @@ TEST(MakeDataSource, KindsDefaultsAndErrors) {
   expect_error([] { make_data_source({"json", "", 0, 0, {}}); }, "unknown data kind 'json'");
   expect_error([] { make_data_source({"recall", "x.txt", 0, 0, {}}); }, "recall data is generated");
   expect_error([] { make_data_source({"text", "", 0, 0, {}}); }, "--data-path");
-  expect_error([] { make_data_source({"tokens-u16", "x.bin", 0, 0, {}}); }, "--vocab-size");
+  expect_error([] { make_data_source({"tokens-u16", "x.bin", 0, 0, {}}); }, "--data-vocab");
   expect_error([] { make_data_source({"text", "x.txt", 100, 0, {}}); }, "vocab size is 256");
   expect_error([] { make_data_source({"recall", "", -5, 0, {}}); }, "vocab size -5");
 }

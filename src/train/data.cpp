@@ -129,7 +129,7 @@ TokenWindows::TokenWindows(const std::string& path, int width, int64_t vocab, co
   for (int64_t i = 0; i < num_tokens_; ++i) {
     uint32_t id = static_cast<uint32_t>(token(i));
     SF_CHECK(id < static_cast<uint64_t>(vocab_), "data file ", path_, ": token ", i, " (byte offset ", i * width_,
-             ") has id ", id, ", not below the vocab size ", vocab_, "; use --vocab-size > ", id,
+             ") has id ", id, ", not below the vocab size ", vocab_, "; use --data-vocab > ", id,
              " or check that the file is ", kind);
   }
   description_ = cat(kind, " file ", path_, ": ", num_tokens_, " tokens, vocab ", vocab_);
@@ -161,7 +161,7 @@ void TokenWindows::set_position(uint64_t pos) {
 }
 
 static int64_t checked_text_vocab(int64_t vocab) {
-  SF_CHECK(vocab >= 256, "text data is bytes, so its vocab size is 256; got --vocab-size ", vocab,
+  SF_CHECK(vocab >= 256, "text data is bytes, so its vocab size is 256; got --data-vocab ", vocab,
            ": use 256 or more");
   return vocab;
 }
@@ -192,7 +192,7 @@ std::unique_ptr<DataSource> make_data_source(const DataConfig& cfg) {
   }
   SF_CHECK(!cfg.path.empty(), cfg.kind, " data needs a file: pass --data-path");
   if (cfg.kind == "text") return std::make_unique<TextBytes>(cfg.path, cfg.vocab_size ? cfg.vocab_size : 256);
-  SF_CHECK(cfg.vocab_size > 0, cfg.kind, " data needs the tokenizer's vocab size: pass --vocab-size");
+  SF_CHECK(cfg.vocab_size > 0, cfg.kind, " data needs the tokenizer's vocab size: pass --data-vocab");
   return std::make_unique<TokenFile>(cfg.path, cfg.kind == "tokens-u16" ? 2 : 4, cfg.vocab_size);
 }
 
