@@ -5,7 +5,7 @@
 
 #include "kernels/cpu/activations.h"
 #include "kernels/cpu/norms.h"
-#include "test_util.h"
+#include "kernel_test_util.h"
 
 using namespace stateflow;
 using namespace stateflow::testing;
@@ -24,11 +24,6 @@ std::vector<double> random_rows(Rng& rng) {
   auto x = random_vec<double>(rng, kRows * kDim);
   for (int64_t i = 0; i < kDim; ++i) x[kDim + i] *= kSmallRowScale;
   return x;
-}
-
-template <class T>
-std::vector<T> as(const std::vector<double>& v) {
-  return {v.begin(), v.end()};
 }
 
 double dot(const std::vector<double>& a, const std::vector<double>& b) {
@@ -133,12 +128,12 @@ TEST(Norms, BackwardMatchesFiniteDifferences) {
     NormCase c(n, rng);
     const auto g = c.run<double>();
     auto loss = [&] { return dot(c.run<double>().y, c.dy); };
-    EXPECT_LE(fd_directional(loss, {&c.x}, {&g.dx}, rng, 3, kFdStepX), 1e-7) << "dx";
+    EXPECT_LE(fd_error(loss, &c.x, g.dx, rng, kFdStepX), 1e-7) << "dx";
     if (n != Norm::l2) {
-      EXPECT_LE(fd_directional(loss, {&c.w}, {&g.dw}, rng), 1e-7) << "dw";
+      EXPECT_LE(fd_error(loss, &c.w, g.dw, rng), 1e-7) << "dw";
     }
     if (n == Norm::gated_rms) {
-      EXPECT_LE(fd_directional(loss, {&c.z}, {&g.dz}, rng), 1e-7) << "dz";
+      EXPECT_LE(fd_error(loss, &c.z, g.dz, rng), 1e-7) << "dz";
     }
   }
 }

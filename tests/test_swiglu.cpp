@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "kernels/cpu/swiglu.h"
-#include "test_util.h"
+#include "kernel_test_util.h"
 
 using namespace stateflow;
 using namespace stateflow::testing;
@@ -21,7 +21,8 @@ void check_forward(double tol) {
   std::vector<double> ref(kN);
   for (int64_t i = 0; i < kN; ++i) ref[i] = a[i] / (1 + std::exp(-a[i])) * b[i];
 
-  std::vector<T> aT(a.begin(), a.end()), bT(b.begin(), b.end()), h(kN);
+  auto aT = as<T>(a), bT = as<T>(b);
+  std::vector<T> h(kN);
   swiglu_forward<T>(aT.data(), bT.data(), h.data(), kN);
   EXPECT_LE(rel_err(h, ref), tol);
 }
@@ -53,9 +54,9 @@ TEST(Swiglu, BackwardMatchesFiniteDifferences) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   SwigluCase s(rng);
-  auto errs = fd_per_input([&] { return s.loss(); }, {&s.a, &s.b}, {&s.da, &s.db}, rng, 3);
-  EXPECT_LE(errs[0], 1e-7) << "da";
-  EXPECT_LE(errs[1], 1e-7) << "db";
+  auto loss = [&] { return s.loss(); };
+  EXPECT_LE(fd_error(loss, &s.a, s.da, rng), 1e-7) << "da";
+  EXPECT_LE(fd_error(loss, &s.b, s.db, rng), 1e-7) << "db";
 }
 
 // Negative control: the FD check must flag a plausible wrong gradient (sigmoid(a) instead of
@@ -67,9 +68,9 @@ TEST(Swiglu, FiniteDifferenceCheckFlagsWrongGradient) {
   SwigluCase s(rng);
   std::vector<double> wrong_db(kN);
   for (int64_t i = 0; i < kN; ++i) wrong_db[i] = s.dh[i] / (1 + std::exp(-s.a[i]));
-  auto errs = fd_per_input([&] { return s.loss(); }, {&s.a, &s.b}, {&s.da, &wrong_db}, rng, 3);
-  EXPECT_LE(errs[0], 1e-7);
-  EXPECT_GE(errs[1], 1e-2);
+  auto loss = [&] { return s.loss(); };
+  EXPECT_LE(fd_error(loss, &s.a, s.da, rng), 1e-7);
+  EXPECT_GE(fd_error(loss, &s.b, wrong_db, rng), 1e-2);
 }
 
 TEST(Swiglu, FloatBackwardMatchesDouble) {
@@ -77,7 +78,7 @@ TEST(Swiglu, FloatBackwardMatchesDouble) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   SwigluCase s(rng);
-  std::vector<float> a(s.a.begin(), s.a.end()), b(s.b.begin(), s.b.end()), dh(s.dh.begin(), s.dh.end());
+  auto a = as<float>(s.a), b = as<float>(s.b), dh = as<float>(s.dh);
   std::vector<float> da(kN), db(kN);
   swiglu_backward<float>(a.data(), b.data(), dh.data(), da.data(), db.data(), kN);
   EXPECT_LE(rel_err(da, s.da), 1e-6);
