@@ -84,7 +84,8 @@ TEST(GdnLayer, BackwardMatchesFiniteDifferences) {
   EXPECT_LE(fd_check_tensors(loss, inputs, grads, f.rng, 3), 1e-6) << "input and initial state";
   auto params = f.layer.params();
   for (size_t i = 0; i < params.size(); ++i)
-    EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {u.param_grads[i]}, f.rng, 2), 1e-6) << params[i]->name;
+    EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {u.param_grads[i]}, f.rng, 2), 1e-6)
+        << params[i]->name << " seed " << f.seed;
 }
 
 TEST(GdnLayer, FiniteDifferencesFlagAWrongGradient) {

@@ -1,6 +1,6 @@
 // The whole model: chunked training step == unchunked (loss and every parameter gradient)
 // for many chunkings and microbatch counts; finite differences on the model loss; chunk
-// activations are released after backward and chunking lowers the activation peak.
+// activations are released after backward.
 #include <gtest/gtest.h>
 
 #include "layer_testing.h"
@@ -92,7 +92,7 @@ TEST(Model, LossGradientMatchesFiniteDifferences) {
     EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {g.g[i]}, rng, 1), 1e-6) << params[i]->name;
 }
 
-TEST(Model, ActivationsAreReleasedAndChunkingLowersThePeak) {
+TEST(Model, ActivationsAreReleasedAfterBackward) {
   Rng rng(fresh_seed());
   ModelConfig cfg = model_preset("tiny");
   MemoryTracker tracker("test");
@@ -109,10 +109,12 @@ TEST(Model, ActivationsAreReleasedAndChunkingLowersThePeak) {
   };
   const int64_t whole = peak_activations(1), four = peak_activations(4);
   tracker.reset_peaks();
-  // Held grads (the step's clones) are charged to Other; activations must all be gone.
   EXPECT_EQ(tracker.snapshot().current_of(MemCategory::Activations), 0);
   EXPECT_GT(whole, 0);
-  // One chunk in four held at a time: well under half of the whole-sequence peak.
-  EXPECT_LT(four, whole / 2) << "N=1 peak " << whole << ", N=4 peak " << four;
+  // On one stage every chunk of a sequence is forwarded before the first backward, so the
+  // stashes of the whole sequence are held either way; chunking only shrinks the per-chunk
+  // temporaries on top of them. (The saving comes with pipelining: tests of the engine.)
+  EXPECT_LE(four, whole);
+  EXPECT_GT(four, whole / 2);
   EXPECT_GT(tracker.snapshot().peak_of(MemCategory::Weights), 0);
 }
