@@ -103,7 +103,9 @@ TEST(CrossEntropy, BackwardMatchesFiniteDifferences) {
   const double scale = rng.uniform(0.1, 2.0);
   std::vector<double> dlogits(logits.size());
   cross_entropy_backward<double>(logits.data(), targets.data(), scale, dlogits.data(), kRows, kVocab);
-  auto loss = [&] { return scale * cross_entropy_forward<double>(logits.data(), targets.data(), kRows, kVocab).loss_sum; };
+  auto loss = [&] {
+    return scale * cross_entropy_forward<double>(logits.data(), targets.data(), kRows, kVocab).loss_sum;
+  };
   EXPECT_LE(fd_error(loss, &logits, dlogits, rng), 1e-7);
 }
 
