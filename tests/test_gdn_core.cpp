@@ -8,6 +8,10 @@
 #include <string>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <xmmintrin.h>
+#endif
+
 #include "core/error.h"
 #include "kernels/cpu/gdn_core.h"
 #include "test_util.h"
@@ -339,6 +343,19 @@ TEST(GdnCore, EmptyChunkPassesStateThrough) {
   EXPECT_EQ(run_forward(p, Algo::chunked).S_out, zero_state);
   EXPECT_EQ(run_backward(p, Algo::chunked)[5], zero_state);
 }
+
+#if defined(__SSE2__)
+// The chunk kernels flush denormals while they run; the caller's floating-point mode must
+// be restored afterwards.
+TEST(GdnCore, RestoresFloatingPointMode) {
+  Rng rng(fresh_seed());
+  const Problem<float> p = cast_problem<float>(make_problem(rng, 1, 20, 1, 8, 6, 8));
+  const unsigned before = _mm_getcsr();
+  run_forward(p, Algo::chunked);
+  run_backward(p, Algo::chunked);
+  EXPECT_EQ(_mm_getcsr(), before);
+}
+#endif
 
 TEST(GdnCore, RejectsBadSubChunkSize) {
   Rng rng(fresh_seed());
