@@ -40,7 +40,9 @@ void check_layer(Layer& layer, Tensor x, Tensor dy, Rng& rng, bool check_dx) {
   std::vector<Tensor> grads;
   for (Param* p : layer.params()) grads.push_back(p->grad.clone());
   auto loss = [&]() { return run(false, nullptr); };
-  if (check_dx) EXPECT_LE(fd_check_tensors(loss, {x}, {dx}, rng, 3), 1e-7) << "dx";
+  if (check_dx) {
+    EXPECT_LE(fd_check_tensors(loss, {x}, {dx}, rng, 3), 1e-7) << "dx";
+  }
   auto params = layer.params();
   for (size_t i = 0; i < params.size(); ++i)
     EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {grads[i]}, rng, 2), 1e-7) << params[i]->name;

@@ -66,15 +66,6 @@ inline double fd_directional(const std::function<double()>& loss, const std::vec
   return worst;
 }
 
-// Per-input variant: checks each input separately (so a wrong gradient is named by index).
-inline std::vector<double> fd_per_input(const std::function<double()>& loss,
-                                        const std::vector<std::vector<double>*>& inputs,
-                                        const std::vector<const std::vector<double>*>& grads, Rng& rng,
-                                        int n_dirs = 2) {
-  std::vector<double> out;
-  for (size_t i = 0; i < inputs.size(); ++i) out.push_back(fd_directional(loss, {inputs[i]}, {grads[i]}, rng, n_dirs));
-  return out;
-}
 
 // Expects fn() to throw stateflow::Error with `needle` in its message (checks that user
 // errors name the problem).
