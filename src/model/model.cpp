@@ -9,33 +9,44 @@
 
 namespace stateflow {
 
-Model::Model(const ModelConfig& cfg, DType dtype) : cfg_(cfg), dtype_(dtype) {
+Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end)
+    : cfg_(cfg), dtype_(dtype), begin_(begin), end_(end) {
   cfg_.validate();
+  const int n = num_layers_of(cfg_);
+  SF_CHECK(0 <= begin && begin < end && end <= n, "layer range [", begin, ", ", end, ") out of range for a model of ",
+           n, " layers");
   CategoryScope weights(MemCategory::Weights);
-  // Every layer draws from its own stream, so a layer's initial weights do not depend on
-  // how many layers came before it or on the dtype.
-  uint64_t stream = 0;
-  Rng rng = Rng::derive(cfg.seed, stream++);
-  layers_.push_back(std::make_unique<Embedding>(cfg_, dtype, rng));
-  for (int64_t i = 0; i < cfg.n_layers; ++i) {
-    std::string p = "blocks." + std::to_string(i);
-    Rng r1 = Rng::derive(cfg.seed, stream++);
-    layers_.push_back(std::make_unique<PreNormResidual>(
-        p + ".mixer", cfg_, dtype, std::make_unique<GatedDeltaNet>(p + ".mixer", cfg_, dtype, r1)));
-    Rng r2 = Rng::derive(cfg.seed, stream++);
-    layers_.push_back(std::make_unique<PreNormResidual>(p + ".mlp", cfg_, dtype,
-                                                        std::make_unique<SwiGluMlp>(p + ".mlp", cfg_, dtype, r2)));
+  layers_.resize(n);
+  for (int i = begin; i < end; ++i) {
+    Rng rng = Rng::derive(cfg_.seed, static_cast<uint64_t>(i));
+    if (i == 0) {
+      layers_[i] = std::make_unique<Embedding>(cfg_, dtype, rng);
+    } else if (i == n - 1) {
+      layers_[i] = std::make_unique<LmHead>(cfg_, dtype, rng);
+    } else {
+      const std::string p = cat("blocks.", (i - 1) / 2);
+      if ((i - 1) % 2 == 0)
+        layers_[i] = std::make_unique<PreNormResidual>(
+            p + ".mixer", cfg_, dtype, std::make_unique<GatedDeltaNet>(p + ".mixer", cfg_, dtype, rng));
+      else
+        layers_[i] = std::make_unique<PreNormResidual>(p + ".mlp", cfg_, dtype,
+                                                       std::make_unique<SwiGluMlp>(p + ".mlp", cfg_, dtype, rng));
+    }
   }
-  Rng rh = Rng::derive(cfg.seed, stream++);
-  layers_.push_back(std::make_unique<LmHead>(cfg_, dtype, rh));
 }
 
 std::vector<Layer*> Model::layers(int begin, int end) {
-  SF_CHECK(0 <= begin && begin <= end && end <= num_layers(), "layer range [", begin, ", ", end,
-           ") out of range for a model of ", num_layers(), " layers");
+  SF_CHECK(begin_ <= begin && begin <= end && end <= end_, "layers [", begin, ", ", end,
+           ") are not all built here: this model part holds layers [", begin_, ", ", end_, ")");
   std::vector<Layer*> out;
   for (int i = begin; i < end; ++i) out.push_back(layers_[i].get());
   return out;
+}
+
+Param* Model::find_param(const std::string& name) {
+  for (Param* p : params())
+    if (p->name == name) return p;
+  return nullptr;
 }
 
 std::vector<Param*> Model::params(int begin, int end) {

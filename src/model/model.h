@@ -1,6 +1,8 @@
 // The model as a flat list of layers, in execution order:
 //   0: embedding,  then per block i: GDN block (2i+1) and MLP block (2i+2),  last: LM head.
-// A pipeline stage owns a contiguous range of this list.
+// A pipeline stage owns a contiguous range of this list and builds only those layers; each
+// layer draws its initial weights from its own random stream, so a layer's weights are the
+// same whichever stage (thread or process) builds it.
 #pragma once
 #include <memory>
 #include <vector>
@@ -12,21 +14,28 @@ namespace stateflow {
 
 class Model {
  public:
-  Model(const ModelConfig& cfg, DType dtype);
+  Model(const ModelConfig& cfg, DType dtype) : Model(cfg, dtype, 0, num_layers_of(cfg)) {}
+  // Builds only layers [begin, end); the others are absent.
+  Model(const ModelConfig& cfg, DType dtype, int begin, int end);
+  static int num_layers_of(const ModelConfig& cfg) { return static_cast<int>(2 * cfg.n_layers + 2); }
   const ModelConfig& config() const { return cfg_; }
   DType dtype() const { return dtype_; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
-  Layer& layer(int i) { return *layers_.at(i); }
+  int begin() const { return begin_; }
+  int end() const { return end_; }
   std::vector<Layer*> layers(int begin, int end);
-  std::vector<Layer*> layers() { return layers(0, num_layers()); }
+  std::vector<Layer*> layers() { return layers(begin_, end_); }
   std::vector<Param*> params(int begin, int end);
-  std::vector<Param*> params() { return params(0, num_layers()); }
-  // Copies every parameter value from `other` (same config; dtypes may differ).
+  std::vector<Param*> params() { return params(begin_, end_); }
+  // Copies every parameter value from `other` (same config and layers; dtypes may differ).
   void copy_weights_from(Model& other);
+  // The parameter with this name, or nullptr.
+  Param* find_param(const std::string& name);
 
  private:
   ModelConfig cfg_;
   DType dtype_;
+  int begin_, end_;
   std::vector<std::unique_ptr<Layer>> layers_;
 };
 

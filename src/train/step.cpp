@@ -8,7 +8,7 @@ namespace stateflow {
 StepLoss forward_backward(Model& model, const Batch& batch, int microbatches,
                           const std::vector<int64_t>& chunk_lengths) {
   UnitPlan plan(batch, microbatches, chunk_lengths);
-  StageExecutor stage(model.layers(), 0);
+  StageExecutor stage(model.layers(), model.begin());
   StepLoss out;
   for (int m = 0; m < plan.microbatches(); ++m) {
     std::vector<Unit> units;
