@@ -29,7 +29,7 @@ nlohmann::json ModelConfig::to_json() const {
           {"n_layers", n_layers},   {"n_heads", n_heads},       {"head_dk", head_dk},
           {"head_dv", head_dv},     {"conv_size", conv_size},   {"block_size", block_size},
           {"mlp_hidden", mlp_hidden}, {"norm_eps", norm_eps},   {"init_std", init_std},
-          {"seed", seed}};
+          {"seed", seed},           {"stage_pattern", stage_pattern}};
 }
 
 static void apply_json(ModelConfig& c, const nlohmann::json& j) {
@@ -52,6 +52,7 @@ static void apply_json(ModelConfig& c, const nlohmann::json& j) {
       else if (k == "norm_eps") c.norm_eps = v.get<double>();
       else if (k == "init_std") c.init_std = v.get<double>();
       else if (k == "seed") c.seed = v.get<uint64_t>();
+      else if (k == "stage_pattern") c.stage_pattern = v.get<std::string>();
       else fail("model config: unknown field '", k, "'");
     } catch (const nlohmann::json::exception& e) {
       fail("model config: field '", k, "' has the wrong type (", e.what(), ")");

@@ -23,6 +23,9 @@ struct ModelConfig {
   double norm_eps = 1e-5;
   double init_std = 0.02;
   uint64_t seed = 1234;     // weight initialisation
+  // Optional stage cuts: one 'G' per GDN block, '|' between pipeline stages (e.g. "GGG|G").
+  // Empty: blocks are spread evenly over the stages.
+  std::string stage_pattern;
 
   // Throws stateflow::Error naming the first invalid field and its accepted range.
   void validate() const;

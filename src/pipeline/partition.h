@@ -1,0 +1,18 @@
+// Which layers each pipeline stage owns. The model's flat layer list is
+//   0: embedding | 2 layers per GDN block (mixer, MLP) | last: LM head;
+// stage r owns a contiguous range of it: the embedding goes with stage 0, the head with the
+// last stage, and the GDN blocks are spread evenly (earlier stages take the remainder) or
+// cut as the config's stage_pattern says.
+#pragma once
+#include <utility>
+#include <vector>
+
+#include "model/config.h"
+
+namespace stateflow {
+
+// [begin, end) of the flat layer list for every stage; throws Error naming the fix when the
+// model cannot be cut into `stages` parts (more stages than blocks, a pattern that disagrees).
+std::vector<std::pair<int, int>> stage_layer_ranges(const ModelConfig& cfg, int stages);
+
+}  // namespace stateflow

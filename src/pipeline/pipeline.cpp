@@ -1,0 +1,71 @@
+#include "pipeline/pipeline.h"
+
+#include <exception>
+#include <mutex>
+#include <thread>
+
+#include "pipeline/local_transport.h"
+
+namespace stateflow {
+
+Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints)
+    : cfg_(cfg), endpoints_(std::move(endpoints)) {
+  SF_CHECK(!endpoints_.empty(), "a pipeline needs at least one stage to run");
+  stages_.resize(endpoints_.size());
+  run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
+}
+
+void Pipeline::run_all(const std::function<void(int)>& fn) {
+  std::mutex mu;
+  std::exception_ptr first;
+  auto guarded = [&](int i) {
+    try {
+      fn(i);
+    } catch (const std::exception& e) {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!first) first = std::current_exception();  // later errors are usually "peer failed"
+      endpoints_[i]->abort(e.what());
+    }
+  };
+  if (endpoints_.size() == 1) {
+    guarded(0);
+  } else {
+    std::vector<std::thread> threads;
+    for (int i = 0; i < int(endpoints_.size()); ++i) threads.emplace_back(guarded, i);
+    for (auto& t : threads) t.join();
+  }
+  if (first) std::rethrow_exception(first);
+}
+
+PipelineStepResult Pipeline::forward_backward(const Batch& batch) {
+  PipelineStepResult r;
+  r.stages.resize(stages_.size());
+  run_all([&](int i) { r.stages[i] = stages_[i]->forward_backward(batch); });
+  r.loss = r.stages[0].loss;
+  r.stats = r.stages[0].stats;
+  r.makespan_s = r.stages[0].makespan_s;
+  r.bubble_fraction = r.stages[0].bubble_fraction();
+  return r;
+}
+
+double Pipeline::clip_and_update(double lr) {
+  std::vector<double> norms(stages_.size());
+  run_all([&](int i) { norms[i] = stages_[i]->clip_and_update(lr); });
+  return norms[0];
+}
+
+void Pipeline::zero_grads() {
+  for (auto& s : stages_) s->zero_grads();
+}
+
+std::vector<Stage*> Pipeline::stages() {
+  std::vector<Stage*> out;
+  for (auto& s : stages_) out.push_back(s.get());
+  return out;
+}
+
+std::unique_ptr<Pipeline> make_local_pipeline(const PipelineConfig& cfg) {
+  return std::make_unique<Pipeline>(cfg, make_local_transports(cfg.stages, cfg.timeout_s));
+}
+
+}  // namespace stateflow

@@ -1,0 +1,71 @@
+// One pipeline stage: it builds and owns its slice of the model (weights, grads, optimizer
+// state, all counted on its own memory tracker), and interprets its lowered action list for
+// a step: receive, forward, send, backward, in the order the schedule gives.
+#pragma once
+#include <memory>
+#include <vector>
+
+#include "kernels/cpu/cross_entropy.h"
+#include "model/model.h"
+#include "pipeline/schedule.h"
+#include "pipeline/stage_executor.h"
+#include "pipeline/trace.h"
+#include "pipeline/transport.h"
+#include "train/data.h"
+#include "train/optimizer.h"
+
+namespace stateflow {
+
+struct PipelineConfig {
+  ModelConfig model = model_preset("tiny");
+  DType dtype = DType::F32;
+  int stages = 1;
+  int microbatches = 1;
+  std::vector<int64_t> chunk_lengths;  // of every sequence; must sum to the batch's seq_len
+  ScheduleKind schedule = ScheduleKind::StateFlow;
+  AdamWConfig adamw;
+  double clip = 1.0;         // global gradient-norm clip (0: off)
+  double timeout_s = 120.0;  // transport: longest wait for a peer
+};
+
+struct StageStepResult {
+  double loss = 0;  // the step's mean loss (all stages agree: it is all-reduced)
+  LossStats stats;  // all-reduced
+  std::vector<TimedAction> timeline;  // this stage's compute actions, seconds from the step start
+  double busy_s = 0;                  // time in compute actions
+  double wall_s = 0;                  // from the step start to this stage's last action end
+  double makespan_s = 0;              // max wall_s over all stages (all-reduced)
+  double total_busy_s = 0;            // sum of busy_s over all stages (all-reduced)
+  double bubble_fraction() const { return makespan_s > 0 ? 1.0 - total_busy_s / (P * makespan_s) : 0.0; }
+  int P = 1;
+};
+
+class Stage {
+ public:
+  // Builds the stage's layers under its own tracker. The schedule is generated, checked and
+  // lowered here; an invalid shape (P, M, N) throws with the checker's explanation.
+  Stage(const PipelineConfig& cfg, int rank, Transport& transport);
+  // Runs every action of one step for this stage. Grads accumulate (zero them before).
+  StageStepResult forward_backward(const Batch& batch);
+  // Global gradient norm over all stages (all-reduced), clipping, then this stage's AdamW step.
+  double clip_and_update(double lr);
+  void zero_grads();
+
+  int rank() const { return rank_; }
+  Model& model() { return *model_; }
+  MemoryTracker& tracker() { return tracker_; }
+  const Schedule& schedule() const { return lowered_; }
+  AdamW& optimizer() { return *optimizer_; }
+
+ private:
+  PipelineConfig cfg_;
+  int rank_;
+  Transport& transport_;
+  MemoryTracker tracker_;
+  Schedule lowered_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<StageExecutor> executor_;
+  std::unique_ptr<AdamW> optimizer_;
+};
+
+}  // namespace stateflow
