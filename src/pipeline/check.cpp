@@ -38,20 +38,22 @@ std::string render_grid(const Grid& g, int max_columns) {
     const std::string token = c < static_cast<int>(g.cells[r].size()) && !g.cells[r][c].empty() ? g.cells[r][c] : ".";
     return is_marked(r, c) ? ">>" + token + "<<" : token;
   };
-  size_t width = 1;
-  for (int r = 0; r < static_cast<int>(g.cells.size()); ++r)
-    for (int c = begin; c < end; ++c) width = std::max({width, cell(r, c).size(), std::to_string(c).size()});
+  std::vector<size_t> width(end, 0);  // per column, so a marked cell widens only its own
+  for (int c = begin; c < end; ++c) {
+    width[c] = std::to_string(c).size();
+    for (int r = 0; r < static_cast<int>(g.cells.size()); ++r) width[c] = std::max(width[c], cell(r, c).size());
+  }
   const size_t label_width = std::max(g.column_label.size(), cat("stage ", g.cells.size() - 1).size()) + 2;
   auto pad = [](std::string s, size_t w) { return s.append(w > s.size() ? w - s.size() : 0, ' '); };
 
   std::string out;
   if (begin > 0 || end < columns) out += cat("(", g.column_label, "s ", begin, "..", end - 1, " of 0..", columns - 1, ")\n");
   std::string line = pad(g.column_label, label_width);
-  for (int c = begin; c < end; ++c) line += pad(std::to_string(c), width + 2);
+  for (int c = begin; c < end; ++c) line += pad(std::to_string(c), width[c] + 2);
   out += line.substr(0, line.find_last_not_of(' ') + 1) + "\n";
   for (int r = 0; r < static_cast<int>(g.cells.size()); ++r) {
     line = pad(cat("stage ", r), label_width);
-    for (int c = begin; c < end; ++c) line += pad(cell(r, c), width + 2);
+    for (int c = begin; c < end; ++c) line += pad(cell(r, c), width[c] + 2);
     out += line.substr(0, line.find_last_not_of(' ') + 1) + "\n";
   }
   return out;
@@ -63,9 +65,9 @@ constexpr int kNever = std::numeric_limits<int>::max();
 
 // What keeps a stage's next action from running this step.
 struct Wait {
-  enum State { Ready, Blocked, Mismatch } state = Ready;
-  Violation if_stuck = Violation::Deadlock;  // what it means when no stage can move
-  std::string why;
+  enum Reason { None, OwnPrerequisite, OtherStage, NotReceived, SendBeforeRun, EmptyChannel, WrongMessage };
+  Reason reason = None;
+  Action need;  // the missing prerequisite, the action whose output is awaited, or the wrong message
 };
 
 struct Sent {
@@ -100,8 +102,8 @@ class UnitTimeRun {
         all_done = false;
         const Action& a = s_.per_stage[r][position_[r]];
         const Wait w = wait_of(r, a);
-        if (w.state == Wait::Mismatch) return fail(Violation::MessageOrder, w.why, {{r, step_}});
-        if (w.state == Wait::Blocked) continue;
+        if (w.reason == Wait::WrongMessage) return fail(Violation::MessageOrder, explain(r, a, w).second, {{r, step_}});
+        if (w.reason != Wait::None) continue;
         execute(r, a);
         moved = true;
         if (a.op == Op::Forward && in_flight_[r] > bound_[r])
@@ -146,54 +148,64 @@ class UnitTimeRun {
 
   Wait wait_of(int r, const Action& a) const {
     if (is_compute(a)) {
-      for (const Action& need : prerequisites(a, s_.P, s_.N)) {
-        if (need.stage == r && done_step_[index(need)] >= step_)
-          return {Wait::Blocked, Violation::Order,
-                  cat("stage ", r, " cannot run ", to_token(a), ": it needs ", to_token(need), ", which stage ", r,
-                      " runs later")};
+      const Prerequisites needs = prerequisites(a, s_.P, s_.N);
+      // Needs on this stage first, so that a stuck action blames its own list before others.
+      for (const Action& need : needs)
+        if (need.stage == r && done_step_[index(need)] >= step_) return {Wait::OwnPrerequisite, need};
+      // Unlowered, another stage's output counts once that stage has run it; lowered, once received.
+      for (const Action& need : needs) {
         if (need.stage == r) continue;
-        // Unlowered, another stage's output counts once that stage has run it; lowered, once received.
-        if (!s_.lowered && done_step_[index(need)] >= step_)
-          return {Wait::Blocked, Violation::Deadlock,
-                  cat("stage ", r, " waits at ", to_token(a), " for ", to_token(need), " on stage ", need.stage)};
-        if (s_.lowered && received_step_[r][index(need)] >= step_) {
-          const Action recv{.op = Op::Recv,
-                            .microbatch = need.microbatch,
-                            .chunk = need.chunk,
-                            .stage = r,
-                            .peer = need.stage,
-                            .payload = need.op == Op::Forward ? Payload::Activation : Payload::Gradient};
-          const auto& list = s_.per_stage[r];
-          const bool later = std::find(list.begin() + position_[r], list.end(), recv) != list.end();
-          return {Wait::Blocked, later ? Violation::Order : Violation::Missing,
-                  cat("stage ", r, " cannot run ", to_token(a), ": it needs the output of ", to_token(need),
-                      " from stage ", need.stage, ", which stage ", r, later ? " receives only later (" : " never receives (",
-                      to_token(recv), ")")};
-        }
+        if (!s_.lowered && done_step_[index(need)] >= step_) return {Wait::OtherStage, need};
+        if (s_.lowered && received_step_[r][index(need)] >= step_) return {Wait::NotReceived, need};
       }
       return {};
     }
     const Action carried = carried_action(a);
-    if (a.op == Op::Send) {
-      if (done_step_[index(carried)] >= step_)
-        return {Wait::Blocked, Violation::Order,
-                cat("stage ", r, " cannot ", to_token(a), ": it sends the output of ", to_token(carried),
-                    ", which stage ", r, " runs later")};
-      return {};
-    }
+    if (a.op == Op::Send) return done_step_[index(carried)] >= step_ ? Wait{Wait::SendBeforeRun, carried} : Wait{};
     const int ch = channel_of(a.peer, r, a.payload);
-    if (channel_head_[ch] == channel_[ch].size() || channel_[ch][channel_head_[ch]].step >= step_) {
-      const bool sender_done = position_[a.peer] == static_cast<int>(s_.per_stage[a.peer].size());
-      return {Wait::Blocked, sender_done ? Violation::Missing : Violation::Deadlock,
-              cat("stage ", r, " waits at ", to_token(a), " for the output of ", to_token(carried), " from stage ",
-                  a.peer, sender_done ? ", which never sends it" : "")};
-    }
+    if (channel_head_[ch] == channel_[ch].size() || channel_[ch][channel_head_[ch]].step >= step_)
+      return {Wait::EmptyChannel, carried};
     const Action& next = channel_[ch][channel_head_[ch]].carried;
-    if (next != carried)
-      return {Wait::Mismatch, Violation::MessageOrder,
-              cat("stage ", r, " runs ", to_token(a), " but the next message from stage ", a.peer,
-                  " on that channel carries the output of ", to_token(next))};
-    return {};
+    return next == carried ? Wait{} : Wait{Wait::WrongMessage, next};
+  }
+
+  // What a wait means once no stage can move (or at once, for a wrong message), and why.
+  std::pair<Violation, std::string> explain(int r, const Action& a, const Wait& w) const {
+    const std::string at = cat("stage ", r, " cannot run ", to_token(a), ": ");
+    switch (w.reason) {
+      case Wait::OwnPrerequisite:
+        return {Violation::Order, cat(at, "it needs ", to_token(w.need), ", which stage ", r, " runs later")};
+      case Wait::OtherStage:
+        return {Violation::Deadlock,
+                cat("stage ", r, " waits at ", to_token(a), " for ", to_token(w.need), " on stage ", w.need.stage)};
+      case Wait::NotReceived: {
+        const Action recv{.op = Op::Recv,
+                          .microbatch = w.need.microbatch,
+                          .chunk = w.need.chunk,
+                          .stage = r,
+                          .peer = w.need.stage,
+                          .payload = w.need.op == Op::Forward ? Payload::Activation : Payload::Gradient};
+        const auto& list = s_.per_stage[r];
+        const bool later = std::find(list.begin() + position_[r], list.end(), recv) != list.end();
+        return {later ? Violation::Order : Violation::Missing,
+                cat(at, "it needs the output of ", to_token(w.need), " from stage ", w.need.stage, ", which stage ", r,
+                    later ? " receives only later (" : " never receives (", to_token(recv), ")")};
+      }
+      case Wait::SendBeforeRun:
+        return {Violation::Order,
+                cat(at, "it sends the output of ", to_token(w.need), ", which stage ", r, " runs later")};
+      case Wait::EmptyChannel: {
+        const bool sender_done = position_[a.peer] == static_cast<int>(s_.per_stage[a.peer].size());
+        return {sender_done ? Violation::Missing : Violation::Deadlock,
+                cat("stage ", r, " waits at ", to_token(a), " for the output of ", to_token(w.need), " from stage ",
+                    a.peer, sender_done ? ", which never sends it" : "")};
+      }
+      case Wait::WrongMessage:
+        return {Violation::MessageOrder, cat(at, "the next message from stage ", a.peer,
+                                             " on its channel carries the output of ", to_token(w.need))};
+      case Wait::None: break;
+    }
+    return {Violation::None, ""};
   }
 
   void execute(int r, const Action& a) {
@@ -217,9 +229,10 @@ class UnitTimeRun {
     std::string waits;
     for (int r = 0; r < s_.P; ++r) {
       if (position_[r] == static_cast<int>(s_.per_stage[r].size())) continue;
-      const Wait w = wait_of(r, s_.per_stage[r][position_[r]]);
-      if (w.if_stuck != Violation::Deadlock) return fail(w.if_stuck, w.why, {{r, step_}});
-      waits += (waits.empty() ? "" : "; ") + w.why;
+      const Action& a = s_.per_stage[r][position_[r]];
+      const auto [violation, why] = explain(r, a, wait_of(r, a));
+      if (violation != Violation::Deadlock) return fail(violation, why, {{r, step_}});
+      waits += (waits.empty() ? "" : "; ") + why;
       blocked.push_back({r, step_});
     }
     return fail(Violation::Deadlock, cat("no stage can move at step ", step_, ": ", waits), blocked);
