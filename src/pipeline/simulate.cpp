@@ -1,0 +1,116 @@
+#include "pipeline/simulate.h"
+
+#include <algorithm>
+
+#include "core/error.h"
+#include "pipeline/check.h"
+#include "pipeline/dependency.h"
+
+namespace stateflow {
+
+CostTable uniform_costs(int P, int N, double forward, double backward, int64_t activation_bytes) {
+  ByteCounts unit{};
+  unit[static_cast<int>(MemCategory::Activations)] = activation_bytes;
+  return CostTable{.forward_time = std::vector(P, std::vector<double>(N, forward)),
+                   .backward_time = std::vector(P, std::vector<double>(N, backward)),
+                   .unit_bytes = std::vector(P, std::vector<ByteCounts>(N, unit)),
+                   .resident_bytes = {},
+                   .send_time = {}};
+}
+
+namespace {
+
+void check_table(const Schedule& s, const CostTable& t) {
+  auto fits = [&](const auto& per_stage) {
+    return static_cast<int>(per_stage.size()) == s.P &&
+           std::all_of(per_stage.begin(), per_stage.end(), [&](const auto& row) { return static_cast<int>(row.size()) == s.N; });
+  };
+  SF_CHECK(fits(t.forward_time) && fits(t.backward_time), "simulate: forward_time and backward_time need [P=", s.P,
+           "][N=", s.N, "] entries");
+  SF_CHECK(t.unit_bytes.empty() || fits(t.unit_bytes), "simulate: unit_bytes needs [P=", s.P, "][N=", s.N,
+           "] entries or none");
+  SF_CHECK(t.resident_bytes.empty() || static_cast<int>(t.resident_bytes.size()) == s.P,
+           "simulate: resident_bytes needs P=", s.P, " entries or none");
+  SF_CHECK(t.send_time.empty() || static_cast<int>(t.send_time.size()) == s.N, "simulate: send_time needs N=", s.N,
+           " entries or none");
+}
+
+// Peak bytes of one stage: they change only with its own actions, so its list order decides them.
+void peak_memory(const Schedule& s, const CostTable& t, int r, SimResult& out) {
+  ByteCounts current = t.resident_bytes.empty() ? ByteCounts{} : t.resident_bytes[r];
+  ByteCounts peak = current;
+  auto total = [](const ByteCounts& b) {
+    int64_t sum = 0;
+    for (int64_t x : b) sum += x;
+    return sum;
+  };
+  int64_t peak_total = total(current);
+  int in_flight = 0, peak_in_flight = 0;
+  for (const Action& a : s.per_stage[r]) {
+    const int sign = a.op == Op::Forward ? 1 : -1;
+    in_flight += sign;
+    peak_in_flight = std::max(peak_in_flight, in_flight);
+    if (!t.unit_bytes.empty())
+      for (int k = 0; k < kNumMemCategories; ++k) current[k] += sign * t.unit_bytes[r][a.chunk][k];
+    for (int k = 0; k < kNumMemCategories; ++k) peak[k] = std::max(peak[k], current[k]);
+    peak_total = std::max(peak_total, total(current));
+  }
+  out.peak_bytes[r] = peak;
+  out.peak_total_bytes[r] = peak_total;
+  out.peak_in_flight[r] = peak_in_flight;
+}
+
+}  // namespace
+
+SimResult simulate(const Schedule& s, const CostTable& costs) {
+  SF_CHECK(!s.lowered, "simulate takes the schedule before lowering; messages are modelled by CostTable::send_time");
+  check_table(s, costs);
+  const CheckResult runs = check_schedule(s, {.check_memory = false, .max_in_flight = {}});
+  SF_CHECK(runs.ok, "simulate: the schedule cannot run: ", runs.message);
+
+  SimResult out;
+  out.busy.assign(s.P, 0);
+  out.peak_bytes.assign(s.P, ByteCounts{});
+  out.peak_total_bytes.assign(s.P, 0);
+  out.peak_in_flight.assign(s.P, 0);
+  std::vector<double> finish(2 * s.P * s.M * s.N, -1);  // by compute_index; -1 until timed
+  std::vector<double> stage_free(s.P, 0);
+  std::vector<size_t> position(s.P, 0);
+  size_t total = 0, timed = 0;
+  for (const auto& list : s.per_stage) total += list.size();
+  // The checker showed the schedule runs, so every sweep times at least one more action.
+  while (timed < total) {
+    for (int r = 0; r < s.P; ++r) {
+      const std::vector<Action>& list = s.per_stage[r];
+      for (; position[r] < list.size(); ++position[r], ++timed) {
+        const Action& a = list[position[r]];
+        double start = stage_free[r];
+        bool ready = true;
+        for (const Action& need : prerequisites(a, s.P, s.N)) {
+          const double done = finish[compute_index(need, s.M, s.N)];
+          ready = ready && done >= 0;
+          const double message = need.stage != r && !costs.send_time.empty() ? costs.send_time[need.chunk] : 0;
+          start = std::max(start, done + message);
+        }
+        if (!ready) break;
+        const double cost = (a.op == Op::Forward ? costs.forward_time : costs.backward_time)[r][a.chunk];
+        finish[compute_index(a, s.M, s.N)] = stage_free[r] = start + cost;
+        out.busy[r] += cost;
+        out.timeline.push_back({a, start, start + cost});
+      }
+    }
+  }
+  for (int r = 0; r < s.P; ++r) {
+    out.makespan = std::max(out.makespan, stage_free[r]);
+    peak_memory(s, costs, r, out);
+  }
+  double busy = 0;
+  for (double b : out.busy) busy += b;
+  out.bubble_fraction = out.makespan > 0 ? 1 - busy / (s.P * out.makespan) : 0;
+  std::stable_sort(out.timeline.begin(), out.timeline.end(), [](const TimedAction& x, const TimedAction& y) {
+    return x.start != y.start ? x.start < y.start : x.action.stage < y.action.stage;
+  });
+  return out;
+}
+
+}  // namespace stateflow
