@@ -1,6 +1,7 @@
 #include "pipeline/stage.h"
 
 #include <chrono>
+#include <cmath>
 #include <map>
 
 #include "pipeline/check.h"

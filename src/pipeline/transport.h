@@ -1,0 +1,42 @@
+// How stages talk: point-to-point tensors keyed by what they carry, plus the two small
+// collectives a training step needs. One interface for in-process threads (local), CPU
+// processes (MPI) and later GPUs (NCCL). Every blocking call gives up after the transport's
+// timeout with an Error that names the peer, so a dead or stalled stage never hangs a run.
+#pragma once
+#include <string>
+
+#include "core/tensor.h"
+#include "pipeline/schedule.h"
+
+namespace stateflow {
+
+// What a message is: the output of F(m,c) (activation) or B(m,c) (input gradient).
+struct MessageTag {
+  Payload payload = Payload::Activation;
+  int microbatch = 0;
+  int chunk = 0;
+  auto operator<=>(const MessageTag&) const = default;
+};
+std::string describe(const MessageTag& t);
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual int rank() const = 0;
+  virtual int world_size() const = 0;
+  virtual std::string name() const = 0;
+  // Asynchronous: returns at once; the tensor must not be modified afterwards.
+  virtual void send(int peer, const MessageTag& tag, const Tensor& t) = 0;
+  // Blocks until the tagged message from `peer` arrives (allocated on the receiver, charged
+  // to the thread's current category), or throws after the timeout.
+  virtual Tensor recv(int peer, const MessageTag& tag) = 0;
+  // Sum of `value` over all ranks, returned on every rank.
+  virtual double all_reduce_sum(double value) = 0;
+  virtual double all_reduce_max(double value) = 0;
+  // Waits for outstanding sends to complete (end of a step).
+  virtual void flush() = 0;
+  // Tells every peer that this rank failed, so they stop waiting for it (best effort).
+  virtual void abort(const std::string& reason) = 0;
+};
+
+}  // namespace stateflow
