@@ -66,6 +66,16 @@ TEST(Check, CrossStageCycleIsADeadlock) {
             "stage 1  .     >>F1.0<<\n");
 }
 
+// The boundary-state dependencies on one stage: chunks forward in order, backward in reverse.
+TEST(Check, ChunkOrderWithinAStage) {
+  CheckResult r = check_schedule(parse_schedule_text("schedule stateflow P=1 M=1 N=2\nstage 0: F0.1 F0.0 B0.1 B0.0\n"));
+  EXPECT_EQ(r.violation, Violation::Order);
+  EXPECT_TRUE(contains(r.message, "stage 0 cannot run F0.1: it needs F0.0, which stage 0 runs later")) << r.message;
+  r = check_schedule(parse_schedule_text("schedule stateflow P=1 M=1 N=2\nstage 0: F0.0 F0.1 B0.0 B0.1\n"));
+  EXPECT_EQ(r.violation, Violation::Order);
+  EXPECT_TRUE(contains(r.message, "stage 0 cannot run B0.0: it needs B0.1, which stage 0 runs later")) << r.message;
+}
+
 // Swapping an action with a prerequisite on its own stage is caught as an order violation
 // at that action, raw or lowered.
 TEST(Check, SwappedDependencyIsAnOrderViolation) {
