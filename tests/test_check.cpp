@@ -1,8 +1,7 @@
-#include "pipeline/check.h"
-
 #include <gtest/gtest.h>
 
 #include "core/error.h"
+#include "pipeline/check.h"
 #include "pipeline/dependency.h"
 #include "pipeline/lower.h"
 #include "test_util.h"
@@ -17,8 +16,8 @@ std::string marked(const Action& a) { return ">>" + to_token(a) + "<<"; }
 
 Schedule random_schedule(Rng& rng, int min_P = 1) {
   const int P = min_P + rng.below(9 - min_P), M = 1 + rng.below(8), N = 1 + rng.below(8);
-  const ScheduleKind kind = N == 1 && rng.below(2) ? ScheduleKind::OneFOneB
-                                                   : (rng.below(2) ? ScheduleKind::StateFlow : ScheduleKind::GPipe);
+  const ScheduleKind kind =
+      N == 1 && rng.below(2) ? ScheduleKind::OneFOneB : (rng.below(2) ? ScheduleKind::StateFlow : ScheduleKind::GPipe);
   return make_schedule(kind, P, M, N);
 }
 
@@ -65,6 +64,16 @@ TEST(Check, CrossStageCycleIsADeadlock) {
             "step     0     1\n"
             "stage 0  F0.0  >>B0.0<<\n"
             "stage 1  .     >>F1.0<<\n");
+}
+
+// The boundary-state dependencies on one stage: chunks forward in order, backward in reverse.
+TEST(Check, ChunkOrderWithinAStage) {
+  CheckResult r = check_schedule(parse_schedule_text("schedule stateflow P=1 M=1 N=2\nstage 0: F0.1 F0.0 B0.1 B0.0\n"));
+  EXPECT_EQ(r.violation, Violation::Order);
+  EXPECT_TRUE(contains(r.message, "stage 0 cannot run F0.1: it needs F0.0, which stage 0 runs later")) << r.message;
+  r = check_schedule(parse_schedule_text("schedule stateflow P=1 M=1 N=2\nstage 0: F0.0 F0.1 B0.0 B0.1\n"));
+  EXPECT_EQ(r.violation, Violation::Order);
+  EXPECT_TRUE(contains(r.message, "stage 0 cannot run B0.0: it needs B0.1, which stage 0 runs later")) << r.message;
 }
 
 // Swapping an action with a prerequisite on its own stage is caught as an order violation
@@ -152,7 +161,8 @@ TEST(Check, MemoryBound) {
   gpipe.kind = ScheduleKind::StateFlow;
   const CheckResult result = check_schedule(gpipe);
   EXPECT_EQ(result.violation, Violation::Memory);
-  EXPECT_TRUE(contains(result.message, "stage 0 holds 4 units forwarded but not yet backwarded after F1.1")) << result.message;
+  EXPECT_TRUE(contains(result.message, "stage 0 holds 4 units forwarded but not yet backwarded after F1.1"))
+      << result.message;
   EXPECT_TRUE(contains(result.message, ">>F1.1<<")) << result.message;
   EXPECT_THROW(check_schedule(gpipe, {.check_memory = true, .max_in_flight = {1, 2, 3}}), Error);
 }
@@ -208,7 +218,8 @@ TEST(Check, BrokenMessages) {
   s.per_stage[1].erase(s.per_stage[1].begin());
   CheckResult r = check_schedule(s);
   EXPECT_EQ(r.violation, Violation::Missing);
-  EXPECT_TRUE(contains(r.message, "stage 1 cannot run F0.0: it needs the output of F0.0 from stage 0, which stage 1 never receives"))
+  EXPECT_TRUE(contains(
+      r.message, "stage 1 cannot run F0.0: it needs the output of F0.0 from stage 0, which stage 1 never receives"))
       << r.message;
 
   s = good;  // a receive after the action that needs it
@@ -228,8 +239,10 @@ TEST(Check, BrokenMessages) {
   s.per_stage[1].erase(s.per_stage[1].begin() + 5);
   r = check_schedule(s);
   EXPECT_EQ(r.violation, Violation::MessageOrder);
-  EXPECT_TRUE(contains(r.message, "stage 0 cannot run rB0.1<1: the next message from stage 1 on its channel carries "
-                                  "the output of B0.0")) << r.message;
+  EXPECT_TRUE(contains(r.message,
+                       "stage 0 cannot run rB0.1<1: the next message from stage 1 on its channel carries "
+                       "the output of B0.0"))
+      << r.message;
 
   s = good;  // the last send dropped: stage 0 waits for it after stage 1 is done
   s.per_stage[1].pop_back();

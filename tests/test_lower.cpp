@@ -1,5 +1,3 @@
-#include "pipeline/lower.h"
-
 #include <gtest/gtest.h>
 
 #include <map>
@@ -8,6 +6,7 @@
 #include "core/error.h"
 #include "golden.h"
 #include "pipeline/check.h"
+#include "pipeline/lower.h"
 #include "test_util.h"
 
 using namespace stateflow;
@@ -20,15 +19,6 @@ std::string joined(const std::vector<Action>& list) {
   return out;
 }
 
-Action message(Op op, const Action& carried, int stage, int peer) {
-  return {.op = op,
-          .microbatch = carried.microbatch,
-          .chunk = carried.chunk,
-          .stage = stage,
-          .peer = peer,
-          .payload = carried.op == Op::Forward ? Payload::Activation : Payload::Gradient};
-}
-
 }  // namespace
 
 TEST(Lower, MatchesHandWrittenAndGolden) {
@@ -39,7 +29,8 @@ TEST(Lower, MatchesHandWrittenAndGolden) {
   EXPECT_EQ(joined(s.per_stage[1]),
             "rF0.0<0 F0.0 rF0.1<0 F0.1 B0.1 sB0.1>0 rF1.0<0 F1.0 B0.0 sB0.0>0 rF1.1<0 F1.1 B1.1 sB1.1>0 B1.0 sB1.0>0");
   stateflow::testing::expect_matches_golden("stateflow_P2_M2_N2_lowered.txt", to_text(s));
-  stateflow::testing::expect_matches_golden("1f1b_P3_M4_N1_lowered.txt", to_text(lower_schedule(make_schedule("1f1b", 3, 4, 1))));
+  stateflow::testing::expect_matches_golden("1f1b_P3_M4_N1_lowered.txt",
+                                            to_text(lower_schedule(make_schedule("1f1b", 3, 4, 1))));
 }
 
 // Checks the lowering against the rule as the brief states it: after F on r < P-1 a send of
@@ -68,13 +59,14 @@ TEST(Lower, PropertiesOnRandomSchedules) {
           if (sends_on) {
             const int peer = a.op == Op::Forward ? r + 1 : r - 1;
             ASSERT_LT(i + 1, list.size());
-            EXPECT_EQ(list[i + 1], message(Op::Send, a, r, peer)) << "after " << to_token(a) << " on stage " << r;
+            EXPECT_EQ(list[i + 1], send_of(a, peer)) << "after " << to_token(a) << " on stage " << r;
           }
           const bool receives_on = a.op == Op::Forward ? r > 0 : r < P - 1;
           if (receives_on) {
             const int peer = a.op == Op::Forward ? r - 1 : r + 1;
-            const Action recv = message(Op::Recv, {.op = a.op, .microbatch = a.microbatch, .chunk = a.chunk}, r, peer);
-            EXPECT_EQ(std::count(list.begin(), list.begin() + i, recv), 1) << to_token(recv) << " before " << to_token(a);
+            const Action recv = recv_of({.op = a.op, .microbatch = a.microbatch, .chunk = a.chunk, .stage = peer}, r);
+            EXPECT_EQ(std::count(list.begin(), list.begin() + i, recv), 1)
+                << to_token(recv) << " before " << to_token(a);
           }
         } else if (a.op == Op::Send) {
           ++sends;

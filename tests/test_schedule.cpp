@@ -1,5 +1,3 @@
-#include "pipeline/schedule.h"
-
 #include <gtest/gtest.h>
 
 #include <set>
@@ -7,6 +5,7 @@
 #include "core/error.h"
 #include "golden.h"
 #include "pipeline/lower.h"
+#include "pipeline/schedule.h"
 #include "test_util.h"
 
 using namespace stateflow;
@@ -73,7 +72,8 @@ TEST(Schedule, StateflowMatchesGreedyReference) {
         const Schedule s = make_schedule(ScheduleKind::StateFlow, P, M, N);
         ASSERT_EQ(static_cast<int>(s.per_stage.size()), P);
         for (int r = 0; r < P; ++r)
-          ASSERT_EQ(s.per_stage[r], greedy_stateflow_stage(r, P, M, N)) << "P=" << P << " M=" << M << " N=" << N << " r=" << r;
+          ASSERT_EQ(s.per_stage[r], greedy_stateflow_stage(r, P, M, N))
+              << "P=" << P << " M=" << M << " N=" << N << " r=" << r;
       }
 }
 
@@ -130,7 +130,12 @@ TEST(Schedule, TokensAndCarriedAction) {
   EXPECT_EQ(to_token(grad), "rB0.11<1");
   EXPECT_EQ(carried_action(send), f);
   EXPECT_EQ(carried_action(recv), f);
-  EXPECT_EQ(carried_action(grad), (Action{.op = Op::Backward, .microbatch = 0, .chunk = 11, .stage = 1}));
+  const Action b{.op = Op::Backward, .microbatch = 0, .chunk = 11, .stage = 1};
+  EXPECT_EQ(carried_action(grad), b);
+  EXPECT_EQ(send_of(f, 2), send);
+  EXPECT_EQ(recv_of(f, 2), recv);
+  EXPECT_EQ(recv_of(b, 0), grad);
+  EXPECT_EQ(to_token(send_of(b, 0)), "sB0.11>0");
 }
 
 TEST(Schedule, TextRoundTripsRandomSchedules) {
@@ -180,7 +185,8 @@ TEST(Schedule, ParseErrorsNameLineColumnToken) {
   for (const Case& c : cases) {
     const std::string message = error_of([&] { parse_schedule_text(c.text); });
     for (const std::string& part : c.expected)
-      EXPECT_NE(message.find(part), std::string::npos) << "text:\n" << c.text << "message: " << message << "\nmissing: " << part;
+      EXPECT_NE(message.find(part), std::string::npos) << "text:\n"
+                                                       << c.text << "message: " << message << "\nmissing: " << part;
   }
 }
 

@@ -1,10 +1,9 @@
-#include "pipeline/simulate.h"
-
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "pipeline/dependency.h"
 #include "pipeline/lower.h"
+#include "pipeline/simulate.h"
 #include "test_util.h"
 
 using namespace stateflow;
@@ -178,7 +177,8 @@ TEST(Simulate, MatchesLongestPathReference) {
       makespan = std::max(makespan, end[k]);
     }
     EXPECT_EQ(result.makespan, makespan);
-    for (size_t i = 1; i < result.timeline.size(); ++i) EXPECT_LE(result.timeline[i - 1].start, result.timeline[i].start);
+    for (size_t i = 1; i < result.timeline.size(); ++i)
+      EXPECT_LE(result.timeline[i - 1].start, result.timeline[i].start);
   }
 }
 

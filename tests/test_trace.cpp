@@ -1,5 +1,3 @@
-#include "pipeline/trace.h"
-
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -9,6 +7,7 @@
 
 #include "core/error.h"
 #include "pipeline/simulate.h"
+#include "pipeline/trace.h"
 #include "test_util.h"
 
 using namespace stateflow;

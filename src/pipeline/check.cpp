@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "core/error.h"
 #include "pipeline/dependency.h"
@@ -10,20 +11,30 @@ namespace stateflow {
 
 const char* violation_name(Violation v) {
   switch (v) {
-    case Violation::None: return "none";
-    case Violation::BadAction: return "bad action";
-    case Violation::Duplicate: return "duplicate";
-    case Violation::Missing: return "missing";
-    case Violation::Order: return "order";
-    case Violation::Deadlock: return "deadlock";
-    case Violation::Memory: return "memory";
-    case Violation::MessageOrder: return "message order";
-    case Violation::UnreceivedMessage: return "unreceived message";
+    case Violation::None:
+      return "none";
+    case Violation::BadAction:
+      return "bad action";
+    case Violation::Duplicate:
+      return "duplicate";
+    case Violation::Missing:
+      return "missing";
+    case Violation::Order:
+      return "order";
+    case Violation::Deadlock:
+      return "deadlock";
+    case Violation::Memory:
+      return "memory";
+    case Violation::MessageOrder:
+      return "message order";
+    case Violation::UnreceivedMessage:
+      return "unreceived message";
   }
   return "?";
 }
 
 std::string render_grid(const Grid& g, int max_columns) {
+  if (g.cells.empty()) return "";
   int columns = 0;
   for (const auto& row : g.cells) columns = std::max(columns, static_cast<int>(row.size()));
   int begin = 0, end = columns;
@@ -33,7 +44,9 @@ std::string render_grid(const Grid& g, int max_columns) {
     end = last_mark < 0 ? max_columns : std::min(columns, last_mark + 4);
     begin = std::max(0, end - max_columns);
   }
-  auto is_marked = [&](int r, int c) { return std::find(g.marks.begin(), g.marks.end(), std::pair{r, c}) != g.marks.end(); };
+  auto is_marked = [&](int r, int c) {
+    return std::find(g.marks.begin(), g.marks.end(), std::pair{r, c}) != g.marks.end();
+  };
   auto cell = [&](int r, int c) -> std::string {
     const std::string token = c < static_cast<int>(g.cells[r].size()) && !g.cells[r][c].empty() ? g.cells[r][c] : ".";
     return is_marked(r, c) ? ">>" + token + "<<" : token;
@@ -47,7 +60,8 @@ std::string render_grid(const Grid& g, int max_columns) {
   auto pad = [](std::string s, size_t w) { return s.append(w > s.size() ? w - s.size() : 0, ' '); };
 
   std::string out;
-  if (begin > 0 || end < columns) out += cat("(", g.column_label, "s ", begin, "..", end - 1, " of 0..", columns - 1, ")\n");
+  if (begin > 0 || end < columns)
+    out += cat("(", g.column_label, "s ", begin, "..", end - 1, " of 0..", columns - 1, ")\n");
   std::string line = pad(g.column_label, label_width);
   for (int c = begin; c < end; ++c) line += pad(std::to_string(c), width[c] + 2);
   out += line.substr(0, line.find_last_not_of(' ') + 1) + "\n";
@@ -62,6 +76,15 @@ std::string render_grid(const Grid& g, int max_columns) {
 namespace {
 
 constexpr int kNever = std::numeric_limits<int>::max();
+
+CheckResult failure(Violation v, const std::string& why, const Grid& g, std::vector<int> peak_in_flight = {}) {
+  CheckResult result;
+  result.ok = false;
+  result.violation = v;
+  result.message = cat(violation_name(v), ": ", why, "\n", render_grid(g));
+  result.peak_in_flight = std::move(peak_in_flight);
+  return result;
+}
 
 // What keeps a stage's next action from running this step.
 struct Wait {
@@ -97,21 +120,29 @@ class UnitTimeRun {
   CheckResult run() {
     for (step_ = 0;; ++step_) {
       bool all_done = true, moved = false;
+      // The first problem of a step is reported once the step is complete, so the grid shows it whole.
+      std::optional<std::pair<Violation, std::string>> problem;
+      int problem_stage = 0;
       for (int r = 0; r < s_.P; ++r) {
         if (position_[r] == static_cast<int>(s_.per_stage[r].size())) continue;
         all_done = false;
         const Action& a = s_.per_stage[r][position_[r]];
         const Wait w = wait_of(r, a);
-        if (w.reason == Wait::WrongMessage) return fail(Violation::MessageOrder, explain(r, a, w).second, {{r, step_}});
+        if (w.reason == Wait::WrongMessage && !problem) {
+          problem = explain(r, a, w);
+          problem_stage = r;
+        }
         if (w.reason != Wait::None) continue;
         execute(r, a);
         moved = true;
-        if (a.op == Op::Forward && in_flight_[r] > bound_[r])
-          return fail(Violation::Memory,
-                      cat("stage ", r, " holds ", in_flight_[r], " units forwarded but not yet backwarded after ",
-                          to_token(a), " at step ", step_, "; the bound is ", bound_[r]),
-                      {{r, step_}});
+        if (a.op == Op::Forward && in_flight_[r] > bound_[r] && !problem) {
+          problem = {Violation::Memory,
+                     cat("stage ", r, " holds ", in_flight_[r], " units forwarded but not yet backwarded after ",
+                         to_token(a), " at step ", step_, "; the bound is ", bound_[r])};
+          problem_stage = r;
+        }
       }
+      if (problem) return fail(problem->first, problem->second, {{problem_stage, step_}});
       if (all_done) break;
       if (!moved) return stuck();
     }
@@ -179,12 +210,7 @@ class UnitTimeRun {
         return {Violation::Deadlock,
                 cat("stage ", r, " waits at ", to_token(a), " for ", to_token(w.need), " on stage ", w.need.stage)};
       case Wait::NotReceived: {
-        const Action recv{.op = Op::Recv,
-                          .microbatch = w.need.microbatch,
-                          .chunk = w.need.chunk,
-                          .stage = r,
-                          .peer = w.need.stage,
-                          .payload = w.need.op == Op::Forward ? Payload::Activation : Payload::Gradient};
+        const Action recv = recv_of(w.need, r);
         const auto& list = s_.per_stage[r];
         const bool later = std::find(list.begin() + position_[r], list.end(), recv) != list.end();
         return {later ? Violation::Order : Violation::Missing,
@@ -203,7 +229,8 @@ class UnitTimeRun {
       case Wait::WrongMessage:
         return {Violation::MessageOrder, cat(at, "the next message from stage ", a.peer,
                                              " on its channel carries the output of ", to_token(w.need))};
-      case Wait::None: break;
+      case Wait::None:
+        break;
     }
     return {Violation::None, ""};
   }
@@ -246,12 +273,7 @@ class UnitTimeRun {
       if (g.cells[r][t].empty()) g.cells[r][t] = to_token(s_.per_stage[r][position_[r]]);
     }
     g.marks = marks;
-    CheckResult result;
-    result.ok = false;
-    result.violation = v;
-    result.message = cat(violation_name(v), ": ", why, "\n", render_grid(g));
-    result.peak_in_flight = peak_in_flight_;
-    return result;
+    return failure(v, why, g, peak_in_flight_);
   }
 
   const Schedule& s_;
@@ -274,11 +296,7 @@ CheckResult structural_failure(const Schedule& s, Violation v, const std::string
     for (const Action& a : list) row.push_back(to_token(a));
   }
   g.marks = marks;
-  CheckResult result;
-  result.ok = false;
-  result.violation = v;
-  result.message = cat(violation_name(v), ": ", why, "\n", render_grid(g));
-  return result;
+  return failure(v, why, g);
 }
 
 // Why an action does not belong at this place of the schedule ("" if it does).
@@ -288,7 +306,8 @@ std::string misplaced(const Schedule& s, int r, const Action& a, const std::vect
   if (a.chunk < 0 || a.chunk >= s.N) return cat(to_token(a), ": chunk out of range (N=", s.N, ")");
   if (is_compute(a)) return "";
   if (!s.lowered) return cat(to_token(a), " on stage ", r, ": sends and receives belong to lowered schedules only");
-  if (a.peer < 0 || a.peer >= s.P || a.peer == r) return cat(to_token(a), ": peer must be another stage in 0..", s.P - 1);
+  if (a.peer < 0 || a.peer >= s.P || a.peer == r)
+    return cat(to_token(a), ": peer must be another stage in 0..", s.P - 1);
   const Action carried = carried_action(a);
   const int consumer = a.op == Op::Send ? a.peer : r;
   const auto& stages = consumers[compute_index(carried, s.M, s.N)];
@@ -299,6 +318,8 @@ std::string misplaced(const Schedule& s, int r, const Action& a, const std::vect
 }
 
 CheckResult run_check(const Schedule& s, const CheckOptions& options, Grid* grid) {
+  SF_CHECK(s.P >= 1 && s.M >= 1 && s.N >= 1, "check_schedule: bad shape P=", s.P, " M=", s.M, " N=", s.N,
+           "; each must be >= 1");
   SF_CHECK(static_cast<int>(s.per_stage.size()) == s.P, "check_schedule: the schedule has ", s.per_stage.size(),
            " stage lists for P=", s.P);
   std::vector<int> bound = options.max_in_flight;
@@ -329,10 +350,10 @@ CheckResult run_check(const Schedule& s, const CheckOptions& options, Grid* grid
         for (int c = 0; c < s.N; ++c) {
           const Action a{.op = op, .microbatch = m, .chunk = c, .stage = r};
           if (first_position[compute_index(a, s.M, s.N)] < 0)
-            return structural_failure(s, Violation::Missing,
-                                      cat("stage ", r, " never runs ", to_token(a),
-                                          " (every stage runs F and B of every unit exactly once)"),
-                                      {});
+            return structural_failure(
+                s, Violation::Missing,
+                cat("stage ", r, " never runs ", to_token(a), " (every stage runs F and B of every unit exactly once)"),
+                {});
         }
 
   UnitTimeRun run(s, std::move(bound));

@@ -5,29 +5,16 @@
 
 namespace stateflow {
 
-namespace {
-
-Action message(Op op, const Action& carried, int stage, int peer) {
-  return Action{.op = op,
-                .microbatch = carried.microbatch,
-                .chunk = carried.chunk,
-                .stage = stage,
-                .peer = peer,
-                .payload = carried.op == Op::Forward ? Payload::Activation : Payload::Gradient};
-}
-
-}  // namespace
-
 Schedule lower_schedule(const Schedule& s) {
   SF_CHECK(!s.lowered, "lower_schedule: the schedule is already lowered");
   SF_CHECK(static_cast<int>(s.per_stage.size()) == s.P, "lower_schedule: schedule has ", s.per_stage.size(),
            " stage lists for P=", s.P);
   for (int r = 0; r < s.P; ++r)
     for (const Action& a : s.per_stage[r])
-      SF_CHECK(is_compute(a) && a.stage == r && a.microbatch >= 0 && a.microbatch < s.M && a.chunk >= 0 &&
-                   a.chunk < s.N,
-               "lower_schedule: stage ", r, " has action ", to_token(a), " (stage ", a.stage,
-               ") that does not fit the schedule; run check_schedule first");
+      SF_CHECK(
+          is_compute(a) && a.stage == r && a.microbatch >= 0 && a.microbatch < s.M && a.chunk >= 0 && a.chunk < s.N,
+          "lower_schedule: stage ", r, " has action ", to_token(a), " (stage ", a.stage,
+          ") that does not fit the schedule; run check_schedule first");
 
   // Channel (sender p, receiver q): the actions whose outputs p sends q, in p's order.
   // Payload is implied by the carried action, so one list per (p, q) keeps both directions.
@@ -56,12 +43,12 @@ Schedule lower_schedule(const Schedule& s) {
                    " never runs it; run check_schedule first");
           const Action& m = sent[next_in_channel[ch]++];
           received[compute_index(m, s.M, s.N)] = 1;
-          list.push_back(message(Op::Recv, m, q, need.stage));
+          list.push_back(recv_of(m, q));
           found = m == need;
         }
       }
       list.push_back(a);
-      for (int peer : consumers[compute_index(a, s.M, s.N)]) list.push_back(message(Op::Send, a, q, peer));
+      for (int peer : consumers[compute_index(a, s.M, s.N)]) list.push_back(send_of(a, peer));
     }
   }
   return out;

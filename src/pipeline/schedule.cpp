@@ -16,23 +16,48 @@ Action carried_action(const Action& message) {
                 .stage = message.op == Op::Send ? message.stage : message.peer};
 }
 
+Action send_of(const Action& x, int to) {
+  SF_CHECK(is_compute(x), "send_of needs a forward or backward action, got ", to_token(x));
+  return Action{.op = Op::Send,
+                .microbatch = x.microbatch,
+                .chunk = x.chunk,
+                .stage = x.stage,
+                .peer = to,
+                .payload = x.op == Op::Forward ? Payload::Activation : Payload::Gradient};
+}
+
+Action recv_of(const Action& x, int to) {
+  Action recv = send_of(x, to);
+  recv.op = Op::Recv;
+  recv.stage = to;
+  recv.peer = x.stage;
+  return recv;
+}
+
 std::string to_token(const Action& a) {
   const std::string unit = cat(a.microbatch, ".", a.chunk);
   const char* letter = a.payload == Payload::Activation ? "F" : "B";
   switch (a.op) {
-    case Op::Forward: return "F" + unit;
-    case Op::Backward: return "B" + unit;
-    case Op::Send: return cat("s", letter, unit, ">", a.peer);
-    case Op::Recv: return cat("r", letter, unit, "<", a.peer);
+    case Op::Forward:
+      return "F" + unit;
+    case Op::Backward:
+      return "B" + unit;
+    case Op::Send:
+      return cat("s", letter, unit, ">", a.peer);
+    case Op::Recv:
+      return cat("r", letter, unit, "<", a.peer);
   }
   return "?";
 }
 
 const char* kind_name(ScheduleKind kind) {
   switch (kind) {
-    case ScheduleKind::GPipe: return "gpipe";
-    case ScheduleKind::OneFOneB: return "1f1b";
-    case ScheduleKind::StateFlow: return "stateflow";
+    case ScheduleKind::GPipe:
+      return "gpipe";
+    case ScheduleKind::OneFOneB:
+      return "1f1b";
+    case ScheduleKind::StateFlow:
+      return "stateflow";
   }
   return "?";
 }
@@ -105,8 +130,8 @@ Schedule make_schedule(std::string_view kind, int P, int M, int N) {
 }
 
 std::string to_text(const Schedule& s) {
-  std::string out = cat("schedule ", kind_name(s.kind), " P=", s.P, " M=", s.M, " N=", s.N,
-                        s.lowered ? " lowered" : "", "\n");
+  std::string out =
+      cat("schedule ", kind_name(s.kind), " P=", s.P, " M=", s.M, " N=", s.N, s.lowered ? " lowered" : "", "\n");
   for (int r = 0; r < static_cast<int>(s.per_stage.size()); ++r) {
     out += cat("stage ", r, ":");
     for (const Action& a : s.per_stage[r]) out.append(" ").append(to_token(a));
@@ -223,12 +248,15 @@ Schedule parse_schedule_text(std::string_view text) {
     std::vector<Action>& actions = s.per_stage.emplace_back();
     for (size_t i = 2; i < words.size(); ++i) {
       Action a;
-      if (std::string problem = parse_action(words[i].text, r, a); !problem.empty()) fail_at(line_no, words[i], problem);
-      if (a.microbatch >= s.M) fail_at(line_no, words[i], cat("microbatch ", a.microbatch, " is out of range (M=", s.M, ")"));
+      if (std::string problem = parse_action(words[i].text, r, a); !problem.empty())
+        fail_at(line_no, words[i], problem);
+      if (a.microbatch >= s.M)
+        fail_at(line_no, words[i], cat("microbatch ", a.microbatch, " is out of range (M=", s.M, ")"));
       if (a.chunk >= s.N) fail_at(line_no, words[i], cat("chunk ", a.chunk, " is out of range (N=", s.N, ")"));
       if (!is_compute(a)) {
         if (!s.lowered)
-          fail_at(line_no, words[i], "sends and receives appear only in lowered schedules; add 'lowered' to the header");
+          fail_at(line_no, words[i],
+                  "sends and receives appear only in lowered schedules; add 'lowered' to the header");
         if (a.peer >= s.P || a.peer == r)
           fail_at(line_no, words[i], cat("peer stage ", a.peer, " must be another stage in 0..", s.P - 1));
       }

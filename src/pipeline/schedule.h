@@ -44,6 +44,10 @@ inline bool is_compute(const Action& a) { return a.op == Op::Forward || a.op == 
 
 // The compute action whose output a Send/Recv carries (on the sending stage).
 Action carried_action(const Action& message);
+// The Send of compute action x's output to stage `to` (on x's stage), and the matching Recv on
+// stage `to`; carried_action() undoes both.
+Action send_of(const Action& x, int to);
+Action recv_of(const Action& x, int to);
 
 // The token of the text form, e.g. "F3.2" or "sF3.2>1".
 std::string to_token(const Action& a);

@@ -23,7 +23,8 @@ namespace {
 void check_table(const Schedule& s, const CostTable& t) {
   auto fits = [&](const auto& per_stage) {
     return static_cast<int>(per_stage.size()) == s.P &&
-           std::all_of(per_stage.begin(), per_stage.end(), [&](const auto& row) { return static_cast<int>(row.size()) == s.N; });
+           std::all_of(per_stage.begin(), per_stage.end(),
+                       [&](const auto& row) { return static_cast<int>(row.size()) == s.N; });
   };
   SF_CHECK(fits(t.forward_time) && fits(t.backward_time), "simulate: forward_time and backward_time need [P=", s.P,
            "][N=", s.N, "] entries");

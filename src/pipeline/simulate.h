@@ -31,12 +31,12 @@ CostTable uniform_costs(int P, int N, double forward, double backward, int64_t a
 
 struct SimResult {
   double makespan = 0;
-  std::vector<double> busy;                // [stage]: time spent in F and B
-  double bubble_fraction = 0;              // 1 - sum(busy) / (P * makespan)
-  std::vector<ByteCounts> peak_bytes;      // [stage]: peak of each category
-  std::vector<int64_t> peak_total_bytes;   // [stage]: peak of the sum over categories
-  std::vector<int> peak_in_flight;         // [stage]: units forwarded but not yet backwarded
-  std::vector<TimedAction> timeline;       // every F and B, by start time then stage
+  std::vector<double> busy;               // [stage]: time spent in F and B
+  double bubble_fraction = 0;             // 1 - sum(busy) / (P * makespan)
+  std::vector<ByteCounts> peak_bytes;     // [stage]: peak of each category
+  std::vector<int64_t> peak_total_bytes;  // [stage]: peak of the sum over categories
+  std::vector<int> peak_in_flight;        // [stage]: units forwarded but not yet backwarded
+  std::vector<TimedAction> timeline;      // every F and B, by start time then stage
 };
 
 // Throws Error if the schedule is lowered (messages are modelled by send_time), if the table

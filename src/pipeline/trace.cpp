@@ -12,10 +12,14 @@ namespace {
 
 const char* op_category(Op op) {
   switch (op) {
-    case Op::Forward: return "forward";
-    case Op::Backward: return "backward";
-    case Op::Send: return "send";
-    case Op::Recv: return "recv";
+    case Op::Forward:
+      return "forward";
+    case Op::Backward:
+      return "backward";
+    case Op::Send:
+      return "send";
+    case Op::Recv:
+      return "recv";
   }
   return "?";
 }
@@ -39,7 +43,8 @@ void write_chrome_trace(std::ostream& out, const std::vector<TraceEvent>& events
   std::set<int> stages;
   for (const TraceEvent& e : events) stages.insert(e.stage);
   for (int r : stages)
-    list.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r}, {"args", {{"name", cat("stage ", r)}}}});
+    list.push_back(
+        {{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", r}, {"args", {{"name", cat("stage ", r)}}}});
   for (const TraceEvent& e : events)
     list.push_back({{"name", e.name},
                     {"cat", e.category},

@@ -18,8 +18,8 @@ struct TimedAction {
 };
 
 struct TraceEvent {
-  int stage = 0;         // becomes the trace's tid: one row per stage
-  std::string name;      // e.g. "F3.2"
+  int stage = 0;     // becomes the trace's tid: one row per stage
+  std::string name;  // e.g. "F3.2"
   double start_us = 0;
   double dur_us = 0;
   std::string category;  // "forward", "backward", "send", "recv" for actions
