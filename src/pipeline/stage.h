@@ -56,6 +56,7 @@ class Stage {
   MemoryTracker& tracker() { return tracker_; }
   const Schedule& schedule() const { return lowered_; }
   AdamW& optimizer() { return *optimizer_; }
+  StageExecutor& executor() { return *executor_; }
 
  private:
   PipelineConfig cfg_;

@@ -1,5 +1,7 @@
 #include "pipeline/stage_executor.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 
 namespace stateflow {
@@ -12,6 +14,7 @@ Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
   SF_CHECK(!stash_.count(key), "unit (", ctx.microbatch, ", ", ctx.chunk, ") forwarded twice");
   std::vector<std::unique_ptr<Stash>> stashes(layers_.size());
   CategoryScope activations(MemCategory::Activations);
+  const int64_t before = current_tracker().snapshot().current_of(MemCategory::Activations);
   const bool last_chunk = ctx.chunk == ctx.num_chunks - 1;
   Tensor h = x;
   for (size_t i = 0; i < layers_.size(); ++i) {
@@ -23,7 +26,11 @@ Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
     h = layers_[i]->forward(ctx, h, in, out, stashes[i]);
     if (!last_chunk && !out.empty()) states_.put(id, ctx.microbatch, ctx.chunk, std::move(out));
   }
-  stash_[key] = std::move(stashes);
+  const int64_t bytes = current_tracker().snapshot().current_of(MemCategory::Activations) - before -
+                        (h.category() == MemCategory::Activations ? int64_t(h.nbytes()) : 0);
+  stash_[key] = UnitStash{std::move(stashes), bytes};
+  stash_bytes_ += bytes;
+  peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
   return h;
 }
 
@@ -31,7 +38,7 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
   auto it = stash_.find({ctx.microbatch, ctx.chunk});
   SF_CHECK(it != stash_.end(), "backward of unit (", ctx.microbatch, ", ", ctx.chunk, ") without its forward");
   CategoryScope activations(MemCategory::Activations);
-  auto& stashes = it->second;
+  auto& stashes = it->second.layers;
   Tensor g = dy;
   for (size_t j = layers_.size(); j-- > 0;) {
     const int id = first_layer_ + static_cast<int>(j);
@@ -44,6 +51,7 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
     stashes[j].reset();  // this layer's activations are done
     if (ctx.chunk > 0 && !din.empty()) state_grads_.put(id, ctx.microbatch, ctx.chunk - 1, std::move(din));
   }
+  stash_bytes_ -= it->second.bytes;
   stash_.erase(it);
   return g;
 }

@@ -26,11 +26,21 @@ class StageExecutor {
   Tensor backward(const ChunkCtx& ctx, const Tensor& dy);
   // Units forwarded whose backward has not run yet.
   size_t units_in_flight() const { return stash_.size(); }
+  // Bytes the in-flight units' stashes hold (measured by the allocator: what a unit's forward
+  // left allocated, less its output), now and at its peak since reset_peak_stash().
+  int64_t stash_bytes() const { return stash_bytes_; }
+  int64_t peak_stash_bytes() const { return peak_stash_bytes_; }
+  void reset_peak_stash() { peak_stash_bytes_ = stash_bytes_; }
 
  private:
   std::vector<Layer*> layers_;
   int first_layer_;
-  std::map<std::pair<int, int>, std::vector<std::unique_ptr<Stash>>> stash_;  // (m, c) -> per layer
+  struct UnitStash {
+    std::vector<std::unique_ptr<Stash>> layers;
+    int64_t bytes = 0;
+  };
+  std::map<std::pair<int, int>, UnitStash> stash_;  // by (m, c)
+  int64_t stash_bytes_ = 0, peak_stash_bytes_ = 0;
   StateStore states_;       // forward boundary states
   StateStore state_grads_;  // their gradients, flowing backward
 };

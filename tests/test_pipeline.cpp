@@ -1,0 +1,179 @@
+// The pipeline engine: P stages x N chunks x M microbatches give the gradients of one stage
+// and one chunk (float64), for every schedule kind; measured stash memory follows the model;
+// a failed or stalled stage ends the step with an error naming it.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "model/model.h"
+#include "pipeline/local_transport.h"
+#include "pipeline/partition.h"
+#include "pipeline/pipeline.h"
+#include "test_util.h"
+#include "train/chunking.h"
+#include "train/step.h"
+
+using namespace stateflow;
+using namespace stateflow::testing;
+
+namespace {
+
+ModelConfig four_block_tiny() {
+  ModelConfig c = model_preset("tiny");
+  c.n_layers = 4;
+  return c;
+}
+
+Batch random_batch(Rng& rng, int64_t batch, int64_t T, int64_t vocab) {
+  Batch b;
+  b.batch = batch, b.seq_len = T;
+  for (int64_t i = 0; i < batch * T; ++i) {
+    b.tokens.push_back(int32_t(rng.below(vocab)));
+    b.targets.push_back(rng.uniform() < 0.3 ? -1 : int32_t(rng.below(vocab)));
+  }
+  return b;
+}
+
+struct Reference {
+  double loss;
+  std::map<std::string, Tensor> grads;
+};
+
+Reference one_stage_one_chunk(const ModelConfig& cfg, const Batch& b) {
+  Model m(cfg, DType::F64);
+  StepLoss l = forward_backward(m, b, 1, {b.seq_len});
+  Reference r{l.loss, {}};
+  for (Param* p : m.params()) r.grads[p->name] = p->grad.clone();
+  return r;
+}
+
+// Worst relative difference of the pipeline's loss and gradients against the reference.
+double pipeline_vs_reference(const PipelineConfig& pc, const Batch& b, const Reference& ref) {
+  auto pipe = make_local_pipeline(pc);
+  PipelineStepResult r = pipe->forward_backward(b);
+  double worst = std::abs(r.loss - ref.loss) / std::abs(ref.loss);
+  size_t seen = 0;
+  for (Stage* s : pipe->stages())
+    for (Param* p : s->model().params()) {
+      worst = std::max(worst, max_rel_diff(p->grad, ref.grads.at(p->name)));
+      ++seen;
+    }
+  EXPECT_EQ(seen, ref.grads.size()) << "the stages together must own every parameter once";
+  return worst;
+}
+
+}  // namespace
+
+TEST(Pipeline, StagesAndChunksGiveTheGradientsOfOneStageOneChunk) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  PipelineConfig pc;
+  pc.model = four_block_tiny();
+  pc.dtype = DType::F64;
+  const int64_t T = 29;
+  Batch b = random_batch(rng, 3, T, pc.model.vocab_size);
+  Reference ref = one_stage_one_chunk(pc.model, b);
+  for (int P : {2, 3, 4})
+    for (int N : {1, 2, 4, 8})
+      for (int M : {1, 3}) {
+        pc.stages = P, pc.microbatches = M, pc.chunk_lengths = even_chunk_lengths(T, N);
+        EXPECT_LE(pipeline_vs_reference(pc, b, ref), 1e-10) << "P=" << P << " N=" << N << " M=" << M;
+      }
+  pc.stages = 3, pc.microbatches = 3, pc.chunk_lengths = {1, 9, 2, 17};
+  EXPECT_LE(pipeline_vs_reference(pc, b, ref), 1e-10) << "uneven chunks";
+  pc.schedule = ScheduleKind::GPipe;
+  EXPECT_LE(pipeline_vs_reference(pc, b, ref), 1e-10) << "gpipe";
+  pc.schedule = ScheduleKind::OneFOneB, pc.chunk_lengths = {T};
+  EXPECT_LE(pipeline_vs_reference(pc, b, ref), 1e-10) << "1f1b";
+}
+
+TEST(Pipeline, StashPeakOnStageZeroFollowsTheModel) {
+  Rng rng(fresh_seed());
+  PipelineConfig pc;
+  pc.model = four_block_tiny();
+  pc.dtype = DType::F64;
+  pc.stages = 4;
+  const int64_t T = 256;
+  Batch b1 = random_batch(rng, 1, T, pc.model.vocab_size);
+  Batch b4 = random_batch(rng, 4, T, pc.model.vocab_size);
+  auto peak = [&](ScheduleKind kind, int M, int N, const Batch& b) {
+    pc.schedule = kind, pc.microbatches = M, pc.chunk_lengths = even_chunk_lengths(T, N);
+    auto pipe = make_local_pipeline(pc);
+    pipe->forward_backward(b);
+    return double(pipe->stages()[0]->executor().peak_stash_bytes());
+  };
+  const double one_sequence = peak(ScheduleKind::OneFOneB, 1, 1, b1);
+  const double one_f_one_b = peak(ScheduleKind::OneFOneB, 4, 1, b4);
+  const int P = 4, N = 8;
+  const double stateflow = peak(ScheduleKind::StateFlow, 4, N, b4);
+  ASSERT_GT(one_sequence, 0);
+  EXPECT_NEAR(one_f_one_b / one_sequence, P, 0.1 * P) << "1f1b holds P whole sequences on stage 0";
+  const double expected = double(N + P - 1) / N;
+  EXPECT_NEAR(stateflow / one_sequence, expected, 0.1 * expected) << "stateflow holds (N+P-1)/N of one";
+}
+
+namespace {
+// Wraps a transport and never delivers what its rank sends: that stage looks stalled.
+class SilentTransport : public Transport {
+ public:
+  explicit SilentTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int world_size() const override { return inner_->world_size(); }
+  std::string name() const override { return "silent"; }
+  void send(int, const MessageTag&, const Tensor&) override {}
+  Tensor recv(int peer, const MessageTag& tag) override { return inner_->recv(peer, tag); }
+  double all_reduce_sum(double v) override { return inner_->all_reduce_sum(v); }
+  double all_reduce_max(double v) override { return inner_->all_reduce_max(v); }
+  void flush() override {}
+  void abort(const std::string& reason) override { inner_->abort(reason); }
+
+ private:
+  std::unique_ptr<Transport> inner_;
+};
+}  // namespace
+
+TEST(Pipeline, StalledStageEndsTheStepWithAnErrorNamingIt) {
+  Rng rng(fresh_seed());
+  PipelineConfig pc;
+  pc.model = four_block_tiny();
+  pc.stages = 2, pc.chunk_lengths = {8, 8};
+  pc.timeout_s = 0.5;
+  auto endpoints = make_local_transports(2, pc.timeout_s);
+  endpoints[0] = std::make_unique<SilentTransport>(std::move(endpoints[0]));
+  Pipeline pipe(pc, std::move(endpoints));
+  Batch b = random_batch(rng, 1, 16, pc.model.vocab_size);
+  auto t0 = std::chrono::steady_clock::now();
+  try {
+    pipe.forward_backward(b);
+    FAIL() << "a stalled stage went unnoticed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("from stage 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("stalled or died"), std::string::npos) << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
+}
+
+TEST(Pipeline, BadShapesAreRejectedWithTheFix) {
+  PipelineConfig pc;
+  pc.model = model_preset("tiny");  // 2 blocks
+  pc.stages = 3, pc.chunk_lengths = {4};
+  expect_error([&] { make_local_pipeline(pc); }, "at most 2 stages");
+  pc.stages = 2, pc.schedule = ScheduleKind::OneFOneB, pc.chunk_lengths = {2, 2};
+  EXPECT_THROW(make_local_pipeline(pc), Error);
+  pc.model.stage_pattern = "GG";
+  pc.schedule = ScheduleKind::StateFlow;
+  expect_error([&] { make_local_pipeline(pc); }, "cuts the model into 1 stages");
+}
+
+TEST(Partition, EvenByDefaultOrAsThePatternSays) {
+  ModelConfig c = model_preset("tiny");
+  c.n_layers = 5;  // layers: 0 emb, 1..10 blocks, 11 head
+  auto r = stage_layer_ranges(c, 2);
+  EXPECT_EQ(r, (std::vector<std::pair<int, int>>{{0, 7}, {7, 12}}));
+  c.stage_pattern = "G|GGGG";
+  r = stage_layer_ranges(c, 2);
+  EXPECT_EQ(r, (std::vector<std::pair<int, int>>{{0, 3}, {3, 12}}));
+  c.stage_pattern = "G|GXG";
+  EXPECT_THROW(stage_layer_ranges(c, 2), Error);
+}
