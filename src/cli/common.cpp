@@ -1,5 +1,7 @@
 #include "cli/common.h"
 
+#include "train/chunking.h"
+
 namespace stateflow::cli {
 
 void ModelOptions::add(CLI::App& app, const std::string& default_preset, const std::string& default_dtype) {
@@ -15,6 +17,32 @@ void ModelOptions::add(CLI::App& app, const std::string& default_preset, const s
 
 ModelConfig ModelOptions::resolve() const {
   return config_path.empty() ? model_preset(preset) : load_model_config(config_path);
+}
+
+void PipelineOptions::add(CLI::App& app, bool with_chunks) {
+  app.add_option("--stages", stages, "Pipeline stages P (at most the model's n_layers)")->capture_default_str();
+  app.add_option("--microbatches", microbatches, "Microbatches M per step (must divide --batch)")
+      ->capture_default_str();
+  if (with_chunks) {
+    app.add_option("--chunks", chunks, "Chunks N per sequence (nearly equal lengths)")->capture_default_str();
+    app.add_option("--chunk-lengths", chunk_lengths, "Explicit chunk lengths a,b,c,... summing to --seq-len");
+  }
+  app.add_option("--schedule", schedule, "Pipeline schedule: stateflow (chunk-level 1F1B), 1f1b, gpipe")
+      ->capture_default_str();
+  app.add_option("--transport", transport,
+                 "Between stages: local (threads in this process) or mpi (one process per stage, mpirun -n P)")
+      ->capture_default_str();
+  app.add_option("--timeout", timeout_s, "Seconds to wait for a peer stage before failing the run")
+      ->capture_default_str();
+}
+
+std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {
+  if (!chunk_lengths.empty()) {
+    std::vector<int64_t> l = parse_chunk_lengths(chunk_lengths);
+    validate_chunk_lengths(l, seq_len);
+    return l;
+  }
+  return even_chunk_lengths(seq_len, chunks);
 }
 
 void DataOptions::add(CLI::App& app) {

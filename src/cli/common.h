@@ -2,6 +2,7 @@
 #pragma once
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 #include "model/config.h"
 #include "train/data.h"
@@ -14,6 +15,20 @@ struct ModelOptions {
   std::string dtype;
   void add(CLI::App& app, const std::string& default_preset, const std::string& default_dtype);
   ModelConfig resolve() const;  // --config wins over --preset
+};
+
+// Pipeline shape shared by train, verify and bench.
+struct PipelineOptions {
+  int stages = 1;
+  int microbatches = 1;
+  int64_t chunks = 1;
+  std::string chunk_lengths;
+  std::string schedule = "stateflow";
+  std::string transport = "local";
+  double timeout_s = 120;
+  void add(CLI::App& app, bool with_chunks = true);
+  // --chunk-lengths if given, else --chunks nearly-equal chunks of seq_len.
+  std::vector<int64_t> resolve_chunks(int64_t seq_len) const;
 };
 
 struct DataOptions {

@@ -54,6 +54,10 @@ double Pipeline::clip_and_update(double lr) {
   return norms[0];
 }
 
+double Pipeline::max_over_processes(double v) {
+  return runs_all_stages() ? v : endpoints_.front()->all_reduce_max(v);
+}
+
 void Pipeline::zero_grads() {
   for (auto& s : stages_) s->zero_grads();
 }

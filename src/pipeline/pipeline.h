@@ -28,6 +28,9 @@ class Pipeline {
   std::vector<Stage*> stages();
   const PipelineConfig& config() const { return cfg_; }
   bool runs_all_stages() const { return int(stages_.size()) == cfg_.stages; }
+  int first_rank() const { return endpoints_.front()->rank(); }
+  // The maximum of v over all processes of the run (v itself when this process runs all stages).
+  double max_over_processes(double v);
 
  private:
   // Runs fn(stage i) for every local stage concurrently; rethrows the root-cause error.

@@ -1,6 +1,7 @@
-// `stateflow verify`: one training step's forward and backward, unchunked and under several
-// chunkings, from the same weights and batch; reports the max relative difference of the
-// loss and of every parameter gradient (MATH.md section 8 metric).
+// `stateflow verify`: one training step's forward and backward on one stage with one chunk
+// (the reference), and again through the pipeline (P stages, M microbatches, the chosen
+// schedule) under several chunkings, from the same weights and batch; reports the max
+// relative difference of the loss and of every parameter gradient (MATH.md section 8).
 #pragma once
 #include <iosfwd>
 #include <string>
@@ -18,7 +19,11 @@ struct VerifyOptions {
   DataConfig data;
   int64_t batch = 2;
   int64_t seq_len = 45;  // not a multiple of the tiny preset's block size 8
+  int stages = 1;
   int microbatches = 1;
+  std::string schedule = "stateflow";
+  std::string transport = "local";
+  double timeout_s = 120;
   std::vector<std::vector<int64_t>> chunkings;  // empty: the built-in set
   double tolerance = 0;                         // 0: 1e-10 for f64, 1e-4 for f32
 };
@@ -37,6 +42,7 @@ struct VerifyResult {
   double max_rel_grad_diff = 0;
   double max_rel_loss_diff = 0;
   double tolerance = 0;
+  bool report = true;  // false on the ranks of an MPI run that do not print
   bool passed() const { return max_rel_grad_diff <= tolerance && max_rel_loss_diff <= tolerance; }
 };
 
