@@ -11,5 +11,7 @@ struct ExitCode {
 
 void add_train_command(CLI::App& root);
 void add_verify_command(CLI::App& root);
+void add_bench_command(CLI::App& root);
+void add_plan_command(CLI::App& root);
 
 }  // namespace stateflow::cli

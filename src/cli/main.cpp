@@ -9,6 +9,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   stateflow::cli::add_train_command(app);
   stateflow::cli::add_verify_command(app);
+  stateflow::cli::add_bench_command(app);
+  stateflow::cli::add_plan_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

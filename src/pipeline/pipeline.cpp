@@ -4,6 +4,7 @@
 #include <mutex>
 #include <thread>
 
+#include "kernels/cpu/gemm.h"
 #include "pipeline/local_transport.h"
 
 namespace stateflow {
@@ -11,6 +12,7 @@ namespace stateflow {
 Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints)
     : cfg_(cfg), endpoints_(std::move(endpoints)) {
   SF_CHECK(!endpoints_.empty(), "a pipeline needs at least one stage to run");
+  if (endpoints_.size() > 1) set_blas_threads(1);
   stages_.resize(endpoints_.size());
   run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
 }

@@ -4,6 +4,8 @@
 
 namespace stateflow {
 
+void set_blas_threads(int n) { openblas_set_num_threads(n); }
+
 static CBLAS_TRANSPOSE tr(bool t) { return t ? CblasTrans : CblasNoTrans; }
 
 template <>

@@ -9,6 +9,10 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A, int64_t lda,
           const T* B, int64_t ldb, T beta, T* C, int64_t ldc);
 
+// Threads BLAS may use inside one call. Stages that run on their own threads set 1: BLAS
+// threads on top of stage threads oversubscribe the cores and spin against each other.
+void set_blas_threads(int n);
+
 // Plain triple loop: the reference that gemm is tested against.
 template <class T>
 void gemm_reference(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, T alpha, const T* A,
