@@ -83,10 +83,8 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
         break;
       }
     }
-    if (is_compute(a)) {
-      r.timeline.push_back({a, start, now()});
-      r.busy_s += r.timeline.back().end - start;
-    }
+    r.timeline.push_back({a, start, now()});  // receives show how long a stage waited
+    if (is_compute(a)) r.busy_s += r.timeline.back().end - start;
   }
   transport_.flush();
   r.wall_s = now();

@@ -31,7 +31,7 @@ struct PipelineConfig {
 struct StageStepResult {
   double loss = 0;  // the step's mean loss (all stages agree: it is all-reduced)
   LossStats stats;  // all-reduced
-  std::vector<TimedAction> timeline;  // this stage's compute actions, seconds from the step start
+  std::vector<TimedAction> timeline;  // this stage's actions (sends/receives too), seconds from step start
   double busy_s = 0;                  // time in compute actions
   double wall_s = 0;                  // from the step start to this stage's last action end
   double makespan_s = 0;              // max wall_s over all stages (all-reduced)
