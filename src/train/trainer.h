@@ -17,9 +17,10 @@ struct TrainOptions {
   ModelConfig model = model_preset("small");
   DType dtype = DType::F32;
   DataConfig data;
-  int64_t steps = 300;
-  int64_t batch = 8;  // sequences per step
-  int64_t seq_len = 256;
+  // Defaults: the CPU demo, which learns associative recall in a few minutes on 2 cores.
+  int64_t steps = 500;
+  int64_t batch = 16;  // sequences per step
+  int64_t seq_len = 128;
   int stages = 2;
   int microbatches = 2;
   int64_t chunks = 4;                  // used when chunk_lengths is empty
@@ -31,7 +32,7 @@ struct TrainOptions {
   int64_t warmup = 20;
   AdamWConfig adamw;
   double clip = 1.0;
-  int64_t log_every = 10;
+  int64_t log_every = 25;
   std::string trace_path;  // Chrome trace of the last step's executed timeline
 
   std::vector<int64_t> resolved_chunk_lengths() const;
