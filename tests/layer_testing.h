@@ -9,6 +9,7 @@
 
 #include "core/rng.h"
 #include "model/layer.h"
+#include "train/data.h"
 
 namespace stateflow::testing {
 
@@ -52,6 +53,17 @@ inline void put_rows(Tensor& x, const Tensor& piece, int64_t batch, int64_t T, i
   for (int64_t b = 0; b < batch; ++b)
     std::memcpy(static_cast<char*>(x.raw()) + (b * T + off) * w * es,
                 static_cast<char*>(piece.raw()) + (b * len) * w * es, len * w * es);
+}
+
+// Random tokens, with a target at about 70% of the positions.
+inline Batch random_batch(Rng& rng, int64_t batch, int64_t T, int64_t vocab) {
+  Batch b;
+  b.batch = batch, b.seq_len = T;
+  for (int64_t i = 0; i < batch * T; ++i) {
+    b.tokens.push_back(int32_t(rng.below(vocab)));
+    b.targets.push_back(rng.uniform() < 0.3 ? -1 : int32_t(rng.below(vocab)));
+  }
+  return b;
 }
 
 struct SplitRun {

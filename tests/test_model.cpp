@@ -15,16 +15,6 @@ using namespace stateflow::testing;
 
 namespace {
 
-Batch random_batch(Rng& rng, int64_t batch, int64_t T, int64_t vocab) {
-  Batch b;
-  b.batch = batch, b.seq_len = T;
-  for (int64_t i = 0; i < batch * T; ++i) {
-    b.tokens.push_back(int32_t(rng.below(vocab)));
-    b.targets.push_back(rng.uniform() < 0.3 ? -1 : int32_t(rng.below(vocab)));
-  }
-  return b;
-}
-
 struct Grads {
   double loss;
   std::vector<Tensor> g;

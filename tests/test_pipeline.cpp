@@ -5,6 +5,7 @@
 
 #include <thread>
 
+#include "layer_testing.h"
 #include "model/model.h"
 #include "pipeline/local_transport.h"
 #include "pipeline/partition.h"
@@ -22,16 +23,6 @@ ModelConfig four_block_tiny() {
   ModelConfig c = model_preset("tiny");
   c.n_layers = 4;
   return c;
-}
-
-Batch random_batch(Rng& rng, int64_t batch, int64_t T, int64_t vocab) {
-  Batch b;
-  b.batch = batch, b.seq_len = T;
-  for (int64_t i = 0; i < batch * T; ++i) {
-    b.tokens.push_back(int32_t(rng.below(vocab)));
-    b.targets.push_back(rng.uniform() < 0.3 ? -1 : int32_t(rng.below(vocab)));
-  }
-  return b;
 }
 
 struct Reference {
