@@ -105,7 +105,7 @@ void print_verify(const VerifyResult& r, std::ostream& os) {
   for (auto& n : r.param_names) w = std::max(w, n.size());
   os << std::string(w, ' ');
   for (size_t c = 0; c < r.columns.size(); ++c) {
-    std::snprintf(buf, sizeof buf, "  %9s", ("[" + std::to_string(c) + "]").c_str());
+    std::snprintf(buf, sizeof buf, "  %9s", cat("[", c, "]").c_str());
     os << buf;
   }
   os << "\n";
