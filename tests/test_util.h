@@ -6,6 +6,11 @@
 #include <random>
 #include <vector>
 
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "core/error.h"
 #include "core/rng.h"
 
 namespace stateflow::testing {
@@ -69,6 +74,18 @@ inline std::vector<double> fd_per_input(const std::function<double()>& loss,
   std::vector<double> out;
   for (size_t i = 0; i < inputs.size(); ++i) out.push_back(fd_directional(loss, {inputs[i]}, {grads[i]}, rng, n_dirs));
   return out;
+}
+
+// Expects fn() to throw stateflow::Error with `needle` in its message (checks that user
+// errors name the problem).
+template <class Fn>
+void expect_error(Fn&& fn, const std::string& needle) {
+  try {
+    fn();
+    ADD_FAILURE() << "expected an Error mentioning '" << needle << "'";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace stateflow::testing

@@ -25,9 +25,10 @@ struct ChunkCtx {
   int64_t offset = 0;  // first token of the chunk within the sequence
   int64_t len = 0;     // tokens in the chunk
   int64_t batch = 1;   // sequences in the microbatch
+  int num_chunks = 1;  // chunks per sequence (the last one emits no state to anyone)
   // Loss layers only: targets[batch*len] (int32, -1 = no loss at this position), the factor
   // that turns a sum of token losses into this step's mean loss, and where to add stats.
-  const Tensor* targets = nullptr;
+  Tensor targets;
   double loss_scale = 1.0;
   LossStats* stats = nullptr;
 };

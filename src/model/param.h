@@ -17,3 +17,10 @@ struct Param {
 Param make_param(const std::string& name, const Shape& shape, DType dtype);
 
 }  // namespace stateflow
+
+namespace stateflow {
+class Rng;
+// Initialisers used by the layers' constructors.
+void fill_normal(Tensor& t, Rng& rng, double std);
+void fill_constant(Tensor& t, double value);
+}  // namespace stateflow

@@ -1,0 +1,44 @@
+// `stateflow train`
+#include <iostream>
+
+#include "cli/commands.h"
+#include "cli/common.h"
+#include "train/chunking.h"
+#include "train/trainer.h"
+
+namespace stateflow::cli {
+
+void add_train_command(CLI::App& root) {
+  auto* app = root.add_subcommand("train", "Train a model (default: the small preset on associative recall, CPU)");
+  auto opts = std::make_shared<TrainOptions>();
+  auto model = std::make_shared<ModelOptions>();
+  auto data = std::make_shared<DataOptions>();
+  auto chunk_lengths = std::make_shared<std::string>();
+  model->add(*app, "small", "f32");
+  data->add(*app);
+  app->add_option("--steps", opts->steps, "Optimizer steps")->capture_default_str();
+  app->add_option("--batch", opts->batch, "Sequences per step")->capture_default_str();
+  app->add_option("--seq-len", opts->seq_len, "Tokens per sequence")->capture_default_str();
+  app->add_option("--microbatches", opts->microbatches, "Microbatches per step (must divide --batch)")
+      ->capture_default_str();
+  app->add_option("--chunks", opts->chunks, "Chunks per sequence (nearly equal lengths)")->capture_default_str();
+  app->add_option("--chunk-lengths", *chunk_lengths, "Explicit chunk lengths a,b,c,... summing to --seq-len");
+  app->add_option("--lr", opts->lr, "Peak learning rate")->capture_default_str();
+  app->add_option("--min-lr", opts->min_lr, "Learning rate at the end of the cosine decay")->capture_default_str();
+  app->add_option("--warmup", opts->warmup, "Linear warmup steps")->capture_default_str();
+  app->add_option("--weight-decay", opts->adamw.weight_decay, "AdamW decoupled weight decay (matrices only)")
+      ->capture_default_str();
+  app->add_option("--clip", opts->clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
+  app->add_option("--log-every", opts->log_every, "Print progress every this many steps")->capture_default_str();
+  app->callback([=]() {
+    TrainOptions o = *opts;
+    o.model = model->resolve();
+    o.dtype = parse_dtype(model->dtype);
+    o.data = data->data;
+    if (!chunk_lengths->empty()) o.chunk_lengths = parse_chunk_lengths(*chunk_lengths);
+    Trainer trainer(o);
+    trainer.run(std::cout);
+  });
+}
+
+}  // namespace stateflow::cli

@@ -1,0 +1,15 @@
+// The subcommands of the `stateflow` program; each registers itself on the root app.
+#pragma once
+#include <CLI/CLI.hpp>
+
+namespace stateflow::cli {
+
+// Thrown by a command that finished its report but must exit non-zero.
+struct ExitCode {
+  int code;
+};
+
+void add_train_command(CLI::App& root);
+void add_verify_command(CLI::App& root);
+
+}  // namespace stateflow::cli

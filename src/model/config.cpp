@@ -1,0 +1,114 @@
+#include "model/config.h"
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+
+namespace stateflow {
+
+void ModelConfig::validate() const {
+  auto positive = [](const char* field, int64_t v, int64_t max) {
+    SF_CHECK(v >= 1 && v <= max, "model config: ", field, " = ", v, " is out of range; accepted: 1..", max);
+  };
+  positive("vocab_size", vocab_size, int64_t(1) << 30);
+  positive("d_model", d_model, 1 << 16);
+  positive("n_layers", n_layers, 1024);
+  positive("n_heads", n_heads, 1024);
+  positive("head_dk", head_dk, 1024);
+  positive("head_dv", head_dv, 1024);
+  positive("conv_size", conv_size, 64);
+  positive("block_size", block_size, 1024);
+  positive("mlp_hidden", mlp_hidden, 1 << 20);
+  SF_CHECK(norm_eps > 0 && norm_eps < 1, "model config: norm_eps = ", norm_eps, " must be in (0, 1)");
+  SF_CHECK(init_std > 0 && init_std < 10, "model config: init_std = ", init_std, " must be in (0, 10)");
+}
+
+nlohmann::json ModelConfig::to_json() const {
+  return {{"name", name},           {"vocab_size", vocab_size}, {"d_model", d_model},
+          {"n_layers", n_layers},   {"n_heads", n_heads},       {"head_dk", head_dk},
+          {"head_dv", head_dv},     {"conv_size", conv_size},   {"block_size", block_size},
+          {"mlp_hidden", mlp_hidden}, {"norm_eps", norm_eps},   {"init_std", init_std},
+          {"seed", seed}};
+}
+
+static void apply_json(ModelConfig& c, const nlohmann::json& j) {
+  SF_CHECK(j.is_object(), "model config must be a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    const std::string& k = it.key();
+    const auto& v = it.value();
+    try {
+      if (k == "preset") continue;
+      else if (k == "name") c.name = v.get<std::string>();
+      else if (k == "vocab_size") c.vocab_size = v.get<int64_t>();
+      else if (k == "d_model") c.d_model = v.get<int64_t>();
+      else if (k == "n_layers") c.n_layers = v.get<int64_t>();
+      else if (k == "n_heads") c.n_heads = v.get<int64_t>();
+      else if (k == "head_dk") c.head_dk = v.get<int64_t>();
+      else if (k == "head_dv") c.head_dv = v.get<int64_t>();
+      else if (k == "conv_size") c.conv_size = v.get<int64_t>();
+      else if (k == "block_size") c.block_size = v.get<int64_t>();
+      else if (k == "mlp_hidden") c.mlp_hidden = v.get<int64_t>();
+      else if (k == "norm_eps") c.norm_eps = v.get<double>();
+      else if (k == "init_std") c.init_std = v.get<double>();
+      else if (k == "seed") c.seed = v.get<uint64_t>();
+      else fail("model config: unknown field '", k, "'");
+    } catch (const nlohmann::json::exception& e) {
+      fail("model config: field '", k, "' has the wrong type (", e.what(), ")");
+    }
+  }
+}
+
+ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
+  ModelConfig c = j.contains("preset") ? model_preset(j.at("preset").get<std::string>()) : ModelConfig{};
+  apply_json(c, j);
+  c.validate();
+  return c;
+}
+
+int64_t ModelConfig::num_parameters() const {
+  int64_t hk = n_heads * head_dk, hv = n_heads * head_dv;
+  int64_t gdn = d_model * (2 * hk + 2 * hv + 2 * n_heads) + (2 * hk + hv) * conv_size + 2 * n_heads + head_dv +
+                hv * d_model;
+  int64_t mlp = 3 * d_model * mlp_hidden;
+  int64_t block = gdn + mlp + 2 * d_model;
+  return vocab_size * d_model + n_layers * block + d_model + d_model * vocab_size;
+}
+
+ModelConfig model_preset(const std::string& name) {
+  ModelConfig c;
+  c.name = name;
+  if (name == "tiny") {
+    // Small enough for float64 finite differences, big enough to exercise every path.
+    c.vocab_size = 48, c.d_model = 24, c.n_layers = 2, c.n_heads = 2, c.head_dk = 8, c.head_dv = 6;
+    c.block_size = 8, c.mlp_hidden = 48;
+  } else if (name == "small") {
+    // The CPU demo: learns associative recall in a few minutes on 2 cores.
+    c.vocab_size = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.head_dk = 32, c.head_dv = 32;
+    c.block_size = 32, c.mlp_hidden = 256;
+  } else if (name == "gdn-1.3b") {
+    c.vocab_size = 32000, c.d_model = 2048, c.n_layers = 24, c.n_heads = 16, c.head_dk = 128, c.head_dv = 128;
+    c.block_size = 64, c.mlp_hidden = 5632;
+  } else {
+    std::string all;
+    for (auto& n : model_preset_names()) all += (all.empty() ? "" : ", ") + n;
+    fail("unknown model preset '", name, "'; available: ", all);
+  }
+  return c;
+}
+
+std::vector<std::string> model_preset_names() { return {"tiny", "small", "gdn-1.3b"}; }
+
+ModelConfig load_model_config(const std::string& path) {
+  std::ifstream f(path);
+  SF_CHECK(f.good(), "cannot open model config '", path, "'");
+  nlohmann::json j;
+  try {
+    f >> j;
+  } catch (const nlohmann::json::exception& e) {
+    fail("model config '", path, "' is not valid JSON: ", e.what());
+  }
+  return ModelConfig::from_json(j);
+}
+
+}  // namespace stateflow

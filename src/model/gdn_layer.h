@@ -1,0 +1,43 @@
+// The Gated DeltaNet mixer (MATH.md section 2), one chunk at a time:
+//   projections q~ k~ v~ a b z  ->  short conv + SiLU on q~ k~ v~ (carried prefixes)
+//   -> per-head L2 norm of q, k  -> gates g, beta  -> chunkwise GDN core (carried state S)
+//   -> gated RMSNorm with silu(z)  -> output projection.
+// Boundary state: {S [batch, heads, dv, dk], conv prefixes of q~, k~, v~ [batch, K-1, channels]}.
+#pragma once
+#include "model/config.h"
+#include "model/layer.h"
+
+namespace stateflow {
+
+class GatedDeltaNet : public Layer {
+ public:
+  GatedDeltaNet(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
+  std::string kind() const override { return "gdn"; }
+  std::vector<Param*> params() override;
+  bool stateful() const override { return true; }
+  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                 std::unique_ptr<Stash>& stash) override;
+  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                  Stash& stash) override;
+
+  // Indices into the boundary State.
+  enum StateIndex { kS = 0, kPrefixQ = 1, kPrefixK = 2, kPrefixV = 3, kStateSize = 4 };
+
+ private:
+  template <class T>
+  Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                      std::unique_ptr<Stash>& stash);
+  template <class T>
+  Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                       Stash& stash);
+
+  int64_t D_, H_, dk_, dv_, K_, C_;
+  double norm_eps_;
+  Param Wq_, Wk_, Wv_, Wa_, Wb_, Wg_;  // input projections [D, ...]
+  Param conv_q_, conv_k_, conv_v_;     // depthwise conv weights [channels, K]
+  Param A_log_, dt_bias_;              // gate parameters [heads]
+  Param out_norm_;                     // gated RMSNorm weight [dv], shared by heads
+  Param Wo_;                           // output projection [heads*dv, D]
+};
+
+}  // namespace stateflow

@@ -1,0 +1,22 @@
+// SwiGLU MLP: y = (silu(x W1) * (x W3)) W2. Stateless (per token).
+#pragma once
+#include "model/config.h"
+#include "model/layer.h"
+
+namespace stateflow {
+
+class SwiGluMlp : public Layer {
+ public:
+  SwiGluMlp(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
+  std::string kind() const override { return "mlp"; }
+  std::vector<Param*> params() override { return {&w1_, &w3_, &w2_}; }
+  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) override;
+  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) override;
+
+ private:
+  template <class T> Tensor forward_impl(const Tensor& x, std::unique_ptr<Stash>& stash);
+  template <class T> Tensor backward_impl(const Tensor& dy, Stash& stash);
+  Param w1_, w3_, w2_;  // gate [D,F], up [D,F], down [F,D]
+};
+
+}  // namespace stateflow

@@ -1,0 +1,27 @@
+// Pre-norm residual block: y = x + inner(RMSNorm(x)). The inner layer's boundary state and
+// its gradient pass straight through, so a GDN block is stateful exactly as its mixer is.
+#pragma once
+#include "model/config.h"
+#include "model/layer.h"
+
+namespace stateflow {
+
+class PreNormResidual : public Layer {
+ public:
+  PreNormResidual(const std::string& prefix, const ModelConfig& cfg, DType dtype, std::unique_ptr<Layer> inner);
+  std::string kind() const override { return inner_->kind() + "_block"; }
+  std::vector<Param*> params() override;
+  bool stateful() const override { return inner_->stateful(); }
+  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                 std::unique_ptr<Stash>& stash) override;
+  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                  Stash& stash) override;
+  Layer& inner() { return *inner_; }
+
+ private:
+  Param norm_;  // [d_model]
+  double eps_;
+  std::unique_ptr<Layer> inner_;
+};
+
+}  // namespace stateflow

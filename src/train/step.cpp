@@ -1,0 +1,24 @@
+#include "train/step.h"
+
+#include "pipeline/stage_executor.h"
+#include "train/units.h"
+
+namespace stateflow {
+
+StepLoss forward_backward(Model& model, const Batch& batch, int microbatches,
+                          const std::vector<int64_t>& chunk_lengths) {
+  UnitPlan plan(batch, microbatches, chunk_lengths);
+  StageExecutor stage(model.layers(), 0);
+  StepLoss out;
+  for (int m = 0; m < plan.microbatches(); ++m) {
+    std::vector<Unit> units;
+    for (int c = 0; c < plan.chunks(); ++c) {
+      units.push_back(plan.make_unit(m, c, &out.stats));
+      out.loss += stage.forward(units[c].ctx, units[c].tokens).item();
+    }
+    for (int c = plan.chunks() - 1; c >= 0; --c) stage.backward(units[c].ctx, Tensor());
+  }
+  return out;
+}
+
+}  // namespace stateflow

@@ -1,0 +1,118 @@
+#include "train/verify.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <ostream>
+
+#include "train/chunking.h"
+#include "train/optimizer.h"
+#include "train/step.h"
+
+namespace stateflow {
+
+std::vector<std::pair<std::string, std::vector<int64_t>>> builtin_chunkings(int64_t T, int64_t C) {
+  std::vector<std::pair<std::string, std::vector<int64_t>>> out;
+  for (int64_t n : {2, 3, 4, 8})
+    if (n <= T) out.push_back({"N=" + std::to_string(n) + " even", even_chunk_lengths(T, n)});
+  if (T >= 4) {
+    // uneven: one long chunk between short ones
+    int64_t a = std::max<int64_t>(1, T / 8), b = std::max<int64_t>(1, T / 5);
+    out.push_back({"uneven", {a, T - a - b, b}});
+  }
+  if (T > C + 2) out.push_back({"unaligned to C", {C + 1, T - (C + 1) - 1, 1}});
+  if (T >= 5) out.push_back({"short 1,1,2,..", {1, 1, 2, T - 4}});
+  out.push_back({"1 token each", std::vector<int64_t>(T, 1)});
+  return out;
+}
+
+static std::vector<Tensor> snapshot_grads(Model& m) {
+  std::vector<Tensor> g;
+  for (Param* p : m.params()) g.push_back(p->grad.clone(MemCategory::Other));
+  return g;
+}
+
+VerifyResult run_verify(const VerifyOptions& opts) {
+  SF_CHECK(opts.batch >= 1 && opts.seq_len >= 1, "verify: --batch and --seq-len must be at least 1");
+  Model model(opts.model, opts.dtype);
+  DataConfig dc = opts.data;
+  if (dc.kind == "recall" && dc.vocab_size == 0) dc.vocab_size = opts.model.vocab_size;
+  if (dc.kind == "recall" && 2 * (dc.recall.num_pairs + dc.recall.num_queries) > opts.seq_len) {
+    // Fit the task to a short verification sequence.
+    dc.recall.num_pairs = std::max<int64_t>(1, opts.seq_len / 8);
+    dc.recall.num_queries = std::max<int64_t>(1, opts.seq_len / 6);
+  }
+  auto data = make_data_source(dc);
+  SF_CHECK(data->vocab_size() <= opts.model.vocab_size, "verify: the data uses ", data->vocab_size(),
+           " token ids but the model's vocab_size is ", opts.model.vocab_size);
+  Batch batch = data->next(opts.batch, opts.seq_len);
+
+  std::vector<Param*> params = model.params();
+  VerifyResult r;
+  for (Param* p : params) r.param_names.push_back(p->name);
+  r.tolerance = opts.tolerance > 0 ? opts.tolerance : (opts.dtype == DType::F64 ? 1e-10 : 1e-4);
+
+  zero_grads(params);
+  const double ref_loss = forward_backward(model, batch, opts.microbatches, {opts.seq_len}).loss;
+  std::vector<Tensor> ref = snapshot_grads(model);
+
+  std::vector<std::pair<std::string, std::vector<int64_t>>> cases;
+  if (opts.chunkings.empty())
+    cases = builtin_chunkings(opts.seq_len, opts.model.block_size);
+  else
+    for (auto& l : opts.chunkings) cases.push_back({"N=" + std::to_string(l.size()), l});
+
+  for (auto& [label, lengths] : cases) {
+    validate_chunk_lengths(lengths, opts.seq_len);
+    zero_grads(params);
+    VerifyColumn col;
+    col.label = label;
+    col.lengths = lengths;
+    const double loss = forward_backward(model, batch, opts.microbatches, lengths).loss;
+    col.loss_diff = std::fabs(loss - ref_loss) / std::max(std::fabs(ref_loss), 1e-300);
+    for (size_t i = 0; i < params.size(); ++i) {
+      col.grad_diffs.push_back(max_rel_diff(params[i]->grad, ref[i]));
+      col.max_grad_diff = std::max(col.max_grad_diff, col.grad_diffs.back());
+    }
+    r.max_rel_grad_diff = std::max(r.max_rel_grad_diff, col.max_grad_diff);
+    r.max_rel_loss_diff = std::max(r.max_rel_loss_diff, col.loss_diff);
+    r.columns.push_back(std::move(col));
+  }
+  return r;
+}
+
+void print_verify(const VerifyResult& r, std::ostream& os) {
+  os << "chunkings (each compared with one chunk of the whole sequence):\n";
+  for (size_t c = 0; c < r.columns.size(); ++c) {
+    std::string l = format_chunk_lengths(r.columns[c].lengths);
+    if (l.size() > 60) l = l.substr(0, 57) + "...";
+    os << "  [" << c << "] " << r.columns[c].label << ": " << l << "\n";
+  }
+  char buf[64];
+  size_t w = 4;
+  for (auto& n : r.param_names) w = std::max(w, n.size());
+  os << std::string(w, ' ');
+  for (size_t c = 0; c < r.columns.size(); ++c) {
+    std::snprintf(buf, sizeof buf, "  %9s", ("[" + std::to_string(c) + "]").c_str());
+    os << buf;
+  }
+  os << "\n";
+  auto row = [&](const std::string& name, auto value) {
+    os << name << std::string(w - name.size(), ' ');
+    for (size_t c = 0; c < r.columns.size(); ++c) {
+      std::snprintf(buf, sizeof buf, "  %9.2e", value(r.columns[c]));
+      os << buf;
+    }
+    os << "\n";
+  };
+  row("loss", [](const VerifyColumn& c) { return c.loss_diff; });
+  for (size_t i = 0; i < r.param_names.size(); ++i)
+    row(r.param_names[i], [i](const VerifyColumn& c) { return c.grad_diffs[i]; });
+  std::snprintf(buf, sizeof buf, "%.3e", r.tolerance);
+  os << (r.passed() ? "PASS" : "FAIL") << ": max relative loss difference " << r.max_rel_loss_diff
+     << ", max relative gradient difference " << r.max_rel_grad_diff << " (tolerance " << buf << ")\n";
+  std::snprintf(buf, sizeof buf, "%.3e", r.max_rel_grad_diff);
+  os << "max_rel_grad_diff=" << buf << "\n";
+}
+
+}  // namespace stateflow

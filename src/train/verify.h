@@ -1,0 +1,50 @@
+// `stateflow verify`: one training step's forward and backward, unchunked and under several
+// chunkings, from the same weights and batch; reports the max relative difference of the
+// loss and of every parameter gradient (MATH.md section 8 metric).
+#pragma once
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "model/config.h"
+#include "train/data.h"
+
+namespace stateflow {
+
+struct VerifyOptions {
+  ModelConfig model = model_preset("tiny");
+  DType dtype = DType::F64;
+  DataConfig data;
+  int64_t batch = 2;
+  int64_t seq_len = 45;  // not a multiple of the tiny preset's block size 8
+  int microbatches = 1;
+  std::vector<std::vector<int64_t>> chunkings;  // empty: the built-in set
+  double tolerance = 0;                         // 0: 1e-10 for f64, 1e-4 for f32
+};
+
+struct VerifyColumn {
+  std::string label;  // e.g. "N=3 even"
+  std::vector<int64_t> lengths;
+  double loss_diff = 0;
+  std::vector<double> grad_diffs;  // per parameter, model.params() order
+  double max_grad_diff = 0;
+};
+
+struct VerifyResult {
+  std::vector<std::string> param_names;
+  std::vector<VerifyColumn> columns;
+  double max_rel_grad_diff = 0;
+  double max_rel_loss_diff = 0;
+  double tolerance = 0;
+  bool passed() const { return max_rel_grad_diff <= tolerance && max_rel_loss_diff <= tolerance; }
+};
+
+// The built-in chunkings for a sequence length: even N in {2,3,4,8}, uneven, unaligned to
+// the block size C, very short chunks, and one token per chunk.
+std::vector<std::pair<std::string, std::vector<int64_t>>> builtin_chunkings(int64_t seq_len, int64_t block);
+
+VerifyResult run_verify(const VerifyOptions& opts);
+void print_verify(const VerifyResult& r, std::ostream& os);
+
+}  // namespace stateflow
