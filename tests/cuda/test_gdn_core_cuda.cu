@@ -133,73 +133,19 @@ Problem slice(const Problem& p, int64_t t0, int64_t t1) {
   return s;
 }
 
-// Float64 token recurrence (MATH.md 2) and its reverse-time backward, [B, T, H, *] layouts.
+// The CPU float64 token recurrence (kernels/cpu/gdn_core.h) on the same rounded inputs.
 struct Ref {
   Vec o, S_out, dq, dk, dv, dbeta, dg, dS_in;
 };
 
 Ref reference(const Problem& p) {
-  const GdnDims& d = p.d;
-  const int64_t T = d.len, H = d.heads, N = DV * DK;
-  Ref r;
-  r.o.assign(d.batch * T * H * DV, 0), r.S_out.assign(d.batch * H * N, 0);
-  r.dq.assign(p.q.size(), 0), r.dk.assign(p.k.size(), 0), r.dv.assign(p.v.size(), 0);
-  r.dbeta.assign(p.beta.size(), 0), r.dg.assign(p.g.size(), 0), r.dS_in.assign(d.batch * H * N, 0);
-  for (int64_t b = 0; b < d.batch; ++b)
-    for (int64_t h = 0; h < H; ++h) {
-      auto row = [&](int64_t t) { return (b * T + t) * H + h; };
-      std::vector<Vec> S(T + 1, Vec(N));
-      std::copy_n(p.S_in.begin() + (b * H + h) * N, N, S[0].begin());
-      for (int64_t t = 0; t < T; ++t) {
-        const double* k = &p.k[row(t) * DK];
-        const double a = std::exp(p.g[row(t)]), bt = p.beta[row(t)];
-        for (int64_t i = 0; i < DV; ++i) {
-          double sk = 0;
-          for (int64_t j = 0; j < DK; ++j) sk += a * S[t][i * DK + j] * k[j];
-          const double u = bt * (p.v[row(t) * DV + i] - sk);
-          for (int64_t j = 0; j < DK; ++j) S[t + 1][i * DK + j] = a * S[t][i * DK + j] + u * k[j];
-          double o = 0;
-          for (int64_t j = 0; j < DK; ++j) o += S[t + 1][i * DK + j] * p.q[row(t) * DK + j];
-          r.o[row(t) * DV + i] = d.scale * o;
-        }
-      }
-      std::copy_n(S[T].begin(), N, r.S_out.begin() + (b * H + h) * N);
-      Vec dS(p.dS_out.begin() + (b * H + h) * N, p.dS_out.begin() + (b * H + h + 1) * N);
-      for (int64_t t = T - 1; t >= 0; --t) {
-        const double* k = &p.k[row(t) * DK];
-        const double* q = &p.q[row(t) * DK];
-        const double* dO = &p.dO[row(t) * DV];
-        const double a = std::exp(p.g[row(t)]), bt = p.beta[row(t)];
-        for (int64_t i = 0; i < DV; ++i)
-          for (int64_t j = 0; j < DK; ++j) dS[i * DK + j] += d.scale * dO[i] * q[j];
-        for (int64_t j = 0; j < DK; ++j) {
-          double s = 0;
-          for (int64_t i = 0; i < DV; ++i) s += S[t + 1][i * DK + j] * dO[i];
-          r.dq[row(t) * DK + j] = d.scale * s;
-        }
-        Vec du(DV), res(DV), u(DV);
-        for (int64_t i = 0; i < DV; ++i) {
-          double sk = 0, dk_ = 0;
-          for (int64_t j = 0; j < DK; ++j) sk += a * S[t][i * DK + j] * k[j], dk_ += dS[i * DK + j] * k[j];
-          res[i] = p.v[row(t) * DV + i] - sk, u[i] = bt * res[i], du[i] = dk_;
-        }
-        double dbeta = 0, dg = 0;
-        for (int64_t j = 0; j < DK; ++j) {
-          double s1 = 0, s2 = 0;
-          for (int64_t i = 0; i < DV; ++i) s1 += dS[i * DK + j] * u[i], s2 += a * S[t][i * DK + j] * du[i];
-          r.dk[row(t) * DK + j] = s1 - bt * s2;
-        }
-        for (int64_t i = 0; i < DV; ++i) r.dv[row(t) * DV + i] = bt * du[i], dbeta += du[i] * res[i];
-        for (int64_t i = 0; i < DV; ++i)
-          for (int64_t j = 0; j < DK; ++j) {
-            const double dSt = dS[i * DK + j] - bt * du[i] * k[j];
-            dg += dSt * a * S[t][i * DK + j];
-            dS[i * DK + j] = a * dSt;
-          }
-        r.dbeta[row(t)] = dbeta, r.dg[row(t)] = dg;
-      }
-      std::copy_n(dS.begin(), N, r.dS_in.begin() + (b * H + h) * N);
-    }
+  Ref r{Vec(p.v.size()), Vec(p.S_in.size()), Vec(p.q.size()), Vec(p.k.size()), Vec(p.v.size()),
+        Vec(p.beta.size()), Vec(p.g.size()), Vec(p.S_in.size())};
+  gdn_recurrent_forward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
+                                r.o.data(), r.S_out.data());
+  gdn_recurrent_backward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
+                                 p.dO.data(), p.dS_out.data(), r.dq.data(), r.dk.data(), r.dv.data(), r.dbeta.data(),
+                                 r.dg.data(), r.dS_in.data());
   return r;
 }
 
