@@ -1,6 +1,7 @@
 // Benchmark of the CUDA GDN chunk core: forward and forward+backward time (CUDA events,
 // warm-up, median of repeats), TFLOP/s with MATH.md section 9's FLOP counts, per-stage
-// times and device memory. bf16, dk = dv = 128, C = 64.
+// times and device memory. bf16, dk = dv = 128, C = 64. Backward is timed both ways: the
+// default (recomputes Pre and the forward sweep) and with GdnCudaConfig::saved_forward.
 //
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
 //                  [--value-tile 0] [--json FILE]
@@ -92,8 +93,8 @@ float median(std::vector<float> v) {
 
 struct Result {
   int64_t len;
-  float fwd_ms, fwdbwd_ms, stage_ms[6];
-  double fwd_tflops, fwdbwd_tflops, workspace_gib, total_gib, meminfo_gib;
+  float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, stage_ms[11];  // Pre ST Out | B1 B2 B3 B4 | same, saved
+  double fwd_tflops, fwdbwd_tflops, fwdbwd_saved_tflops, workspace_gib, total_gib, meminfo_gib;
   unsigned long long nonfinite;
 };
 
@@ -128,9 +129,11 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
   stateflow::GdnCudaConfig cfg;
   cfg.value_tile = value_tile;
   auto fwd = [&] { stateflow::gdn_chunk_forward_cuda(d, q, k, v, beta, g, S_in, o, S_out, ws, nullptr, cfg); };
-  auto bwd = [&] {
+  stateflow::GdnCudaConfig saved = cfg;
+  saved.saved_forward = true;
+  auto bwd = [&](const stateflow::GdnCudaConfig& c) {
     stateflow::gdn_chunk_backward_cuda(d, q, k, v, beta, g, S_in, dO, dS_out, dq, dk, dv, dbeta, dg, dS_in, ws,
-                                       nullptr, cfg);
+                                       nullptr, c);
   };
   cudaEvent_t e0, e1;
   CK(cudaEventCreate(&e0));
@@ -152,13 +155,16 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
   Result r{};
   r.len = T;
   r.fwd_ms = time_it(fwd);
-  r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
+  r.fwdbwd_ms = time_it([&] { fwd(), bwd(cfg); });
+  r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd(saved); });
   stateflow::GdnCudaConfig timed = cfg;  // per-stage times: one synchronised run of each
   timed.stage_ms = r.stage_ms;
   stateflow::gdn_chunk_forward_cuda(d, q, k, v, beta, g, S_in, o, S_out, ws, nullptr, timed);
   timed.stage_ms = r.stage_ms + 3;
-  stateflow::gdn_chunk_backward_cuda(d, q, k, v, beta, g, S_in, dO, dS_out, dq, dk, dv, dbeta, dg, dS_in, ws,
-                                     nullptr, timed);
+  bwd(timed);
+  timed.stage_ms = r.stage_ms + 7;
+  timed.saved_forward = true;
+  bwd(timed);
   CK(cudaMemset(bad, 0, sizeof(*bad)));
   for (bf16* x : {o, dq, dk, dv}) count_nonfinite<<<blocks(nk, 256), 256>>>(x, nk, bad);
   CK(cudaMemcpy(&r.nonfinite, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
@@ -168,6 +174,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
   const double f_bwd = 18 * dkk * dvv + 18 * C * dkk + 10 * C * dvv + 4 * C * C;
   r.fwd_tflops = f_fwd * nt / (r.fwd_ms * 1e-3) / 1e12;
   r.fwdbwd_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_ms * 1e-3) / 1e12;
+  r.fwdbwd_saved_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_saved_ms * 1e-3) / 1e12;
   r.workspace_gib = ws_bytes / double(1 << 30);
   r.total_gib = bytes / double(1 << 30);
   r.meminfo_gib = (free0 - free1) / double(1 << 30);
@@ -217,14 +224,16 @@ int main(int argc, char** argv) {
               value_tile ? std::to_string(value_tile).c_str() : "auto", reps);
   std::vector<Result> res;
   for (int64_t T : lens) res.push_back(run(B, H, T, reps, value_tile));
-  std::printf("\n%8s | %8s %7s | %9s %7s | %6s %6s %6s | %6s %6s %6s | %7s %7s %7s | %s\n", "T", "fwd ms", "TFLOP/s",
-              "f+b ms", "TFLOP/s", "Pre", "ST", "Out", "B1B2", "B1'B3", "B4", "ws GiB", "all GiB", "memGiB",
-              "nonfinite");
+  std::printf("\n%8s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "fwd ms",
+              "TFLOP/s", "f+b ms", "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4",
+              "sv B2 B3    B4", "wsGiB", "allGiB", "memGiB", "nonfinite");
   for (const Result& r : res)
-    std::printf("%8lld | %8.3f %7.1f | %9.3f %7.1f | %6.3f %6.3f %6.3f | %6.3f %6.3f %6.3f | %7.2f %7.2f %7.2f | %llu\n",
-                (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.stage_ms[0], r.stage_ms[1],
-                r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5], r.workspace_gib, r.total_gib,
-                r.meminfo_gib, r.nonfinite);
+    std::printf("%8lld | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
+                "%5.3f %5.3f %5.3f | %6.2f %6.2f %6.2f | %llu\n",
+                (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
+                r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
+                r.total_gib, r.meminfo_gib, r.nonfinite);
   if (json) {
     FILE* f = std::fopen(json, "w");
     if (!f) {
@@ -237,11 +246,14 @@ int main(int argc, char** argv) {
       const Result& r = res[i];
       std::fprintf(f,
                    "  {\"len\": %lld, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
-                   "\"fwdbwd_tflops\": %.2f, \"stage_ms\": [%.4f, %.4f, %.4f, %.4f, %.4f, %.4f], "
+                   "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, "
+                   "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
+                   "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f}, "
                    "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu}%s\n",
-                   (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.stage_ms[0], r.stage_ms[1],
-                   r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5], r.workspace_gib, r.total_gib,
-                   r.nonfinite, i + 1 < res.size() ? "," : "");
+                   (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                   r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
+                   r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
+                   r.total_gib, r.nonfinite, i + 1 < res.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -155,7 +155,12 @@ struct Gpu {
   std::vector<bf16> raw_o, raw_dq, raw_dk, raw_dv;  // for bitwise comparisons
 };
 
-Gpu run_gpu(const Problem& p, bool with_S_in = true, bool with_dS_out = true, int value_tile = 0) {
+struct RunOptions {
+  bool with_S_in = true, with_dS_out = true;
+  GdnCudaConfig cfg;
+};
+
+Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   const GdnDims& d = p.d;
   Dev<bf16> q(p.q), k(p.k), v(p.v), dO(p.dO);
   Dev<float> beta(p.beta), g(p.g), S_in(p.S_in), dS_out(p.dS_out);
@@ -164,13 +169,10 @@ Gpu run_gpu(const Problem& p, bool with_S_in = true, bool with_dS_out = true, in
   for (auto* x : {&o, &dq, &dk, &dv}) x->poison();
   for (auto* x : {&S_out, &dbeta, &dg, &dS_in}) x->poison();
   Dev<char> ws(gdn_cuda_workspace_bytes(d));
-  GdnCudaConfig cfg;
-  cfg.value_tile = value_tile;
-  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, with_S_in ? S_in.p : nullptr, o.p, S_out.p, ws.p, nullptr,
-                         cfg);
-  gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, with_S_in ? S_in.p : nullptr, dO.p,
-                          with_dS_out ? dS_out.p : nullptr, dq.p, dk.p, dv.p, dbeta.p, dg.p, dS_in.p, ws.p, nullptr,
-                          cfg);
+  const float* s_in = opt.with_S_in ? S_in.p : nullptr;
+  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, opt.cfg);
+  gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, dO.p, opt.with_dS_out ? dS_out.p : nullptr, dq.p, dk.p,
+                          dv.p, dbeta.p, dg.p, dS_in.p, ws.p, nullptr, opt.cfg);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Gpu r{o.get(), S_out.get(), dq.get(), dk.get(), dv.get(), dbeta.get(), dg.get(), dS_in.get()};
   r.raw_o = o.raw(), r.raw_dq = dq.raw(), r.raw_dk = dk.raw(), r.raw_dv = dv.raw();
@@ -222,12 +224,16 @@ TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryValueTileAgrees) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   Problem p = make_problem(rng, 1, 150, 2);
-  const Gpu null_states = run_gpu(p, false, false);
+  RunOptions null_opt;
+  null_opt.with_S_in = null_opt.with_dS_out = false;
+  const Gpu null_states = run_gpu(p, null_opt);
   std::fill(p.S_in.begin(), p.S_in.end(), 0.0);
   std::fill(p.dS_out.begin(), p.dS_out.end(), 0.0);
   const Ref ref = reference(p);
   for (int bv : {16, 32, 64}) {
-    const Gpu gpu = run_gpu(p, true, true, bv);
+    RunOptions opt;
+    opt.cfg.value_tile = bv;
+    const Gpu gpu = run_gpu(p, opt);
     EXPECT_TRUE(bitwise_equal(gpu.raw_o, null_states.raw_o)) << "value tile " << bv;
     for (auto [name, err] : errors(gpu, ref)) EXPECT_LE(err, tolerance(name)) << name << ", value tile " << bv;
   }
@@ -320,6 +326,24 @@ TEST(GdnCoreCuda, RunsAreBitwiseRepeatable) {
       << "dbeta, dg, dS_in";
 }
 
+TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  RunOptions saved;
+  saved.cfg.saved_forward = true;
+  const Gpu a = run_gpu(p), b = run_gpu(p, saved);
+  EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
+              bitwise_equal(a.raw_dv, b.raw_dv))
+      << "dq, dk, dv";
+  EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
+      << "dbeta, dg, dS_in";
+  const Ref ref = reference(p);
+  for (auto [name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(name)) << name << ", saved forward";
+}
+
 TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   GdnDims d;
   d.len = 64, d.dk = 64, d.dv = 128;
@@ -330,3 +354,4 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
 
 }  // namespace
 }  // namespace stateflow
+

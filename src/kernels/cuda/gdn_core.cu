@@ -11,11 +11,11 @@
 // exact no-op (beta = 0, k = 0, G constant), so no kernel special-cases it except on stores.
 //
 // Workspace (per batch x head; Tp = NS * C rows, NS = ceil(len / C) sub-chunks):
-//   G   fp32 [Tp]           local cumsums                      (Pre, B1)
-//   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre, B1)
+//   G   fp32 [Tp]           local cumsums                      (Pre)
+//   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre)
+//   Tm  bf16 [NS][C][C]     T = (I + A)^-1                     (Pre)
 //   Vn  bf16 [Tp][dv]       V_new                              (ST)
 //   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST)
-//   Tm  bf16 [NS][C][C]     T = (I + A)^-1                     (B1, backward only)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
 //   dHs bf16 [NS][dv][dk]   gradient of the state leaving each sub-chunk (B3)
 #include "kernels/cuda/gdn_core_cuda.h"
@@ -113,96 +113,84 @@ __device__ void load_decays(const Args& a, int64_t r0, int n_valid, float* G, fl
   __syncthreads();
 }
 
-// Tf = (I + Af)^-1 for strictly lower Af (C x C fp32, stride LDF); 256 threads, tmp holds
-// 16 x C floats. Diagonal 16 x 16 blocks by forward substitution (one thread per column, in
-// registers), then block rows in order: T_ij = -T_ii * sum_{j <= k < i} A_ik T_kj.
-__device__ void invert_unit_lower(const float* Af, float* Tf, float* tmp, int tid) {
+// A <- (I + A)^-1 in place, for strictly lower A (C x C fp32, stride LDF, zero above the
+// diagonal); 256 threads, tmp holds 16 x C floats. Diagonal 16 x 16 blocks by forward
+// substitution (one thread per column, in registers), then block rows in order:
+// T_ij = -T_ii * sum_{j <= k < i} A_ik T_kj (row i of A is still intact when it is needed).
+__device__ void invert_unit_lower(float* A, float* tmp, int tid) {
+  float x[16];
+  const int o = (tid >> 4) * 16, j = tid & 15;
   if (tid < C) {
-    const int o = (tid >> 4) * 16, j = tid & 15;
-    float x[16];
 #pragma unroll
     for (int r = 0; r < 16; ++r) {
       float s = r == j ? 1.f : 0.f;
       if (r > j) {
 #pragma unroll
-        for (int c = 0; c < r; ++c) s -= Af[(o + r) * LDF + o + c] * x[c];
+        for (int c = 0; c < r; ++c) s -= A[(o + r) * LDF + o + c] * x[c];
       }
       x[r] = s;
     }
-#pragma unroll
-    for (int r = 0; r < 16; ++r) Tf[(o + r) * LDF + o + j] = x[r];
   }
-  for (int i = tid; i < C * C; i += 256) {
-    const int r = i / C, c = i % C;
-    if ((c >> 4) > (r >> 4)) Tf[r * LDF + c] = 0.f;
+  __syncthreads();  // every diagonal block is read before any is overwritten
+  if (tid < C) {
+#pragma unroll
+    for (int r = 0; r < 16; ++r) A[(o + r) * LDF + o + j] = x[r];
   }
   __syncthreads();
   const int rr = tid >> 4, cc = tid & 15;
   for (int bi = 1; bi < 4; ++bi) {
-    const int o = bi * 16;
+    const int ob = bi * 16;
     for (int jb = 0; jb < bi; ++jb) {
       float s = 0.f;
-      for (int kx = jb * 16; kx < o; ++kx) s += Af[(o + rr) * LDF + kx] * Tf[kx * LDF + jb * 16 + cc];
+      for (int kx = jb * 16; kx < ob; ++kx) s += A[(ob + rr) * LDF + kx] * A[kx * LDF + jb * 16 + cc];
       tmp[rr * C + jb * 16 + cc] = s;
     }
     __syncthreads();
     for (int jb = 0; jb < bi; ++jb) {
       float s = 0.f;
 #pragma unroll
-      for (int m = 0; m < 16; ++m) s -= Tf[(o + rr) * LDF + o + m] * tmp[m * C + jb * 16 + cc];
-      Tf[(o + rr) * LDF + jb * 16 + cc] = s;
+      for (int m = 0; m < 16; ++m) s -= A[(ob + rr) * LDF + ob + m] * tmp[m * C + jb * 16 + cc];
+      A[(ob + rr) * LDF + jb * 16 + cc] = s;
     }
     __syncthreads();
   }
 }
 
 // ---------------------------------------------------------------------------------------
-// Pre (forward) and B1 + B2 (backward): one block per (sub-chunk, head, batch), 8 warps.
+// Pre (forward; backward B1 when nothing was kept): one block per (sub-chunk, head, batch),
+// 8 warps. Writes G, T, W, U to the workspace.
 // ---------------------------------------------------------------------------------------
-template <bool BWD>
 struct PreSmem {
   static constexpr int k = 0;
   static constexpr int v = k + Tile<C, DK>::bytes;
-  static constexpr int q = v + Tile<C, DV>::bytes;
-  static constexpr int dO = q + (BWD ? Tile<C, DK>::bytes : 0);
-  static constexpr int A = dO + (BWD ? Tile<C, DV>::bytes : 0);
-  static constexpr int T = A + C * LDF * 4;
-  static constexpr int tmp = T + C * LDF * 4;
+  static constexpr int A = v + Tile<C, DV>::bytes;  // A, then T in place
+  static constexpr int tmp = A + C * LDF * 4;
   static constexpr int Tw = tmp + 16 * C * 4;
   static constexpr int Tu = Tw + Tile<C, C>::bytes;
-  static constexpr int P = Tu + Tile<C, C>::bytes;
-  static constexpr int vec = P + (BWD ? Tile<C, C>::bytes : 0);
+  static constexpr int vec = Tu + Tile<C, C>::bytes;
   static constexpr int bytes = vec + 3 * C * 4;
 };
 
-// Writes G, W, U; the backward variant also writes T and dV_new_local = P^T dO with
-// P = s (Q K^T) ⊙ Gam (MATH.md 4.3).
-template <bool BWD>
 __global__ void __launch_bounds__(256) pre_kernel(Args a) {
-  using S = PreSmem<BWD>;
+  using S = PreSmem;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int wm = (tid >> 5) & 3, wn = tid >> 7;  // 4 x 2 warp grid
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
-  auto Ks = tile_at<Tile<C, DK>>(sm, S::k), Qs = tile_at<Tile<C, DK>>(sm, S::q);
-  auto Vs = tile_at<Tile<C, DV>>(sm, S::v), dOs = tile_at<Tile<C, DV>>(sm, S::dO);
-  auto Tw = tile_at<Tile<C, C>>(sm, S::Tw), Tu = tile_at<Tile<C, C>>(sm, S::Tu), Ps = tile_at<Tile<C, C>>(sm, S::P);
-  float *Af = reinterpret_cast<float*>(sm + S::A), *Tf = reinterpret_cast<float*>(sm + S::T);
+  auto Ks = tile_at<Tile<C, DK>>(sm, S::k);
+  auto Vs = tile_at<Tile<C, DV>>(sm, S::v);
+  auto Tw = tile_at<Tile<C, C>>(sm, S::Tw), Tu = tile_at<Tile<C, C>>(sm, S::Tu);
+  float* Af = reinterpret_cast<float*>(sm + S::A);
   float *G = reinterpret_cast<float*>(sm + S::vec), *gam = G + C, *beta = gam + C;
 
   cuda::load_tile_async<256>(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv, tid);
   cuda::load_tile_async<256>(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv, tid);
-  if constexpr (BWD) {
-    cuda::load_tile_async<256>(Qs, a.q + r0 * DK, int64_t(a.H) * DK, nv, tid);
-    cuda::load_tile_async<256>(dOs, a.dO + r0 * DV, int64_t(a.H) * DV, nv, tid);
-  }
   cuda::cp_async_commit();
   load_decays(a, r0, nv, G, gam, beta, tid);
   if (tid < C) a.G[ws0 + tid] = G[tid];
   cuda::cp_async_wait_all();
   __syncthreads();
-
   {
     Frag<16, 32> kk;
     kk.fill(0.f);
@@ -212,23 +200,14 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
       Af[r * LDF + c] = c < r ? beta[r] * x * expf(G[r] - G[c]) : 0.f;
     });
   }
-  if constexpr (BWD) {
-    Frag<16, 32> qk;
-    qk.fill(0.f);
-    mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, wm * 16, Ks, wn * 32);
-    qk.each([&](int r, int c, float& x) {
-      r += wm * 16, c += wn * 32;
-      *Ps.at(r, c) = __float2bfloat16(c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f);
-    });
-  }
   __syncthreads();
-  invert_unit_lower(Af, Tf, reinterpret_cast<float*>(sm + S::tmp), tid);
+  invert_unit_lower(Af, reinterpret_cast<float*>(sm + S::tmp), tid);
   for (int i = tid; i < C * C / 2; i += 256) {
     const int r = i / (C / 2), c = 2 * (i % (C / 2));
-    const float x0 = Tf[r * LDF + c], x1 = Tf[r * LDF + c + 1];
+    const float x0 = Af[r * LDF + c], x1 = Af[r * LDF + c + 1];
     put2(Tw.at(r, c), x0 * beta[c] * gam[c], x1 * beta[c + 1] * gam[c + 1]);
     put2(Tu.at(r, c), x0 * beta[c], x1 * beta[c + 1]);
-    if constexpr (BWD) put2(a.Tm + (a.ws_sub(b, h, n) * C + r) * C + c, x0, x1);
+    put2(a.Tm + (a.ws_sub(b, h, n) * C + r) * C + c, x0, x1);
   }
   __syncthreads();
   {
@@ -243,35 +222,77 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
     mma_acc<C, Lay::Row, Lay::Row>(u, Tu, wm * 16, Vs, wn * DV / 2);
     store_rows(u, a.U + ws0 * DV, DV, wm * 16, wn * DV / 2, C);
   }
-  if constexpr (BWD) {
-    Frag<16, DV / 2> d;
-    d.fill(0.f);
-    mma_acc<C, Lay::Col, Lay::Row>(d, Ps, wm * 16, dOs, wn * DV / 2);
-    store_rows(d, a.dVn + ws0 * DV, DV, wm * 16, wn * DV / 2, C);
+}
+
+// ---------------------------------------------------------------------------------------
+// B2: dV_new_local = P^T dO with P = s (Q K^T) ⊙ Gam (MATH.md 4.3); one block per
+// (sub-chunk, head, batch), 8 warps. Reads G from the workspace.
+// ---------------------------------------------------------------------------------------
+struct DvlocSmem {
+  static constexpr int q = 0;
+  static constexpr int k = q + Tile<C, DK>::bytes;
+  static constexpr int dO = k + Tile<C, DK>::bytes;
+  static constexpr int P = dO + Tile<C, DV>::bytes;
+  static constexpr int G = P + Tile<C, C>::bytes;
+  static constexpr int bytes = G + C * 4;
+};
+
+__global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
+  using S = DvlocSmem;
+  extern __shared__ __align__(128) char sm[];
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int wm = (tid >> 5) & 3, wn = tid >> 7;
+  const int t0 = n * C, nv = min(C, a.T - t0);
+  const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
+  auto Qs = tile_at<Tile<C, DK>>(sm, S::q), Ks = tile_at<Tile<C, DK>>(sm, S::k);
+  auto dOs = tile_at<Tile<C, DV>>(sm, S::dO);
+  auto Ps = tile_at<Tile<C, C>>(sm, S::P);
+  float* G = reinterpret_cast<float*>(sm + S::G);
+  cuda::load_tile_async<256>(Qs, a.q + r0 * DK, int64_t(a.H) * DK, nv, tid);
+  cuda::load_tile_async<256>(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv, tid);
+  cuda::load_tile_async<256>(dOs, a.dO + r0 * DV, int64_t(a.H) * DV, nv, tid);
+  cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
+  cuda::cp_async_commit();
+  cuda::cp_async_wait_all();
+  __syncthreads();
+  {
+    Frag<16, 32> qk;
+    qk.fill(0.f);
+    mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, wm * 16, Ks, wn * 32);
+    qk.each([&](int r, int c, float& x) {
+      r += wm * 16, c += wn * 32;
+      *Ps.at(r, c) = __float2bfloat16(c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f);
+    });
   }
+  __syncthreads();
+  Frag<16, DV / 2> d;
+  d.fill(0.f);
+  mma_acc<C, Lay::Col, Lay::Row>(d, Ps, wm * 16, dOs, wn * DV / 2);
+  store_rows(d, a.dVn + ws0 * DV, DV, wm * 16, wn * DV / 2, C);
 }
 
 // ---------------------------------------------------------------------------------------
 // ST sweeps: one warpgroup (128 threads) owns rows [vt*BV, vt*BV + BV) of the state of one
 // (batch, head) and walks the sub-chunks in order; the state lives in mma accumulators
-// (fp32), operands of sub-chunk n+1 are prefetched (cp.async) while n is computed.
+// (fp32); the operands of the next STAGES - 1 sub-chunks are in flight (cp.async) while one
+// is computed.
 // ---------------------------------------------------------------------------------------
-template <int BV>
+template <int BV, int STAGES>
 struct FwdSweepSmem {
-  static constexpr int W = 0;  // two stages of each streamed operand
-  static constexpr int K = W + 2 * Tile<C, DK>::bytes;
-  static constexpr int U = K + 2 * Tile<C, DK>::bytes;
-  static constexpr int G = U + 2 * Tile<C, BV>::bytes;
-  static constexpr int S = G + 2 * C * 4;
+  static constexpr int W = 0;  // STAGES buffers of each streamed operand
+  static constexpr int K = W + STAGES * Tile<C, DK>::bytes;
+  static constexpr int U = K + STAGES * Tile<C, DK>::bytes;
+  static constexpr int G = U + STAGES * Tile<C, BV>::bytes;
+  static constexpr int S = G + STAGES * C * 4;
   static constexpr int Vne = S + Tile<BV, DK>::bytes;
   static constexpr int bytes = Vne + Tile<C, BV>::bytes;
 };
 
 // Forward sweep (MATH.md ST): writes Vn and the bf16 snapshots Hs of the entering states;
 // S_out when store_state. bar: the named barrier of this warpgroup.
-template <int BV>
+template <int BV, int STAGES>
 __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int gt, int bar, bool store_state) {
-  using S = FwdSweepSmem<BV>;
+  using S = FwdSweepSmem<BV, STAGES>;
   constexpr int WN = DK / 4;  // state columns per warp
   const int warp = gt >> 5;
   const int64_t bh = int64_t(b) * a.H + h;
@@ -296,14 +317,17 @@ __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int
     cuda::load_tile_async<128>(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0), gt);
     cuda::load_tile_async<128>(Ut(s), a.U + ws0 * DV + vt * BV, DV, C, gt);
     cuda::load_floats_async<128>(Gt(s), a.G + ws0, C, gt);
-    cuda::cp_async_commit();
   };
-  issue(0, 0);
+  for (int i = 0; i < STAGES - 1; ++i) {  // one commit group per sub-chunk, empty past the end
+    if (i < a.NS) issue(i, i);
+    cuda::cp_async_commit();
+  }
   for (int n = 0; n < a.NS; ++n) {
-    const int s = n & 1;
-    cuda::cp_async_wait_all();
+    const int s = n % STAGES;
+    cuda::cp_async_wait<STAGES - 2>();
     cuda::group_sync(bar);
-    if (n + 1 < a.NS) issue(n + 1, s ^ 1);
+    if (n + STAGES - 1 < a.NS) issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
     // The entering state rounded to bf16: operand of W S^T and the snapshot Out / B4 read.
     st.each_pair([&](int r, int c, float& x0, float& x1) { put2(Ss.at(r, warp * WN + c), x0, x1); });
     cuda::group_sync(bar);
@@ -338,15 +362,15 @@ __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int
   }
 }
 
-template <int BV>
+template <int BV, int STAGES>
 struct BwdSweepSmem {
-  static constexpr int K = 0;  // two stages of each streamed operand
-  static constexpr int W = K + 2 * Tile<C, DK>::bytes;
-  static constexpr int Q = W + 2 * Tile<C, DK>::bytes;
-  static constexpr int dO = Q + 2 * Tile<C, DK>::bytes;
-  static constexpr int dVl = dO + 2 * Tile<C, BV>::bytes;
-  static constexpr int G = dVl + 2 * Tile<C, BV>::bytes;
-  static constexpr int dS = G + 2 * C * 4;
+  static constexpr int K = 0;  // STAGES buffers of each streamed operand
+  static constexpr int W = K + STAGES * Tile<C, DK>::bytes;
+  static constexpr int Q = W + STAGES * Tile<C, DK>::bytes;
+  static constexpr int dO = Q + STAGES * Tile<C, DK>::bytes;
+  static constexpr int dVl = dO + STAGES * Tile<C, BV>::bytes;
+  static constexpr int G = dVl + STAGES * Tile<C, BV>::bytes;
+  static constexpr int dS = G + STAGES * C * 4;
   static constexpr int dVneg = dS + Tile<BV, DK>::bytes;
   static constexpr int dOg = dVneg + Tile<C, BV>::bytes;
   static constexpr int bytes = dOg + Tile<C, BV>::bytes;
@@ -356,9 +380,9 @@ struct BwdSweepSmem {
 //   dSe = dS;  dV_new = dV_new_local + diag(e) K dS^T;
 //   dS = gamma_L dS + s (diag(gamma) dO)^T Q - dV_new^T W.
 // Writes dV_new over dV_new_local, the bf16 snapshots dHs of dSe, and dS_in.
-template <int BV>
+template <int BV, int STAGES>
 __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, int gt, int bar) {
-  using S = BwdSweepSmem<BV>;
+  using S = BwdSweepSmem<BV, STAGES>;
   constexpr int WN = DK / 4;
   const int warp = gt >> 5;
   const int64_t bh = int64_t(b) * a.H + h;
@@ -388,14 +412,17 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
     cuda::load_tile_async<128>(dOt(s), a.dO + r0 * DV + vt * BV, int64_t(a.H) * DV, nv, gt);
     cuda::load_tile_async<128>(dVlt(s), a.dVn + ws0 * DV + vt * BV, DV, C, gt);
     cuda::load_floats_async<128>(Gt(s), a.G + ws0, C, gt);
-    cuda::cp_async_commit();
   };
-  issue(a.NS - 1, 0);
+  for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
+    if (i < a.NS) issue(a.NS - 1 - i, i);
+    cuda::cp_async_commit();
+  }
   for (int i = 0; i < a.NS; ++i) {
-    const int n = a.NS - 1 - i, s = i & 1;
-    cuda::cp_async_wait_all();
+    const int n = a.NS - 1 - i, s = i % STAGES;
+    cuda::cp_async_wait<STAGES - 2>();
     cuda::group_sync(bar);
-    if (n > 0) issue(n - 1, s ^ 1);
+    if (i + STAGES - 1 < a.NS) issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
     const float* G = Gt(s);
     const float GL = G[C - 1];
     ds.each_pair([&](int r, int c, float& x0, float& x1) { put2(dSs.at(r, warp * WN + c), x0, x1); });
@@ -435,21 +462,30 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
   ds.each([&](int r, int c, float& x) { dst[r * DK + c] = x; });
 }
 
+constexpr int SWEEP_STAGES = 3;  // pipeline depth of a sweep that has its SM to itself
+
 template <int BV>
 __global__ void __launch_bounds__(128) st_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
-  forward_sweep<BV>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, true);
+  forward_sweep<BV, SWEEP_STAGES>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, true);
 }
 
-// B1' + B3: warpgroup 0 recomputes the forward sweep (Hs, Vn for B4), warpgroup 1 runs the
-// reverse sweep; they share nothing but the SM.
+// B3 alone, when the forward's sub-chunk states and V_new are still in the workspace.
+__global__ void __launch_bounds__(128) st_reverse_kernel(Args a) {
+  extern __shared__ __align__(128) char sm[];
+  backward_sweep<BV_BWD, SWEEP_STAGES>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1);
+}
+
+// B1' + B3 when nothing was kept: warpgroup 0 recomputes the forward sweep (Hs, Vn for B4),
+// warpgroup 1 runs the reverse sweep; they are independent and share only the SM.
+using FwdSweepBoth = FwdSweepSmem<BV_BWD, 2>;
+using BwdSweepBoth = BwdSweepSmem<BV_BWD, 2>;
 __global__ void __launch_bounds__(256) st_backward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   if (threadIdx.x < 128)
-    forward_sweep<BV_BWD>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, false);
+    forward_sweep<BV_BWD, 2>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, false);
   else
-    backward_sweep<BV_BWD>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm + FwdSweepSmem<BV_BWD>::bytes,
-                           threadIdx.x - 128, 2);
+    backward_sweep<BV_BWD, 2>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm + FwdSweepBoth::bytes, threadIdx.x - 128, 2);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -517,10 +553,10 @@ struct B4Smem {
   static constexpr int v = S, T = S + tv;  // phase 2: v and T reuse S's space
   static constexpr int dSe = S + ts;     // phase 1: leaving-state gradient
   static constexpr int dT = dSe, M1 = dT + tc, X = M1 + tc;  // phase 2 reuse dSe's space
-  static constexpr int Y = dSe + ts;     // fp32 C x LDF scratch
+  static constexpr int Y = dSe + ts;     // fp32 C x LDF scratch for the dA ⊙ A sums
   static constexpr int dPG = Y + C * LDF * 4;
   static constexpr int vec = dPG + tc;
-  enum { vG, vGam, vBeta, vQdq, vM = vQdq + 2, vTkb = vM + 2, vTvb = vTkb + 2, vP, vYr, vYc, vdG, vRed, nvec };
+  enum { vG, vGam, vBeta, vQdq, vKdk = vQdq + 2, vM = vKdk + 2, vTkb = vM + 2, vTvb = vTkb + 2, vYr = vTvb + 2, vYc, vdG, vRed, nvec };
   static constexpr int bytes = vec + nvec * C * 4;
   static_assert(tv + tc <= ts && 3 * tc <= ts, "phase-2 tiles must fit in the phase-1 state tiles");
 };
@@ -562,13 +598,15 @@ __global__ void __launch_bounds__(256) b4_kernel(Args a) {
   __syncthreads();
   const float s = a.scale, GL = G[C - 1];
 
+  // dG from the Out terms (inter: dO_r . O1_r; intra: rowsum - colsum of dP ⊙ P) and from
+  // the state write (-m_c) adds up to q_r . dq_r - k_r . dk_r with dq, dk as they stand
+  // after the intra term, so it is read off the accumulators instead of C x C scratch.
   Frag<16, HK> dq, dk;
-  // Out, inter-chunk term: dq = s gamma_r dO S; its share of dG_r is q_r . dq_r.
+  // Out, inter-chunk term: dq = s gamma_r dO S.
   dq.fill(0.f);
   mma_acc<DV, Lay::Row, Lay::Row>(dq, dOs, m0, Ss, wn * HK);
   dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
-  row_dot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
-  // State write: dk_c = e_c dSe^T v_new_c, m_c = k_c . dk_c.
+  // State write: dk_c = e_c dSe^T v_new_c; m_c = k_c . dk_c also feeds dG_L.
   dk.fill(0.f);
   mma_acc<DV, Lay::Row, Lay::Row>(dk, Vns, m0, dSes, wn * HK);
   dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
@@ -594,35 +632,20 @@ __global__ void __launch_bounds__(256) b4_kernel(Args a) {
   cuda::load_tile_async<256>(Vs, a.v + r0 * DV, ldv, nv, tid);
   cuda::load_tile_async<256>(Ts, a.Tm + sub * C * C, C, C, tid);
   cuda::cp_async_commit();
-  {  // Out, intra-chunk term: P = s (Q K^T) ⊙ Gam, dP = dO V_new^T (c <= r)
-    Frag<16, 32> qk, dp;
-    qk.fill(0.f);
+  {  // Out, intra-chunk term: dPG = s (dO V_new^T) ⊙ Gam, causal incl. the diagonal
+    Frag<16, 32> dp;
     dp.fill(0.f);
-    mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, m0, Ks, wn * 32);
     mma_acc<DV, Lay::Row, Lay::Col>(dp, dOs, m0, Vns, wn * 32);
-    int idx = 0;
-    qk.each([&](int r, int c, float& x) {
-      const float d = dp.x[0][idx / 4][idx % 4];
-      ++idx;
+    dp.each([&](int r, int c, float& x) {
       r += m0, c += wn * 32;
-      float y = 0.f, dpg = 0.f;
-      if (c <= r) {
-        const float gm = expf(G[r] - G[c]);
-        y = d * s * x * gm;
-        dpg = s * d * gm;
-      }
-      Y[r * LDF + c] = y;
-      *dPGs.at(r, c) = __float2bfloat16(dpg);
+      *dPGs.at(r, c) = __float2bfloat16(c <= r ? s * x * expf(G[r] - G[c]) : 0.f);
     });
   }
   __syncthreads();
-  if (tid < C) {
-    float rs = 0.f, cs = 0.f;
-    for (int j = 0; j < C; ++j) rs += Y[tid * LDF + j], cs += Y[j * LDF + tid];
-    vec(S::vP)[tid] = rs - cs;
-  }
   mma_acc<C, Lay::Row, Lay::Row>(dq, dPGs, m0, Ks, wn * HK);
   mma_acc<C, Lay::Col, Lay::Row>(dk, dPGs, m0, Qs, wn * HK);
+  row_dot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
+  row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
   store_rows(dq, a.dq + r0 * DK, ldk, m0, wn * HK, nv);
   cuda::cp_async_wait_all();
   __syncthreads();
@@ -702,9 +725,9 @@ __global__ void __launch_bounds__(256) b4_kernel(Args a) {
   if (tid < C) {  // per-token scalars: dbeta, and dG before the reverse cumsum
     const int r = tid;
     const float tkb = vec(S::vTkb)[r] + vec(S::vTkb + 1)[r], tvb = vec(S::vTvb)[r] + vec(S::vTvb + 1)[r];
-    const float m = vec(S::vM)[r] + vec(S::vM + 1)[r], qdq = vec(S::vQdq)[r] + vec(S::vQdq + 1)[r];
+    const float qdq = vec(S::vQdq)[r] + vec(S::vQdq + 1)[r], kdk = vec(S::vKdk)[r] + vec(S::vKdk + 1)[r];
     const float yr = vec(S::vYr)[r];
-    float dG = qdq + vec(S::vP)[r] - m + beta[r] * gam[r] * tkb + beta[r] * yr - vec(S::vYc)[r];
+    float dG = qdq - kdk + beta[r] * gam[r] * tkb + beta[r] * yr - vec(S::vYc)[r];
     if (r == C - 1) {  // the sub-chunk's last row also carries the state-decay terms
       float ms = 0.f, ss = 0.f;
       for (int c = 0; c < C; ++c) ms += vec(S::vM)[c] + vec(S::vM + 1)[c];
@@ -808,7 +831,7 @@ class StageTimer {
  private:
   cudaStream_t stream_;
   float* out_;
-  cudaEvent_t ev_[4]{};
+  cudaEvent_t ev_[5]{};
   int n_ = 0;
 };
 
@@ -842,12 +865,12 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  launch(pre_kernel<false>, subs, 256, PreSmem<false>::bytes, stream, a);
+  launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
   switch (pick_value_tile(d, cfg.value_tile)) {
-    case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), 128, FwdSweepSmem<16>::bytes, stream, a); break;
-    case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), 128, FwdSweepSmem<32>::bytes, stream, a); break;
-    default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), 128, FwdSweepSmem<64>::bytes, stream, a);
+    case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), 128, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
+    case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), 128, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
+    default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), 128, FwdSweepSmem<64, SWEEP_STAGES>::bytes, stream, a);
   }
   timer.mark();
   launch(out_kernel, subs, 256, OutSmem::bytes, stream, a);
@@ -865,10 +888,15 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  launch(pre_kernel<true>, subs, 256, PreSmem<true>::bytes, stream, a);
+  const dim3 tiles(DV / BV_BWD, a.H, a.B);
+  if (!cfg.saved_forward) launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
-  launch(st_backward_kernel, dim3(DV / BV_BWD, a.H, a.B), 256,
-         FwdSweepSmem<BV_BWD>::bytes + BwdSweepSmem<BV_BWD>::bytes, stream, a);
+  launch(dvloc_kernel, subs, 256, DvlocSmem::bytes, stream, a);
+  timer.mark();
+  if (cfg.saved_forward)
+    launch(st_reverse_kernel, tiles, 128, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
+  else
+    launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);
   timer.mark();
   launch(b4_kernel, subs, 256, B4Smem::bytes, stream, a);
   timer.mark();

@@ -19,13 +19,18 @@
 //   forward:  Pre (parallel over sub-chunks: G, T = (I+A)^-1, W, U)
 //             ST  (sequential over sub-chunks, parallel over batch x heads x dv/BV tiles)
 //             Out (parallel over sub-chunks)
-//   backward: B1+B2 (parallel: Pre again, storing T, plus dV_new_local)
-//             B1'+B3 (one launch: per (batch, head, dv tile) one warpgroup re-runs the ST
-//                     sweep forward for the sub-chunk states and V_new while a second runs
-//                     the reverse dS sweep; the two are independent)
-//             B4 (parallel over sub-chunks: all remaining gradients)
-// Nothing is kept from forward to backward: backward recomputes Pre and the forward sweep.
-// Both use a caller-provided workspace of gdn_cuda_workspace_bytes() bytes (global memory).
+//   backward: B1  Pre again (skipped when saved_forward)
+//             B2  dV_new_local = P^T dO (parallel)
+//             B3  the reverse dS sweep (sequential like ST); when nothing was kept a second
+//                 warpgroup per block re-runs the forward sweep (B1') beside it
+//             B4  all remaining gradients (parallel)
+// Forward leaves in the workspace, per sub-chunk: G (fp32), T, W, U, V_new and the entering
+// state (bf16). Backward either recomputes all of it (default: the workspace may have been
+// reused in between; only the inputs and S_in are needed, MATH.md 4.1) or, with
+// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'.
+// Workspace: gdn_cuda_workspace_bytes() bytes of global memory,
+// 4 dk dv / C + 2 dk + 6 dv + 2 C + 4 bytes per token and head (2180 at dk = dv = 128:
+// 1.06 GiB for 32K tokens x 16 heads).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -37,11 +42,14 @@
 namespace stateflow {
 
 struct GdnCudaConfig {
-  // Width BV of the dv tile one ST block owns (16, 32 or 64); 0 picks the widest tile that
-  // still gives at least one block per SM.
+  // Width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the widest tile
+  // that still gives at least one block per SM. The backward sweeps use BV = 16.
   int value_tile = 0;
-  // When non-null: synchronises after each stage and writes its time in ms here
-  // (3 entries for forward: Pre, ST, Out; 3 for backward: B1+B2, B1'+B3, B4). For benchmarks.
+  // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
+  // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
+  bool saved_forward = false;
+  // When non-null: synchronises after each stage and writes its time in ms here (forward:
+  // 3 entries Pre, ST, Out; backward: 4 entries B1 (0 when skipped), B2, B3, B4). For benchmarks.
   float* stage_ms = nullptr;
 };
 
