@@ -38,7 +38,7 @@ using cuda::Tile;
 
 constexpr int C = 64;             // sub-chunk size
 constexpr int DK = 128, DV = 128;  // head sizes this build supports
-constexpr int LDF = C + 1;        // row stride of fp32 C x C scratch matrices
+constexpr int LDF = C + 8;        // row stride of fp32 C x C scratch: float2/float4 rows, no bank conflicts
 constexpr int BV_BWD = 16;        // dv tile of the backward sweeps (shared memory bound)
 
 struct Args {
@@ -113,6 +113,23 @@ __device__ void load_decays(const Args& a, int64_t r0, int n_valid, float* G, fl
   __syncthreads();
 }
 
+// Rows r0..r0+3 of out (stride ld_o) = sign * L[rows][k0:k1) R[k0:k1)[col]: one thread's
+// 4 x 1 piece of a block product on fp32 shared memory (L rows read 4 at a time).
+__device__ void rows4_times_col(const float* L, int ldl, const float* R, int ldr, int r0, int col, int k0, int k1,
+                                float sign, float* out, int ld_o) {
+  float acc[4] = {0.f, 0.f, 0.f, 0.f};
+  for (int k = k0; k < k1; k += 4) {
+    const float r[4] = {R[k * ldr + col], R[(k + 1) * ldr + col], R[(k + 2) * ldr + col], R[(k + 3) * ldr + col]};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float4 l = *reinterpret_cast<const float4*>(L + (r0 + i) * ldl + k);
+      acc[i] += l.x * r[0] + l.y * r[1] + l.z * r[2] + l.w * r[3];
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) out[(r0 + i) * ld_o + col] = sign * acc[i];
+}
+
 // A <- (I + A)^-1 in place, for strictly lower A (C x C fp32, stride LDF, zero above the
 // diagonal); 256 threads, tmp holds 16 x C floats. Diagonal 16 x 16 blocks by forward
 // substitution (one thread per column, in registers), then block rows in order:
@@ -122,13 +139,16 @@ __device__ void invert_unit_lower(float* A, float* tmp, int tid) {
   const int o = (tid >> 4) * 16, j = tid & 15;
   if (tid < C) {
 #pragma unroll
-    for (int r = 0; r < 16; ++r) {
-      float s = r == j ? 1.f : 0.f;
-      if (r > j) {
+    for (int r = 0; r < 16; ++r) x[r] = r == j ? 1.f : 0.f;
 #pragma unroll
-        for (int c = 0; c < r; ++c) s -= A[(o + r) * LDF + o + c] * x[c];
+    for (int r = 1; r < 16; ++r) {
+      float s = 0.f;  // row r of the block is zero from column r on, so whole float4s are safe
+#pragma unroll
+      for (int c = 0; c < r; c += 4) {
+        const float4 a = *reinterpret_cast<const float4*>(A + (o + r) * LDF + o + c);
+        s += a.x * x[c] + a.y * x[c + 1] + a.z * x[c + 2] + a.w * x[c + 3];
       }
-      x[r] = s;
+      if (r > j) x[r] = -s;
     }
   }
   __syncthreads();  // every diagonal block is read before any is overwritten
@@ -137,21 +157,16 @@ __device__ void invert_unit_lower(float* A, float* tmp, int tid) {
     for (int r = 0; r < 16; ++r) A[(o + r) * LDF + o + j] = x[r];
   }
   __syncthreads();
-  const int rr = tid >> 4, cc = tid & 15;
+  // Thread layout for the 16 x 16 block products: group jb = tid / 64 owns column block jb,
+  // rows 4 * ((tid / 16) % 4) .. + 3, column tid % 16.
+  const int jb = tid >> 6, r4 = ((tid >> 4) & 3) * 4, cc = tid & 15;
   for (int bi = 1; bi < 4; ++bi) {
     const int ob = bi * 16;
-    for (int jb = 0; jb < bi; ++jb) {
-      float s = 0.f;
-      for (int kx = jb * 16; kx < ob; ++kx) s += A[(ob + rr) * LDF + kx] * A[kx * LDF + jb * 16 + cc];
-      tmp[rr * C + jb * 16 + cc] = s;
-    }
+    if (jb < bi)  // tmp[:, jb block] = A[bi row block, jb .. bi) T[jb .. bi, jb block]
+      rows4_times_col(A + ob * LDF, LDF, A, LDF, r4, jb * 16 + cc, jb * 16, ob, 1.f, tmp, C);
     __syncthreads();
-    for (int jb = 0; jb < bi; ++jb) {
-      float s = 0.f;
-#pragma unroll
-      for (int m = 0; m < 16; ++m) s -= A[(ob + rr) * LDF + ob + m] * tmp[m * C + jb * 16 + cc];
-      A[(ob + rr) * LDF + jb * 16 + cc] = s;
-    }
+    if (jb < bi)  // T[bi, jb] = -T[bi, bi] tmp[:, jb block]
+      rows4_times_col(A + ob * LDF + ob, LDF, tmp, C, r4, jb * 16 + cc, 0, 16, -1.f, A + ob * LDF, LDF);
     __syncthreads();
   }
 }
@@ -195,9 +210,11 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
     Frag<16, 32> kk;
     kk.fill(0.f);
     mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, wm * 16, Ks, wn * 32);
-    kk.each([&](int r, int c, float& x) {
+    kk.each_pair([&](int r, int c, float& x0, float& x1) {
       r += wm * 16, c += wn * 32;
-      Af[r * LDF + c] = c < r ? beta[r] * x * expf(G[r] - G[c]) : 0.f;
+      *reinterpret_cast<float2*>(Af + r * LDF + c) =
+          make_float2(c < r ? beta[r] * x0 * expf(G[r] - G[c]) : 0.f,
+                      c + 1 < r ? beta[r] * x1 * expf(G[r] - G[c + 1]) : 0.f);
     });
   }
   __syncthreads();
