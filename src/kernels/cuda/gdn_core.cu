@@ -289,7 +289,7 @@ __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
 }
 
 // ---------------------------------------------------------------------------------------
-// ST sweeps: one warpgroup (128 threads) owns rows [vt*BV, vt*BV + BV) of the state of one
+// ST sweeps: a group of NW warps owns rows [vt*BV, vt*BV + BV) of the state of one
 // (batch, head) and walks the sub-chunks in order; the state lives in mma accumulators
 // (fp32); the operands of the next STAGES - 1 sub-chunks are in flight (cp.async) while one
 // is computed.
@@ -307,11 +307,12 @@ struct FwdSweepSmem {
 
 // Forward sweep (MATH.md ST): writes Vn and the bf16 snapshots Hs of the entering states;
 // S_out when store_state. bar: the named barrier of this warpgroup.
-template <int BV, int STAGES>
+template <int BV, int STAGES, int NW>
 __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int gt, int bar, bool store_state) {
   using S = FwdSweepSmem<BV, STAGES>;
-  constexpr int WN = DK / 4;  // state columns per warp
-  const int warp = gt >> 5;
+  constexpr int NT = NW * 32, WN = DK / NW;  // threads; state columns per warp
+  constexpr int VN = BV * 4 / NW;            // columns of the C x BV products per warp
+  const int warp = gt >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * VN;
   const int64_t bh = int64_t(b) * a.H + h;
   auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
   auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
@@ -330,10 +331,10 @@ __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int
   auto issue = [&](int n, int s) {
     const int t0 = n * C;
     const int64_t ws0 = a.ws_row(b, h, n);
-    cuda::load_tile_async<128>(Wt(s), a.W + ws0 * DK, DK, C, gt);
-    cuda::load_tile_async<128>(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0), gt);
-    cuda::load_tile_async<128>(Ut(s), a.U + ws0 * DV + vt * BV, DV, C, gt);
-    cuda::load_floats_async<128>(Gt(s), a.G + ws0, C, gt);
+    cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, gt);
+    cuda::load_tile_async<NT>(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0), gt);
+    cuda::load_tile_async<NT>(Ut(s), a.U + ws0 * DV + vt * BV, DV, C, gt);
+    cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, gt);
   };
   for (int i = 0; i < STAGES - 1; ++i) {  // one commit group per sub-chunk, empty past the end
     if (i < a.NS) issue(i, i);
@@ -342,21 +343,21 @@ __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int
   for (int n = 0; n < a.NS; ++n) {
     const int s = n % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
-    cuda::group_sync(bar);
+    cuda::group_sync(bar, NT);
     if (n + STAGES - 1 < a.NS) issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
     cuda::cp_async_commit();
     // The entering state rounded to bf16: operand of W S^T and the snapshot Out / B4 read.
     st.each_pair([&](int r, int c, float& x0, float& x1) { put2(Ss.at(r, warp * WN + c), x0, x1); });
-    cuda::group_sync(bar);
+    cuda::group_sync(bar, NT);
     const int64_t ws0 = a.ws_row(b, h, n);
     const float* G = Gt(s);
     const float GL = G[C - 1];
     {
-      Frag<16, BV> vn;  // V_new rows warp*16.., all BV columns
+      Frag<16, VN> vn;  // V_new rows m0.., columns n0..
       vn.fill(0.f);
-      mma_acc<DK, Lay::Row, Lay::Col>(vn, Wt(s), warp * 16, Ss, 0);
+      mma_acc<DK, Lay::Row, Lay::Col>(vn, Wt(s), m0, Ss, n0);
       vn.each_pair([&](int r, int c, float& x0, float& x1) {
-        r += warp * 16;
+        r += m0, c += n0;
         const bf16* u = Ut(s).at(r, c);
         const float v0 = bf(u[0]) - x0, v1 = bf(u[1]) - x1, e = expf(GL - G[r]);
         put2(a.Vn + (ws0 + r) * DV + vt * BV + c, v0, v1);
@@ -364,11 +365,11 @@ __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int
       });
     }
     bf16* hs = a.Hs + (a.ws_sub(b, h, n) * DV + vt * BV) * DK;
-    for (int i = gt; i < BV * DK / 8; i += 128) {
+    for (int i = gt; i < BV * DK / 8; i += NT) {
       const int r = i / (DK / 8), c = (i % (DK / 8)) * 8;
       *reinterpret_cast<uint4*>(hs + r * DK + c) = *reinterpret_cast<const uint4*>(Ss.at(r, c));
     }
-    cuda::group_sync(bar);
+    cuda::group_sync(bar, NT);
     const float gl = expf(GL);
     st.each([&](int, int, float& x) { x *= gl; });
     mma_acc<C, Lay::Col, Lay::Row>(st, Vne, 0, Kt(s), warp * WN);
@@ -397,11 +398,12 @@ struct BwdSweepSmem {
 //   dSe = dS;  dV_new = dV_new_local + diag(e) K dS^T;
 //   dS = gamma_L dS + s (diag(gamma) dO)^T Q - dV_new^T W.
 // Writes dV_new over dV_new_local, the bf16 snapshots dHs of dSe, and dS_in.
-template <int BV, int STAGES>
+template <int BV, int STAGES, int NW>
 __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, int gt, int bar) {
   using S = BwdSweepSmem<BV, STAGES>;
-  constexpr int WN = DK / 4;
-  const int warp = gt >> 5;
+  constexpr int NT = NW * 32, WN = DK / NW;
+  constexpr int VN = BV * 4 / NW;
+  const int warp = gt >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * VN;
   const int64_t bh = int64_t(b) * a.H + h;
   auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
   auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
@@ -423,12 +425,12 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
   auto issue = [&](int n, int s) {
     const int t0 = n * C, nv = min(C, a.T - t0);
     const int64_t ws0 = a.ws_row(b, h, n), r0 = a.tok(b, t0, h);
-    cuda::load_tile_async<128>(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv, gt);
-    cuda::load_tile_async<128>(Wt(s), a.W + ws0 * DK, DK, C, gt);
-    cuda::load_tile_async<128>(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv, gt);
-    cuda::load_tile_async<128>(dOt(s), a.dO + r0 * DV + vt * BV, int64_t(a.H) * DV, nv, gt);
-    cuda::load_tile_async<128>(dVlt(s), a.dVn + ws0 * DV + vt * BV, DV, C, gt);
-    cuda::load_floats_async<128>(Gt(s), a.G + ws0, C, gt);
+    cuda::load_tile_async<NT>(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv, gt);
+    cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, gt);
+    cuda::load_tile_async<NT>(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv, gt);
+    cuda::load_tile_async<NT>(dOt(s), a.dO + r0 * DV + vt * BV, int64_t(a.H) * DV, nv, gt);
+    cuda::load_tile_async<NT>(dVlt(s), a.dVn + ws0 * DV + vt * BV, DV, C, gt);
+    cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, gt);
   };
   for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
     if (i < a.NS) issue(a.NS - 1 - i, i);
@@ -437,30 +439,30 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
   for (int i = 0; i < a.NS; ++i) {
     const int n = a.NS - 1 - i, s = i % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
-    cuda::group_sync(bar);
+    cuda::group_sync(bar, NT);
     if (i + STAGES - 1 < a.NS) issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
     cuda::cp_async_commit();
     const float* G = Gt(s);
     const float GL = G[C - 1];
     ds.each_pair([&](int r, int c, float& x0, float& x1) { put2(dSs.at(r, warp * WN + c), x0, x1); });
-    for (int j = gt; j < C * BV / 2; j += 128) {
+    for (int j = gt; j < C * BV / 2; j += NT) {
       const int r = j / (BV / 2), c = 2 * (j % (BV / 2));
       const float f = a.scale * expf(G[r]);
       const bf16* p = dOt(s).at(r, c);
       put2(dOg.at(r, c), f * bf(p[0]), f * bf(p[1]));
     }
-    cuda::group_sync(bar);
+    cuda::group_sync(bar, NT);
     // The part of the update that does not need this sub-chunk's dV_new.
     const float gl = expf(GL);
     ds.each([&](int, int, float& x) { x *= gl; });
     mma_acc<C, Lay::Col, Lay::Row>(ds, dOg, 0, Qt(s), warp * WN);
     const int64_t ws0 = a.ws_row(b, h, n);
     {
-      Frag<16, BV> dvn;
+      Frag<16, VN> dvn;
       dvn.fill(0.f);
-      mma_acc<DK, Lay::Row, Lay::Col>(dvn, Kt(s), warp * 16, dSs, 0);
+      mma_acc<DK, Lay::Row, Lay::Col>(dvn, Kt(s), m0, dSs, n0);
       dvn.each_pair([&](int r, int c, float& x0, float& x1) {
-        r += warp * 16;
+        r += m0, c += n0;
         const bf16* l = dVlt(s).at(r, c);
         const float e = expf(GL - G[r]), d0 = bf(l[0]) + e * x0, d1 = bf(l[1]) + e * x1;
         put2(a.dVn + (ws0 + r) * DV + vt * BV + c, d0, d1);
@@ -468,11 +470,11 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
       });
     }
     bf16* dhs = a.dHs + (a.ws_sub(b, h, n) * DV + vt * BV) * DK;
-    for (int j = gt; j < BV * DK / 8; j += 128) {
+    for (int j = gt; j < BV * DK / 8; j += NT) {
       const int r = j / (DK / 8), c = (j % (DK / 8)) * 8;
       *reinterpret_cast<uint4*>(dhs + r * DK + c) = *reinterpret_cast<const uint4*>(dSs.at(r, c));
     }
-    cuda::group_sync(bar);
+    cuda::group_sync(bar, NT);
     mma_acc<C, Lay::Col, Lay::Row>(ds, dVneg, 0, Wt(s), warp * WN);
   }
   float* dst = a.dS_in + (bh * DV + vt * BV) * DK + warp * WN;
@@ -481,16 +483,18 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
 
 constexpr int SWEEP_STAGES = 3;  // pipeline depth of a sweep that has its SM to itself
 
+constexpr int SWEEP_WARPS = 8;   // warps of a sweep that has its SM to itself
+
 template <int BV>
-__global__ void __launch_bounds__(128) st_forward_kernel(Args a) {
+__global__ void __launch_bounds__(SWEEP_WARPS * 32) st_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
-  forward_sweep<BV, SWEEP_STAGES>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, true);
+  forward_sweep<BV, SWEEP_STAGES, SWEEP_WARPS>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, true);
 }
 
 // B3 alone, when the forward's sub-chunk states and V_new are still in the workspace.
-__global__ void __launch_bounds__(128) st_reverse_kernel(Args a) {
+__global__ void __launch_bounds__(SWEEP_WARPS * 32) st_reverse_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
-  backward_sweep<BV_BWD, SWEEP_STAGES>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1);
+  backward_sweep<BV_BWD, SWEEP_STAGES, SWEEP_WARPS>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1);
 }
 
 // B1' + B3 when nothing was kept: warpgroup 0 recomputes the forward sweep (Hs, Vn for B4),
@@ -500,9 +504,9 @@ using BwdSweepBoth = BwdSweepSmem<BV_BWD, 2>;
 __global__ void __launch_bounds__(256) st_backward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   if (threadIdx.x < 128)
-    forward_sweep<BV_BWD, 2>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, false);
+    forward_sweep<BV_BWD, 2, 4>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, false);
   else
-    backward_sweep<BV_BWD, 2>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm + FwdSweepBoth::bytes, threadIdx.x - 128, 2);
+    backward_sweep<BV_BWD, 2, 4>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm + FwdSweepBoth::bytes, threadIdx.x - 128, 2);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -885,9 +889,9 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
   switch (pick_value_tile(d, cfg.value_tile)) {
-    case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), 128, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
-    case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), 128, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
-    default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), 128, FwdSweepSmem<64, SWEEP_STAGES>::bytes, stream, a);
+    case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
+    case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
+    default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<64, SWEEP_STAGES>::bytes, stream, a);
   }
   timer.mark();
   launch(out_kernel, subs, 256, OutSmem::bytes, stream, a);
@@ -911,7 +915,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   launch(dvloc_kernel, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
   if (cfg.saved_forward)
-    launch(st_reverse_kernel, tiles, 128, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
+    launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);
   timer.mark();

@@ -42,8 +42,8 @@ __device__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
-// Barrier over the 128 threads of one warpgroup (ids 1..15; 0 is __syncthreads).
-__device__ inline void group_sync(int id) { asm volatile("bar.sync %0, 128;\n" ::"r"(id) : "memory"); }
+// Barrier over the n threads (a multiple of 32) of one group of warps (ids 1..15; 0 is __syncthreads).
+__device__ inline void group_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
 
 // Loads rows [0, n_valid) of a tile from global memory (row r at g + r * gstride elements,
 // 16-byte aligned) and zero-fills the rest; NT threads cooperate, tid in [0, NT).
