@@ -306,7 +306,7 @@ struct FwdSweepSmem {
 };
 
 // Forward sweep (MATH.md ST): writes Vn and the bf16 snapshots Hs of the entering states;
-// S_out when store_state. bar: the named barrier of this warpgroup.
+// S_out when store_state. gt: thread index within the group; bar: its named barrier.
 template <int BV, int STAGES, int NW>
 __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int gt, int bar, bool store_state) {
   using S = FwdSweepSmem<BV, STAGES>;
