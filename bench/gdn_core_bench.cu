@@ -1,0 +1,262 @@
+// Benchmark of the CUDA GDN chunk core: forward and forward+backward time (CUDA events,
+// warm-up, median of repeats), TFLOP/s with MATH.md section 9's FLOP counts, per-stage
+// times and device memory. bf16, dk = dv = 128, C = 64. Backward is timed both ways: the
+// default (recomputes Pre and the forward sweep) and with GdnCudaConfig::saved_forward.
+//
+//   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
+//                  [--value-tile 0] [--json FILE]
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/gdn_core_cuda.h"
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+using stateflow::GdnDims;
+
+#define CK(x)                                                                                      \
+  do {                                                                                             \
+    cudaError_t e_ = (x);                                                                          \
+    if (e_ != cudaSuccess) {                                                                       \
+      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
+      std::exit(1);                                                                                \
+    }                                                                                              \
+  } while (0)
+
+__device__ float hash_uniform(uint64_t i, uint64_t seed) {  // (0, 1)
+  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  z ^= z >> 31;
+  return (float(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
+}
+__device__ float hash_normal(uint64_t i, uint64_t seed) {
+  return sqrtf(-2.f * logf(hash_uniform(2 * i, seed))) * cospif(2.f * hash_uniform(2 * i + 1, seed));
+}
+
+// One warp per row of 128: normal entries, l2-normalised when unit (q, k), else as drawn (v, dO).
+__global__ void init_rows(bf16* x, int64_t rows, uint64_t seed, bool unit) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  float v[4], n2 = 0.f;
+  for (int j = 0; j < 4; ++j) v[j] = hash_normal(row * 128 + lane * 4 + j, seed), n2 += v[j] * v[j];
+  for (int o = 16; o > 0; o >>= 1) n2 += __shfl_xor_sync(0xffffffffu, n2, o);
+  const float f = unit ? rsqrtf(n2 + 1e-6f) : 1.f;
+  for (int j = 0; j < 4; ++j) x[row * 128 + lane * 4 + j] = __float2bfloat16(v[j] * f);
+}
+
+// beta = sigmoid(N), g = -A softplus(N + dt_bias) with per-head A in [1, 16], dt in [0.001, 0.1].
+__global__ void init_gates(float* beta, float* g, int64_t n, int heads, uint64_t seed) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int h = int(i % heads);
+  const float A = 1.f + 15.f * hash_uniform(h, seed + 7), dt = 0.001f + 0.099f * hash_uniform(h, seed + 8);
+  const float dt_bias = logf(expm1f(dt));
+  beta[i] = 1.f / (1.f + expf(-hash_normal(i, seed)));
+  g[i] = -A * log1pf(expf(hash_normal(i, seed + 1) + dt_bias));
+}
+
+__global__ void init_normal_f32(float* x, int64_t n, float scale, uint64_t seed) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = scale * hash_normal(i, seed);
+}
+
+__global__ void count_nonfinite(const bf16* x, int64_t n, unsigned long long* bad) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && !isfinite(__bfloat162float(x[i]))) atomicAdd(bad, 1ull);  // a count, not a gradient
+}
+
+template <class T>
+T* dalloc(size_t n, size_t& total) {
+  T* p = nullptr;
+  CK(cudaMalloc(&p, n * sizeof(T)));
+  total += n * sizeof(T);
+  return p;
+}
+
+unsigned blocks(int64_t n, int t) { return unsigned((n + t - 1) / t); }
+
+float median(std::vector<float> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+struct Result {
+  int64_t len;
+  float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, stage_ms[11];  // Pre ST Out | B1 B2 B3 B4 | same, saved
+  double fwd_tflops, fwdbwd_tflops, fwdbwd_saved_tflops, workspace_gib, total_gib, meminfo_gib;
+  unsigned long long nonfinite;
+};
+
+Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
+  GdnDims d;
+  d.batch = B, d.heads = H, d.len = T, d.dk = 128, d.dv = 128, d.block = 64, d.scale = 1.0 / std::sqrt(128.0);
+  const int64_t nt = B * T * H, nk = nt * 128, ns = B * H * 128 * 128;
+  size_t free0 = 0, free1 = 0, tot = 0, bytes = 0;
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemGetInfo(&free0, &tot));
+  bf16 *q = dalloc<bf16>(nk, bytes), *k = dalloc<bf16>(nk, bytes), *v = dalloc<bf16>(nk, bytes);
+  bf16 *dO = dalloc<bf16>(nk, bytes), *o = dalloc<bf16>(nk, bytes);
+  bf16 *dq = dalloc<bf16>(nk, bytes), *dk = dalloc<bf16>(nk, bytes), *dv = dalloc<bf16>(nk, bytes);
+  float *beta = dalloc<float>(nt, bytes), *g = dalloc<float>(nt, bytes), *dbeta = dalloc<float>(nt, bytes),
+        *dg = dalloc<float>(nt, bytes);
+  float *S_in = dalloc<float>(ns, bytes), *S_out = dalloc<float>(ns, bytes), *dS_out = dalloc<float>(ns, bytes),
+        *dS_in = dalloc<float>(ns, bytes);
+  const size_t ws_bytes = stateflow::gdn_cuda_workspace_bytes(d);
+  char* ws = dalloc<char>(ws_bytes, bytes);
+  unsigned long long* bad = dalloc<unsigned long long>(1, bytes);
+  init_rows<<<blocks(nt * 32, 256), 256>>>(q, nt, 1, true);
+  init_rows<<<blocks(nt * 32, 256), 256>>>(k, nt, 2, true);
+  init_rows<<<blocks(nt * 32, 256), 256>>>(v, nt, 3, false);
+  init_rows<<<blocks(nt * 32, 256), 256>>>(dO, nt, 4, false);
+  init_gates<<<blocks(nt, 256), 256>>>(beta, g, nt, int(H), 5);
+  init_normal_f32<<<blocks(ns, 256), 256>>>(S_in, ns, 0.5f, 6);
+  init_normal_f32<<<blocks(ns, 256), 256>>>(dS_out, ns, 1.f, 7);
+  CK(cudaGetLastError());
+  CK(cudaDeviceSynchronize());
+  CK(cudaMemGetInfo(&free1, &tot));
+
+  stateflow::GdnCudaConfig cfg;
+  cfg.value_tile = value_tile;
+  auto fwd = [&] { stateflow::gdn_chunk_forward_cuda(d, q, k, v, beta, g, S_in, o, S_out, ws, nullptr, cfg); };
+  stateflow::GdnCudaConfig saved = cfg;
+  saved.saved_forward = true;
+  auto bwd = [&](const stateflow::GdnCudaConfig& c) {
+    stateflow::gdn_chunk_backward_cuda(d, q, k, v, beta, g, S_in, dO, dS_out, dq, dk, dv, dbeta, dg, dS_in, ws,
+                                       nullptr, c);
+  };
+  cudaEvent_t e0, e1;
+  CK(cudaEventCreate(&e0));
+  CK(cudaEventCreate(&e1));
+  auto time_it = [&](auto&& f) {
+    for (int i = 0; i < 3; ++i) f();
+    std::vector<float> ms;
+    for (int i = 0; i < reps; ++i) {
+      CK(cudaEventRecord(e0));
+      f();
+      CK(cudaEventRecord(e1));
+      CK(cudaEventSynchronize(e1));
+      float t = 0;
+      CK(cudaEventElapsedTime(&t, e0, e1));
+      ms.push_back(t);
+    }
+    return median(ms);
+  };
+  Result r{};
+  r.len = T;
+  r.fwd_ms = time_it(fwd);
+  r.fwdbwd_ms = time_it([&] { fwd(), bwd(cfg); });
+  r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd(saved); });
+  stateflow::GdnCudaConfig timed = cfg;  // per-stage times: one synchronised run of each
+  timed.stage_ms = r.stage_ms;
+  stateflow::gdn_chunk_forward_cuda(d, q, k, v, beta, g, S_in, o, S_out, ws, nullptr, timed);
+  timed.stage_ms = r.stage_ms + 3;
+  bwd(timed);
+  timed.stage_ms = r.stage_ms + 7;
+  timed.saved_forward = true;
+  bwd(timed);
+  CK(cudaMemset(bad, 0, sizeof(*bad)));
+  for (bf16* x : {o, dq, dk, dv}) count_nonfinite<<<blocks(nk, 256), 256>>>(x, nk, bad);
+  CK(cudaMemcpy(&r.nonfinite, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
+
+  const double C = 64, dkk = 128, dvv = 128;  // MATH.md section 9, per value head per token
+  const double f_fwd = 6 * dkk * dvv + 2 * C * (3 * dkk + 2 * dvv) + 2 * C * C / 3;
+  const double f_bwd = 18 * dkk * dvv + 18 * C * dkk + 10 * C * dvv + 4 * C * C;
+  r.fwd_tflops = f_fwd * nt / (r.fwd_ms * 1e-3) / 1e12;
+  r.fwdbwd_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_ms * 1e-3) / 1e12;
+  r.fwdbwd_saved_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_saved_ms * 1e-3) / 1e12;
+  r.workspace_gib = ws_bytes / double(1 << 30);
+  r.total_gib = bytes / double(1 << 30);
+  r.meminfo_gib = (free0 - free1) / double(1 << 30);
+  for (void* p : std::initializer_list<void*>{q, k, v, dO, o, dq, dk, dv, beta, g, dbeta, dg, S_in, S_out, dS_out,
+                                              dS_in, ws, bad})
+    CK(cudaFree(p));
+  CK(cudaEventDestroy(e0));
+  CK(cudaEventDestroy(e1));
+  return r;
+}
+
+std::vector<int64_t> parse_list(const char* s) {
+  std::vector<int64_t> v;
+  for (const char* p = s; *p;) {
+    char* end = nullptr;
+    v.push_back(std::strtoll(p, &end, 10));
+    p = *end == ',' ? end + 1 : end;
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int64_t B = 1, H = 16;
+  std::vector<int64_t> lens = {8192, 32768, 131072};
+  int reps = 20, value_tile = 0;
+  const char* json = nullptr;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string a = argv[i];
+    if (a == "--batch") B = std::atoll(argv[i + 1]);
+    else if (a == "--heads") H = std::atoll(argv[i + 1]);
+    else if (a == "--len") lens = parse_list(argv[i + 1]);
+    else if (a == "--reps") reps = std::atoi(argv[i + 1]);
+    else if (a == "--value-tile") value_tile = std::atoi(argv[i + 1]);
+    else if (a == "--json") json = argv[i + 1];
+    else {
+      std::fprintf(stderr, "unknown option %s (see the header of gdn_core_bench.cu)\n", argv[i]);
+      return 2;
+    }
+  }
+  cudaDeviceProp prop{};
+  CK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("GDN core (CUDA) benchmark on %s (%d SMs): bf16, batch %lld, heads %lld, dk = dv = 128, C = 64, "
+              "value tile %s, median of %d\n",
+              prop.name, prop.multiProcessorCount, (long long)B, (long long)H,
+              value_tile ? std::to_string(value_tile).c_str() : "auto", reps);
+  std::vector<Result> res;
+  for (int64_t T : lens) res.push_back(run(B, H, T, reps, value_tile));
+  std::printf("\n%8s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "fwd ms",
+              "TFLOP/s", "f+b ms", "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4",
+              "sv B2 B3    B4", "wsGiB", "allGiB", "memGiB", "nonfinite");
+  for (const Result& r : res)
+    std::printf("%8lld | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
+                "%5.3f %5.3f %5.3f | %6.2f %6.2f %6.2f | %llu\n",
+                (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
+                r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
+                r.total_gib, r.meminfo_gib, r.nonfinite);
+  if (json) {
+    FILE* f = std::fopen(json, "w");
+    if (!f) {
+      std::fprintf(stderr, "cannot write %s\n", json);
+      return 1;
+    }
+    std::fprintf(f, "{\"device\": \"%s\", \"batch\": %lld, \"heads\": %lld, \"value_tile\": %d, \"results\": [\n",
+                 prop.name, (long long)B, (long long)H, value_tile);
+    for (size_t i = 0; i < res.size(); ++i) {
+      const Result& r = res[i];
+      std::fprintf(f,
+                   "  {\"len\": %lld, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
+                   "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, "
+                   "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
+                   "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f}, "
+                   "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu}%s\n",
+                   (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                   r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
+                   r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
+                   r.total_gib, r.nonfinite, i + 1 < res.size() ? "," : "");
+    }
+    std::fprintf(f, "]}\n");
+    std::fclose(f);
+  }
+  return 0;
+}

@@ -1,0 +1,70 @@
+// Gated DeltaNet chunk core on NVIDIA GPUs (Hopper first): the chunkwise WY algorithm of
+// MATH.md sections 3-4 with the semantics and layouts of the CPU API (kernels/cpu/gdn_core.h),
+// bf16 storage for the per-token vectors and fp32 for everything else.
+//
+//   q, k, dq, dk      bf16 [batch, len, heads, dk]
+//   v, o, dO, dv      bf16 [batch, len, heads, dv]
+//   beta, g, dbeta, dg fp32 [batch, len, heads]
+//   S_in, S_out, dS_out, dS_in  fp32 [batch, heads, dv, dk]   (value-major)
+// S_in == nullptr means a zero state, dS_out == nullptr a zero gradient; S_out may be nullptr
+// when the caller does not need it. Outputs are overwritten.
+//
+// Supported: dk = dv = 128, sub-chunk size (GdnDims::block) C = 64, any len >= 1.
+// All matrix products run on tensor cores with bf16 operands and fp32 accumulation; the
+// running state and its gradient stay fp32 in registers across the whole sequence. No
+// floating-point atomics: results are bitwise repeatable, and splitting a sequence at a
+// multiple of C (passing S_out -> S_in and dS_in -> dS_out unrounded) is bitwise neutral.
+//
+// Stages (one kernel each):
+//   forward:  Pre (parallel over sub-chunks: G, T = (I+A)^-1, W, U)
+//             ST  (sequential over sub-chunks, parallel over batch x heads x dv/BV tiles)
+//             Out (parallel over sub-chunks)
+//   backward: B1  Pre again (skipped when saved_forward)
+//             B2  dV_new_local = P^T dO (parallel)
+//             B3  the reverse dS sweep (sequential like ST); when nothing was kept a second
+//                 warpgroup per block re-runs the forward sweep (B1') beside it
+//             B4  all remaining gradients (parallel)
+// Forward leaves in the workspace, per sub-chunk: G (fp32), T, W, U, V_new and the entering
+// state (bf16). Backward either recomputes all of it (default: the workspace may have been
+// reused in between; only the inputs and S_in are needed, MATH.md 4.1) or, with
+// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'.
+// Workspace: gdn_cuda_workspace_bytes() bytes of global memory,
+// 4 dk dv / C + 2 dk + 6 dv + 2 C + 4 bytes per token and head (2180 at dk = dv = 128:
+// 1.06 GiB for 32K tokens x 16 heads).
+#pragma once
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/cpu/gdn_core.h"
+
+namespace stateflow {
+
+struct GdnCudaConfig {
+  // Width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the widest tile
+  // that still gives at least one block per SM. The backward sweeps use BV = 16.
+  int value_tile = 0;
+  // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
+  // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
+  bool saved_forward = false;
+  // When non-null: synchronises after each stage and writes its time in ms here (forward:
+  // 3 entries Pre, ST, Out; backward: 4 entries B1 (0 when skipped), B2, B3, B4). For benchmarks.
+  float* stage_ms = nullptr;
+};
+
+// Bytes of device workspace both calls need for dims d (the backward need; forward uses part).
+size_t gdn_cuda_workspace_bytes(const GdnDims& d);
+
+void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                            const __nv_bfloat16* v, const float* beta, const float* g, const float* S_in,
+                            __nv_bfloat16* o, float* S_out, void* workspace, cudaStream_t stream,
+                            const GdnCudaConfig& cfg = {});
+
+void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                             const __nv_bfloat16* v, const float* beta, const float* g, const float* S_in,
+                             const __nv_bfloat16* dO, const float* dS_out, __nv_bfloat16* dq, __nv_bfloat16* dk,
+                             __nv_bfloat16* dv, float* dbeta, float* dg, float* dS_in, void* workspace,
+                             cudaStream_t stream, const GdnCudaConfig& cfg = {});
+
+}  // namespace stateflow

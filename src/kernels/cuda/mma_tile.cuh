@@ -1,0 +1,211 @@
+// Warp-level bf16 tensor-core tiles for the CUDA kernels: shared-memory tiles, cp.async
+// loads, ldmatrix fragment loads and mma.sync m16n8k16 (bf16 in, fp32 accumulate).
+//
+// A product acc(WM x WN) += A(WM x K) * B(K x WN) reads both operands from shared memory.
+// Each operand is stored row-major in one of two orientations, so transposed products need
+// no copies: Lay::Row means element (i, j) of the operand sits at row i, column j of its
+// tile; Lay::Col means it sits at row j, column i (the tile holds the transpose).
+#pragma once
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+namespace stateflow::cuda {
+
+using bf16 = __nv_bfloat16;
+
+// A rows x cols bf16 tile in shared memory. Rows are padded by 16 bytes so that the eight
+// 16-byte rows one ldmatrix reads fall into distinct banks.
+template <int ROWS, int COLS>
+struct Tile {
+  static_assert(COLS % 8 == 0, "tile rows must be whole 16-byte chunks");
+  static constexpr int rows = ROWS, cols = COLS, ld = COLS + 8;
+  static constexpr int bytes = ROWS * ld * 2;
+  bf16* p;
+  __device__ bf16* at(int r, int c) const { return p + r * ld + c; }
+};
+
+__device__ inline uint32_t smem_u32(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte asynchronous global->shared copy; valid == false writes 16 zero bytes instead.
+__device__ inline void cp_async16(void* smem, const void* gmem, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
+               "r"(valid ? 16 : 0));
+}
+__device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
+// Waits until at most N of this thread's most recent commit groups are still in flight.
+template <int N>
+__device__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Barrier over the n threads (a multiple of 32) of one group of warps (ids 1..15; 0 is __syncthreads).
+__device__ inline void group_sync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n) : "memory"); }
+
+// Loads rows [0, n_valid) of a tile from global memory (row r at g + r * gstride elements,
+// 16-byte aligned) and zero-fills the rest; NT threads cooperate, tid in [0, NT).
+template <int NT, class T>
+__device__ void load_tile_async(T tile, const bf16* g, int64_t gstride, int n_valid, int tid) {
+  constexpr int chunks = T::cols / 8;
+  for (int i = tid; i < T::rows * chunks; i += NT) {
+    const int r = i / chunks, c = (i % chunks) * 8;
+    const bool ok = r < n_valid;
+    cp_async16(tile.at(r, c), ok ? g + r * gstride + c : g, ok);
+  }
+}
+
+// n fp32 values (n a multiple of 4, 16-byte aligned at both ends).
+template <int NT>
+__device__ void load_floats_async(float* s, const float* g, int n, int tid) {
+  for (int i = tid; i < n / 4; i += NT) cp_async16(s + 4 * i, g + 4 * i, true);
+}
+
+enum class Lay { Row, Col };
+
+__device__ inline void ldmatrix_x4(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ inline void ldmatrix_x4_trans(uint32_t (&r)[4], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ inline void ldmatrix_x2(uint32_t (&r)[2], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_u32(p)));
+}
+__device__ inline void ldmatrix_x2_trans(uint32_t (&r)[2], const bf16* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(smem_u32(p)));
+}
+
+__device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// A fragment (16 x 16 at rows m0, columns k0 of the operand).
+template <Lay LA, class T>
+__device__ void load_a(uint32_t (&r)[4], T t, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+  if constexpr (LA == Lay::Row) {
+    ldmatrix_x4(r, t.at(m0 + (l & 15), k0 + (l >> 4) * 8));
+  } else {
+    const int j = l >> 3;
+    ldmatrix_x4_trans(r, t.at(k0 + (l & 7) + (j >> 1) * 8, m0 + (j & 1) * 8));
+  }
+}
+
+// B fragments of two 16 x 8 tiles (columns n0 and n0 + 8): r[0..1] and r[2..3].
+template <Lay LB, class T>
+__device__ void load_b2(uint32_t (&r)[4], T t, int n0, int k0) {
+  const int l = threadIdx.x & 31;
+  if constexpr (LB == Lay::Col) {
+    ldmatrix_x4(r, t.at(n0 + (l & 7) + (l >> 4) * 8, k0 + ((l >> 3) & 1) * 8));
+  } else {
+    const int j = l >> 3;
+    ldmatrix_x4_trans(r, t.at(k0 + (l & 7) + (j & 1) * 8, n0 + (j >> 1) * 8));
+  }
+}
+
+// B fragment of one 16 x 8 tile.
+template <Lay LB, class T>
+__device__ void load_b1(uint32_t (&r)[2], T t, int n0, int k0) {
+  const int l = threadIdx.x & 15;
+  if constexpr (LB == Lay::Col) {
+    ldmatrix_x2(r, t.at(n0 + (l & 7), k0 + (l >> 3) * 8));
+  } else {
+    ldmatrix_x2_trans(r, t.at(k0 + (l & 7) + (l >> 3) * 8, n0));
+  }
+}
+
+// One warp's fp32 accumulator of a WM x WN output tile, in the mma.sync register layout.
+template <int WM, int WN>
+struct Frag {
+  static_assert(WM % 16 == 0 && WN % 8 == 0, "warp tiles are made of 16 x 8 mma tiles");
+  static constexpr int MT = WM / 16, NT = WN / 8;
+  float x[MT][NT][4];
+
+  __device__ void fill(float v) {
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) x[i][j][e] = v;
+  }
+  // f(row, col, value&) for the elements this thread holds (coordinates inside the tile).
+  template <class F>
+  __device__ void each(F&& f) {
+    const int l = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) f(i * 16 + (l >> 2) + (e >> 1) * 8, j * 8 + 2 * (l & 3) + (e & 1), x[i][j][e]);
+  }
+  // f(row, col, v0&, v1&) for horizontally adjacent pairs (col, col + 1).
+  template <class F>
+  __device__ void each_pair(F&& f) {
+    const int l = threadIdx.x & 31;
+#pragma unroll
+    for (int i = 0; i < MT; ++i)
+#pragma unroll
+      for (int j = 0; j < NT; ++j)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) f(i * 16 + (l >> 2) + h * 8, j * 8 + 2 * (l & 3), x[i][j][2 * h], x[i][j][2 * h + 1]);
+  }
+};
+
+// acc += A[m0 : m0+WM, 0:K] * B[0:K, n0 : n0+WN]  (operand orientations LA, LB).
+template <int K, Lay LA, Lay LB, int WM, int WN, class TA, class TB>
+__device__ void mma_acc(Frag<WM, WN>& acc, TA a, int m0, TB b, int n0) {
+  static_assert(K % 16 == 0, "K must be a multiple of 16");
+  constexpr int MT = WM / 16, NT = WN / 8;
+#pragma unroll
+  for (int k0 = 0; k0 < K; k0 += 16) {
+    uint32_t af[MT][4];
+#pragma unroll
+    for (int i = 0; i < MT; ++i) load_a<LA>(af[i], a, m0 + 16 * i, k0);
+#pragma unroll
+    for (int j = 0; j + 1 < NT; j += 2) {
+      uint32_t bf[4];
+      load_b2<LB>(bf, b, n0 + 8 * j, k0);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) {
+        mma_bf16(acc.x[i][j], af[i], bf[0], bf[1]);
+        mma_bf16(acc.x[i][j + 1], af[i], bf[2], bf[3]);
+      }
+    }
+    if constexpr (NT % 2 == 1) {
+      uint32_t bf[2];
+      load_b1<LB>(bf, b, n0 + 8 * (NT - 1), k0);
+#pragma unroll
+      for (int i = 0; i < MT; ++i) mma_bf16(acc.x[i][NT - 1], af[i], bf[0], bf[1]);
+    }
+  }
+}
+
+__device__ inline float bf(bf16 x) { return __bfloat162float(x); }
+__device__ inline void put2(bf16* p, float a, float b) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+
+// Sum over a warp's quad (the 4 lanes holding one accumulator row); the same order in every lane.
+__device__ inline float quad_sum(float s) {
+  s += __shfl_xor_sync(0xffffffffu, s, 1);
+  s += __shfl_xor_sync(0xffffffffu, s, 2);
+  return s;
+}
+
+}  // namespace stateflow::cuda

@@ -1,0 +1,357 @@
+// GPU GDN chunk core vs the float64 token recurrence on the same bf16-rounded inputs, plus the
+// StateFlow properties: splits at multiples of C are bitwise neutral, other splits stay within
+// 2x the unsplit error, and every call is bitwise repeatable. Skips when no GPU is present.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "kernels/cpu/gdn_core.h"
+#include "kernels/cuda/gdn_core_cuda.h"
+#include "test_util.h"
+
+namespace stateflow {
+namespace {
+
+using testing::fresh_seed;
+using testing::rel_err;
+using bf16 = __nv_bfloat16;
+using Vec = std::vector<double>;
+
+constexpr int64_t DK = 128, DV = 128, C = 64;
+
+std::string gpu_missing() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
+  if (n == 0) return "no CUDA device";
+  return "";
+}
+
+#define SKIP_WITHOUT_GPU()                                          \
+  do {                                                              \
+    const std::string why = gpu_missing();                          \
+    if (!why.empty()) GTEST_SKIP() << why << " (GPU test skipped)"; \
+  } while (0)
+
+
+// Device copy of a host vector (converted to bf16 or float), freed at scope end.
+template <class T>
+struct Dev {
+  T* p = nullptr;
+  size_t n = 0;
+  explicit Dev(size_t n_) : n(n_) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess); }
+  Dev(const Vec& h) : Dev(h.size()) { upload(h); }
+  Dev(const Dev&) = delete;
+  ~Dev() { cudaFree(p); }
+  void upload(const Vec& h) {
+    std::vector<T> t(h.size());
+    for (size_t i = 0; i < h.size(); ++i) t[i] = T(float(h[i]));
+    EXPECT_EQ(cudaMemcpy(p, t.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  void poison() {  // NaN everywhere, so an element the kernel never writes shows up
+    std::vector<T> t(n, T(std::numeric_limits<float>::quiet_NaN()));
+    EXPECT_EQ(cudaMemcpy(p, t.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  std::vector<T> raw() const {
+    std::vector<T> t(n);
+    EXPECT_EQ(cudaMemcpy(t.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return t;
+  }
+  Vec get() const {
+    Vec h;
+    for (T x : raw()) h.push_back(double(float(x)));
+    return h;
+  }
+};
+
+double round_bf16(double x) { return double(__bfloat162float(__float2bfloat16(float(x)))); }
+
+// One problem: inputs already rounded to what the GPU stores (bf16 vectors, fp32 scalars).
+struct Problem {
+  GdnDims d;
+  Vec q, k, v, beta, g, S_in, dO, dS_out;
+};
+
+Problem make_problem(Rng& rng, int64_t B, int64_t T, int64_t H) {
+  Problem p;
+  p.d.batch = B, p.d.len = T, p.d.heads = H, p.d.dk = DK, p.d.dv = DV, p.d.block = C;
+  p.d.scale = 1.0 / std::sqrt(double(DK));
+  auto unit_rows = [&](int64_t rows, int64_t width) {  // l2-normalised rows, like the layer's q, k
+    Vec x(rows * width);
+    for (int64_t r = 0; r < rows; ++r) {
+      double n2 = 0;
+      for (int64_t j = 0; j < width; ++j) n2 += (x[r * width + j] = rng.normal()) * x[r * width + j];
+      for (int64_t j = 0; j < width; ++j) x[r * width + j] = round_bf16(x[r * width + j] / std::sqrt(n2 + 1e-6));
+    }
+    return x;
+  };
+  auto normal = [&](int64_t n, double scale, bool bf) {
+    Vec x(n);
+    for (auto& e : x) e = bf ? round_bf16(scale * rng.normal()) : double(float(scale * rng.normal()));
+    return x;
+  };
+  p.q = unit_rows(B * T * H, DK);
+  p.k = unit_rows(B * T * H, DK);
+  p.v = normal(B * T * H * DV, 1.0, true);
+  p.dO = normal(B * T * H * DV, 1.0, true);
+  p.S_in = normal(B * H * DV * DK, 0.5, false);
+  p.dS_out = normal(B * H * DV * DK, 1.0, false);
+  // Gates as the layer makes them (MATH.md 2): beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias).
+  Vec A_log(H), dt_bias(H);
+  for (int64_t h = 0; h < H; ++h) A_log[h] = std::log(rng.uniform(1, 16)), dt_bias[h] = std::log(std::expm1(rng.uniform(0.001, 0.1)));
+  p.beta.resize(B * T * H);
+  p.g.resize(B * T * H);
+  for (int64_t i = 0; i < B * T * H; ++i) {
+    const int64_t h = i % H;
+    p.beta[i] = double(float(1 / (1 + std::exp(-rng.normal()))));
+    p.g[i] = double(float(-std::exp(A_log[h]) * std::log1p(std::exp(rng.normal() + dt_bias[h]))));
+  }
+  return p;
+}
+
+// Tokens [t0, t1) of a [B, T, H, w] tensor.
+Vec slice_time(const Vec& x, const GdnDims& d, int64_t w, int64_t t0, int64_t t1) {
+  Vec y;
+  for (int64_t b = 0; b < d.batch; ++b)
+    y.insert(y.end(), x.begin() + ((b * d.len + t0) * d.heads) * w, x.begin() + ((b * d.len + t1) * d.heads) * w);
+  return y;
+}
+
+Problem slice(const Problem& p, int64_t t0, int64_t t1) {
+  Problem s = p;
+  s.d.len = t1 - t0;
+  s.q = slice_time(p.q, p.d, DK, t0, t1), s.k = slice_time(p.k, p.d, DK, t0, t1);
+  s.v = slice_time(p.v, p.d, DV, t0, t1), s.dO = slice_time(p.dO, p.d, DV, t0, t1);
+  s.beta = slice_time(p.beta, p.d, 1, t0, t1), s.g = slice_time(p.g, p.d, 1, t0, t1);
+  return s;
+}
+
+// The CPU float64 token recurrence (kernels/cpu/gdn_core.h) on the same rounded inputs.
+struct Ref {
+  Vec o, S_out, dq, dk, dv, dbeta, dg, dS_in;
+};
+
+Ref reference(const Problem& p) {
+  Ref r{Vec(p.v.size()), Vec(p.S_in.size()), Vec(p.q.size()), Vec(p.k.size()), Vec(p.v.size()),
+        Vec(p.beta.size()), Vec(p.g.size()), Vec(p.S_in.size())};
+  gdn_recurrent_forward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
+                                r.o.data(), r.S_out.data());
+  gdn_recurrent_backward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
+                                 p.dO.data(), p.dS_out.data(), r.dq.data(), r.dk.data(), r.dv.data(), r.dbeta.data(),
+                                 r.dg.data(), r.dS_in.data());
+  return r;
+}
+
+// Runs forward and backward on the GPU (outputs poisoned with NaN first).
+struct Gpu {
+  Vec o, S_out, dq, dk, dv, dbeta, dg, dS_in;
+  std::vector<bf16> raw_o, raw_dq, raw_dk, raw_dv;  // for bitwise comparisons
+};
+
+struct RunOptions {
+  bool with_S_in = true, with_dS_out = true;
+  GdnCudaConfig cfg;
+};
+
+Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
+  const GdnDims& d = p.d;
+  Dev<bf16> q(p.q), k(p.k), v(p.v), dO(p.dO);
+  Dev<float> beta(p.beta), g(p.g), S_in(p.S_in), dS_out(p.dS_out);
+  Dev<bf16> o(p.v.size()), dq(p.q.size()), dk(p.k.size()), dv(p.v.size());
+  Dev<float> S_out(p.S_in.size()), dbeta(p.beta.size()), dg(p.g.size()), dS_in(p.S_in.size());
+  for (auto* x : {&o, &dq, &dk, &dv}) x->poison();
+  for (auto* x : {&S_out, &dbeta, &dg, &dS_in}) x->poison();
+  Dev<char> ws(gdn_cuda_workspace_bytes(d));
+  const float* s_in = opt.with_S_in ? S_in.p : nullptr;
+  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, opt.cfg);
+  gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, dO.p, opt.with_dS_out ? dS_out.p : nullptr, dq.p, dk.p,
+                          dv.p, dbeta.p, dg.p, dS_in.p, ws.p, nullptr, opt.cfg);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  Gpu r{o.get(), S_out.get(), dq.get(), dk.get(), dv.get(), dbeta.get(), dg.get(), dS_in.get()};
+  r.raw_o = o.raw(), r.raw_dq = dq.raw(), r.raw_dk = dk.raw(), r.raw_dv = dv.raw();
+  return r;
+}
+
+bool has_nan(const Vec& x) {
+  for (double e : x)
+    if (std::isnan(e)) return true;
+  return false;
+}
+
+template <class T>
+bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// Named error of every output against the reference.
+std::vector<std::pair<const char*, double>> errors(const Gpu& x, const Ref& r) {
+  return {{"o", rel_err(x.o, r.o)},       {"S_out", rel_err(x.S_out, r.S_out)}, {"dq", rel_err(x.dq, r.dq)},
+          {"dk", rel_err(x.dk, r.dk)},    {"dv", rel_err(x.dv, r.dv)},          {"dbeta", rel_err(x.dbeta, r.dbeta)},
+          {"dg", rel_err(x.dg, r.dg)},    {"dS_in", rel_err(x.dS_in, r.dS_in)}};
+}
+
+// bf16 operands put every output at ~1e-3..1e-2 of its largest entry; per-token scalar
+// gradients (dg, dbeta) sum many such terms and get the looser bound.
+double tolerance(const std::string& name) { return name == "dg" || name == "dbeta" ? 3e-2 : 1.5e-2; }
+
+TEST(GdnCoreCuda, MatchesFloat64RecurrenceWithStatesAndShortTail) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 200, 3);  // 200 = 3 * 64 + 8: short last sub-chunk
+  const Ref ref = reference(p);
+  const Gpu gpu = run_gpu(p);
+  const Vec* all[] = {&gpu.o, &gpu.S_out, &gpu.dq, &gpu.dk, &gpu.dv, &gpu.dbeta, &gpu.dg, &gpu.dS_in};
+  for (const Vec* x : all) EXPECT_FALSE(has_nan(*x)) << "NaN (unwritten or overflowed) output";
+  for (auto [name, err] : errors(gpu, ref)) {
+    std::printf("  %-6s rel err vs fp64 %.3e\n", name, err);
+    EXPECT_LE(err, tolerance(name)) << name;
+    EXPECT_GE(err, 1e-6) << name << ": suspiciously exact for bf16 operands";
+  }
+}
+
+TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryValueTileAgrees) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  Problem p = make_problem(rng, 1, 150, 2);
+  RunOptions null_opt;
+  null_opt.with_S_in = null_opt.with_dS_out = false;
+  const Gpu null_states = run_gpu(p, null_opt);
+  std::fill(p.S_in.begin(), p.S_in.end(), 0.0);
+  std::fill(p.dS_out.begin(), p.dS_out.end(), 0.0);
+  const Ref ref = reference(p);
+  for (int bv : {16, 32, 64}) {
+    RunOptions opt;
+    opt.cfg.value_tile = bv;
+    const Gpu gpu = run_gpu(p, opt);
+    EXPECT_TRUE(bitwise_equal(gpu.raw_o, null_states.raw_o)) << "value tile " << bv;
+    for (auto [name, err] : errors(gpu, ref)) EXPECT_LE(err, tolerance(name)) << name << ", value tile " << bv;
+  }
+  for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", null states";
+}
+
+// Runs the pieces [0, cut_1), [cut_1, cut_2), ... as StateFlow chunks: forward passes
+// S_out -> S_in left to right, backward dS_in -> dS_out right to left.
+Gpu run_split(const Problem& p, const std::vector<int64_t>& cuts) {
+  std::vector<int64_t> edges = {0};
+  edges.insert(edges.end(), cuts.begin(), cuts.end());
+  edges.push_back(p.d.len);
+  const size_t n = edges.size() - 1;
+  std::vector<Problem> parts;
+  for (size_t i = 0; i < n; ++i) parts.push_back(slice(p, edges[i], edges[i + 1]));
+  std::vector<Gpu> out(n);
+  for (size_t i = 0; i < n; ++i) {  // forward chain (the backward results of this pass are discarded)
+    if (i > 0) parts[i].S_in = out[i - 1].S_out;
+    out[i] = run_gpu(parts[i]);
+  }
+  for (size_t i = n; i-- > 0;) {  // backward chain
+    if (i + 1 < n) parts[i].dS_out = out[i + 1].dS_in;
+    out[i] = run_gpu(parts[i]);
+  }
+  Gpu all;
+  for (int64_t b = 0; b < p.d.batch; ++b)  // re-assemble [B, T, H, *] from the pieces
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t len = parts[i].d.len, H = p.d.heads;
+      auto append = [&](Vec& dst, const Vec& src, int64_t w) {
+        dst.insert(dst.end(), src.begin() + b * len * H * w, src.begin() + (b + 1) * len * H * w);
+      };
+      auto append_raw = [&](std::vector<bf16>& dst, const std::vector<bf16>& src, int64_t w) {
+        dst.insert(dst.end(), src.begin() + b * len * H * w, src.begin() + (b + 1) * len * H * w);
+      };
+      append(all.o, out[i].o, DV), append(all.dq, out[i].dq, DK), append(all.dk, out[i].dk, DK);
+      append(all.dv, out[i].dv, DV), append(all.dbeta, out[i].dbeta, 1), append(all.dg, out[i].dg, 1);
+      append_raw(all.raw_o, out[i].raw_o, DV), append_raw(all.raw_dq, out[i].raw_dq, DK);
+      append_raw(all.raw_dk, out[i].raw_dk, DK), append_raw(all.raw_dv, out[i].raw_dv, DV);
+    }
+  // Forward state comes from the last piece's forward, dS_in from the first piece's backward.
+  all.S_out = out[n - 1].S_out, all.dS_in = out[0].dS_in;
+  return all;
+}
+
+TEST(GdnCoreCuda, SplitAtMultiplesOfCIsBitwiseNeutral) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 300, 2);
+  const Gpu whole = run_gpu(p);
+  const Gpu split = run_split(p, {128, 192});
+  EXPECT_TRUE(bitwise_equal(split.raw_o, whole.raw_o)) << "o";
+  EXPECT_TRUE(bitwise_equal(split.S_out, whole.S_out)) << "S_out";
+  EXPECT_TRUE(bitwise_equal(split.raw_dq, whole.raw_dq)) << "dq";
+  EXPECT_TRUE(bitwise_equal(split.raw_dk, whole.raw_dk)) << "dk";
+  EXPECT_TRUE(bitwise_equal(split.raw_dv, whole.raw_dv)) << "dv";
+  EXPECT_TRUE(bitwise_equal(split.dbeta, whole.dbeta)) << "dbeta";
+  EXPECT_TRUE(bitwise_equal(split.dg, whole.dg)) << "dg";
+  EXPECT_TRUE(bitwise_equal(split.dS_in, whole.dS_in)) << "dS_in";
+}
+
+TEST(GdnCoreCuda, SplitElsewhereStaysWithinTwiceTheUnsplitError) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 1, 260, 2);
+  const Ref ref = reference(p);
+  const auto e_whole = errors(run_gpu(p), ref);
+  const auto e_split = errors(run_split(p, {37, 42, 150}), ref);  // pieces 37, 5, 108, 110
+  for (size_t i = 0; i < e_whole.size(); ++i) {
+    std::printf("  %-6s unsplit %.3e  split %.3e\n", e_whole[i].first, e_whole[i].second, e_split[i].second);
+    EXPECT_LE(e_split[i].second, 2 * e_whole[i].second + 1e-6) << e_whole[i].first;
+  }
+}
+
+TEST(GdnCoreCuda, RunsAreBitwiseRepeatable) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 1, 517, 4);
+  const Gpu a = run_gpu(p), b = run_gpu(p);
+  EXPECT_TRUE(bitwise_equal(a.raw_o, b.raw_o) && bitwise_equal(a.S_out, b.S_out)) << "forward";
+  EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
+              bitwise_equal(a.raw_dv, b.raw_dv))
+      << "dq, dk, dv";
+  EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
+      << "dbeta, dg, dS_in";
+}
+
+TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  RunOptions saved;
+  saved.cfg.saved_forward = true;
+  const Gpu a = run_gpu(p), b = run_gpu(p, saved);
+  EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
+              bitwise_equal(a.raw_dv, b.raw_dv))
+      << "dq, dk, dv";
+  EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
+      << "dbeta, dg, dS_in";
+  const Ref ref = reference(p);
+  for (auto [name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(name)) << name << ", saved forward";
+}
+
+TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
+  GdnDims d;
+  d.len = 64, d.dk = 64, d.dv = 128;
+  EXPECT_THROW(gdn_cuda_workspace_bytes(d), Error);
+  d.dk = 128, d.block = 32;
+  EXPECT_THROW(gdn_cuda_workspace_bytes(d), Error);
+}
+
+}  // namespace
+}  // namespace stateflow
+

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# On a GPU machine: configure with CUDA (sm_90a + compute_80 PTX), build with ninja, run the CUDA
+# tests and then every test through CTest, then the GDN core benchmark. Logs go to $OUT when set
+# (else build-gpu/logs); a summary table is printed last.
+#   SANITIZE=1  also runs one small GPU test under compute-sanitizer (memcheck, racecheck);
+#               SANITIZE=auto (default) does so when the CUDA tests fail
+#   BENCH_ARGS  extra arguments for gdn_core_bench (e.g. "--len 32768 --reps 50")
+# Where the Debian dev packages the CPU build needs are missing (a bare GPU image), .deb files
+# in .deps/ (apt-get download libgtest-dev libopenblas0-pthread libopenblas-pthread-dev
+# libopenblas-dev libgfortran5 libcli11-dev nlohmann-json3-dev) are unpacked and used instead.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+BUILD=build-gpu
+LOG=${OUT:-$BUILD/logs}
+mkdir -p "$LOG"
+declare -A status
+
+nvidia-smi 2>&1 | tee "$LOG/nvidia-smi.txt"
+
+cmake_args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=90a-real;80-virtual")
+missing=0
+for h in gtest/gtest.h CLI/CLI.hpp nlohmann/json.hpp x86_64-linux-gnu/openblas-pthread/cblas.h; do
+  [[ -f /usr/include/$h ]] || missing=1
+done
+if ((missing)) && compgen -G ".deps/*.deb" >/dev/null; then
+  root=$PWD/.deps/root
+  mkdir -p "$root"
+  for f in .deps/*.deb; do dpkg -x "$f" "$root"; done
+  lib=$root/usr/lib/x86_64-linux-gnu
+  export LD_LIBRARY_PATH=$lib/openblas-pthread:$lib:${LD_LIBRARY_PATH:-}
+  cmake_args+=("-DCMAKE_PREFIX_PATH=$root/usr" "-DCBLAS_INCLUDE_DIR=$root/usr/include/x86_64-linux-gnu/openblas-pthread")
+  echo "gpu-check: using the packages unpacked from .deps/"
+fi
+
+{ cmake "${cmake_args[@]}" && ninja -C "$BUILD" -j "$(nproc)"; } 2>&1 | tee "$LOG/build.log"
+status[build]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+
+if [[ ${status[build]} == ok ]]; then
+  timeout 300 "$BUILD/stateflow_cuda_tests" 2>&1 | tee "$LOG/cuda_tests.log"
+  status[cuda_tests]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  if [[ ${SANITIZE:-auto} == 1 || (${SANITIZE:-auto} == auto && ${status[cuda_tests]} != ok) ]]; then
+    for tool in memcheck racecheck; do
+      timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/stateflow_cuda_tests" \
+        --gtest_filter='*Repeatable*' 2>&1 | tail -40 | tee -a "$LOG/sanitizer.log"
+      status[$tool]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+    done
+  fi
+  ctest --test-dir "$BUILD" --output-on-failure --timeout 300 -j "$(nproc)" 2>&1 | tee "$LOG/ctest.log"
+  status[ctest]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  # shellcheck disable=SC2086
+  timeout 300 "$BUILD/gdn_core_bench" --json "$LOG/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log"
+  status[bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+fi
+
+echo
+echo "================ gpu-check summary ================"
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+for step in build cuda_tests memcheck racecheck ctest bench; do
+  [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
+done
+grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'
+[[ -f $LOG/bench.log ]] && sed -n '/^ *T |/,$p' "$LOG/bench.log"
+for step in "${!status[@]}"; do [[ ${status[$step]} == ok ]] || exit 1; done
