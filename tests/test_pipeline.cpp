@@ -105,15 +105,19 @@ TEST(Pipeline, StashPeakOnStageZeroFollowsTheModel) {
 }
 
 namespace {
-// Wraps a transport and never delivers what its rank sends: that stage looks stalled.
-class SilentTransport : public Transport {
+// Wraps a transport so that its stage stalls: what it sends is never delivered, and a receive
+// hangs (for three timeouts, then gives up) instead of timing out like a live stage would.
+class StalledTransport : public Transport {
  public:
-  explicit SilentTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
+  StalledTransport(std::unique_ptr<Transport> inner, double timeout_s) : inner_(std::move(inner)), timeout_s_(timeout_s) {}
   int rank() const override { return inner_->rank(); }
   int world_size() const override { return inner_->world_size(); }
-  std::string name() const override { return "silent"; }
+  std::string name() const override { return "stalled"; }
   void send(int, const MessageTag&, const Tensor&) override {}
-  Tensor recv(int peer, const MessageTag& tag) override { return inner_->recv(peer, tag); }
+  Tensor recv(int, const MessageTag&) override {
+    std::this_thread::sleep_for(std::chrono::duration<double>(3 * timeout_s_));
+    fail("the stalled stage woke up");
+  }
   double all_reduce_sum(double v) override { return inner_->all_reduce_sum(v); }
   double all_reduce_max(double v) override { return inner_->all_reduce_max(v); }
   void flush() override {}
@@ -121,6 +125,7 @@ class SilentTransport : public Transport {
 
  private:
   std::unique_ptr<Transport> inner_;
+  double timeout_s_;
 };
 }  // namespace
 
@@ -131,7 +136,7 @@ TEST(Pipeline, StalledStageEndsTheStepWithAnErrorNamingIt) {
   pc.stages = 2, pc.chunk_lengths = {8, 8};
   pc.timeout_s = 0.5;
   auto endpoints = make_local_transports(2, pc.timeout_s);
-  endpoints[0] = std::make_unique<SilentTransport>(std::move(endpoints[0]));
+  endpoints[0] = std::make_unique<StalledTransport>(std::move(endpoints[0]), pc.timeout_s);
   Pipeline pipe(pc, std::move(endpoints));
   Batch b = random_batch(rng, 1, 16, pc.model.vocab_size);
   auto t0 = std::chrono::steady_clock::now();
