@@ -35,7 +35,7 @@ void add_bench_command(CLI::App& root) {
     o.dtype = parse_dtype(model->dtype);
     o.data = data->data;
     o.stages = pipe->stages, o.microbatches = pipe->microbatches;
-    o.transport = pipe->transport, o.timeout_s = pipe->timeout_s;
+    o.transport = pipe->transport, o.timeout_s = pipe->timeout_s, o.recompute = pipe->recompute_full();
     o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
     o.schedules.clear();
     std::stringstream ss(*schedules);

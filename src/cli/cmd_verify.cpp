@@ -31,7 +31,7 @@ void add_verify_command(CLI::App& root) {
     o.dtype = parse_dtype(model->dtype);
     o.data = data->data;
     o.stages = pipe->stages, o.microbatches = pipe->microbatches, o.schedule = pipe->schedule;
-    o.transport = pipe->transport, o.timeout_s = pipe->timeout_s;
+    o.transport = pipe->transport, o.timeout_s = pipe->timeout_s, o.recompute = pipe->recompute_full();
     if (pipe->chunks > 0 || !pipe->chunk_lengths.empty()) o.chunkings.push_back(pipe->resolve_chunks(o.seq_len));
     VerifyResult r = run_verify(o);
     print_verify(r, std::cout);

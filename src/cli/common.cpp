@@ -1,5 +1,6 @@
 #include "cli/common.h"
 
+#include "core/error.h"
 #include "train/chunking.h"
 
 namespace stateflow::cli {
@@ -34,6 +35,14 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
       ->capture_default_str();
   app.add_option("--timeout", timeout_s, "Seconds to wait for a peer stage before failing the run")
       ->capture_default_str();
+  app.add_option("--recompute", recompute,
+                 "Activation recomputation: none, or full (keep each layer's input, redo its forward in backward)")
+      ->capture_default_str();
+}
+
+bool PipelineOptions::recompute_full() const {
+  SF_CHECK(recompute == "none" || recompute == "full", "--recompute '", recompute, "': use none or full");
+  return recompute == "full";
 }
 
 std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {

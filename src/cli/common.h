@@ -26,7 +26,9 @@ struct PipelineOptions {
   std::string schedule = "stateflow";
   std::string transport = "local";
   double timeout_s = 120;
+  std::string recompute = "none";
   void add(CLI::App& app, bool with_chunks = true);
+  bool recompute_full() const;  // validates --recompute
   // --chunk-lengths if given, else --chunks nearly-equal chunks of seq_len.
   std::vector<int64_t> resolve_chunks(int64_t seq_len) const;
 };

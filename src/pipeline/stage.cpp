@@ -23,7 +23,7 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
   auto [begin, end] = stage_layer_ranges(cfg.model, cfg.stages).at(rank);
   TrackerScope scope(tracker_);
   model_ = std::make_unique<Model>(cfg.model, cfg.dtype, begin, end);
-  executor_ = std::make_unique<StageExecutor>(model_->layers(), begin);
+  executor_ = std::make_unique<StageExecutor>(model_->layers(), begin, cfg.recompute);
   optimizer_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
 }
 

@@ -26,6 +26,7 @@ struct PipelineConfig {
   AdamWConfig adamw;
   double clip = 1.0;         // global gradient-norm clip (0: off)
   double timeout_s = 120.0;  // transport: longest wait for a peer
+  bool recompute = false;    // full recomputation per layer (keep layer inputs, not stashes)
 };
 
 struct StageStepResult {

@@ -6,13 +6,14 @@
 
 namespace stateflow {
 
-StageExecutor::StageExecutor(std::vector<Layer*> layers, int first_layer)
-    : layers_(std::move(layers)), first_layer_(first_layer) {}
+StageExecutor::StageExecutor(std::vector<Layer*> layers, int first_layer, bool recompute)
+    : layers_(std::move(layers)), first_layer_(first_layer), recompute_(recompute) {}
 
 Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
   auto key = std::make_pair(ctx.microbatch, ctx.chunk);
   SF_CHECK(!stash_.count(key), "unit (", ctx.microbatch, ", ", ctx.chunk, ") forwarded twice");
-  std::vector<std::unique_ptr<Stash>> stashes(layers_.size());
+  UnitStash unit;
+  unit.layers.resize(layers_.size());
   CategoryScope activations(MemCategory::Activations);
   const int64_t before = current_tracker().snapshot().current_of(MemCategory::Activations);
   const bool last_chunk = ctx.chunk == ctx.num_chunks - 1;
@@ -23,12 +24,15 @@ Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
     SF_CHECK(ctx.chunk == 0 || !layers_[i]->stateful() || !in.empty(), "forward of unit (", ctx.microbatch, ", ",
              ctx.chunk, ") before chunk ", ctx.chunk - 1, " on layer ", id, ": chunks must go forward in order");
     State out;
-    h = layers_[i]->forward(ctx, h, in, out, stashes[i]);
+    if (recompute_) unit.inputs.push_back(h), unit.states_in.push_back(in);
+    h = layers_[i]->forward(ctx, h, in, out, unit.layers[i]);
+    if (recompute_) unit.layers[i].reset();
     if (!last_chunk && !out.empty()) states_.put(id, ctx.microbatch, ctx.chunk, std::move(out));
   }
   const int64_t bytes = current_tracker().snapshot().current_of(MemCategory::Activations) - before -
                         (h.category() == MemCategory::Activations ? int64_t(h.nbytes()) : 0);
-  stash_[key] = UnitStash{std::move(stashes), bytes};
+  unit.bytes = bytes;
+  stash_[key] = std::move(unit);
   stash_bytes_ += bytes;
   peak_stash_bytes_ = std::max(peak_stash_bytes_, stash_bytes_);
   return h;
@@ -38,7 +42,9 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
   auto it = stash_.find({ctx.microbatch, ctx.chunk});
   SF_CHECK(it != stash_.end(), "backward of unit (", ctx.microbatch, ", ", ctx.chunk, ") without its forward");
   CategoryScope activations(MemCategory::Activations);
-  auto& stashes = it->second.layers;
+  UnitStash& unit = it->second;
+  ChunkCtx again = ctx;
+  again.stats = nullptr;  // a recomputed forward must not count the loss twice
   Tensor g = dy;
   for (size_t j = layers_.size(); j-- > 0;) {
     const int id = first_layer_ + static_cast<int>(j);
@@ -46,12 +52,17 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
     SF_CHECK(ctx.chunk == ctx.num_chunks - 1 || !layers_[j]->stateful() || !dout.empty(), "backward of unit (",
              ctx.microbatch, ", ", ctx.chunk, ") before chunk ", ctx.chunk + 1,
              ": chunks must go backward in reverse order");
+    if (recompute_) {
+      State discarded;
+      layers_[j]->forward(again, unit.inputs[j], unit.states_in[j], discarded, unit.layers[j]);
+      unit.inputs[j] = Tensor(), unit.states_in[j].clear();
+    }
     State din;
-    g = layers_[j]->backward(ctx, g, dout, din, *stashes[j]);
-    stashes[j].reset();  // this layer's activations are done
+    g = layers_[j]->backward(ctx, g, dout, din, *unit.layers[j]);
+    unit.layers[j].reset();  // this layer's activations are done
     if (ctx.chunk > 0 && !din.empty()) state_grads_.put(id, ctx.microbatch, ctx.chunk - 1, std::move(din));
   }
-  stash_bytes_ -= it->second.bytes;
+  stash_bytes_ -= unit.bytes;
   stash_.erase(it);
   return g;
 }

@@ -3,6 +3,10 @@
 // emits; backward of (m, c) takes the state gradient from chunk c+1, stores the one for
 // chunk c-1, and frees the unit's stash as soon as it ends. The order of the calls is the
 // caller's (a schedule); this class only keeps the bookkeeping right.
+//
+// With recomputation (full, per layer) a unit keeps only each layer's input and entering
+// boundary state; backward runs each layer's forward again to rebuild its stash just
+// before that layer's backward. The results are bitwise those without recomputation.
 #pragma once
 #include <map>
 #include <memory>
@@ -17,7 +21,7 @@ namespace stateflow {
 class StageExecutor {
  public:
   // layers: this stage's slice; first_layer: its index in the whole model (state keys).
-  StageExecutor(std::vector<Layer*> layers, int first_layer);
+  StageExecutor(std::vector<Layer*> layers, int first_layer, bool recompute = false);
   // x: token ids on the first stage, hidden states otherwise. Returns the hidden states for
   // the next stage, or the unit's loss (1 element) on the last stage.
   Tensor forward(const ChunkCtx& ctx, const Tensor& x);
@@ -35,8 +39,11 @@ class StageExecutor {
  private:
   std::vector<Layer*> layers_;
   int first_layer_;
+  bool recompute_;
   struct UnitStash {
     std::vector<std::unique_ptr<Stash>> layers;
+    std::vector<Tensor> inputs;     // recomputation: each layer's input
+    std::vector<State> states_in;   // recomputation: each layer's entering boundary state
     int64_t bytes = 0;
   };
   std::map<std::pair<int, int>, UnitStash> stash_;  // by (m, c)

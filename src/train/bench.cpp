@@ -48,6 +48,7 @@ BenchResult run_bench(const BenchOptions& o) {
     pc.model = o.model, pc.dtype = o.dtype, pc.stages = o.stages, pc.microbatches = o.microbatches;
     pc.schedule = parse_schedule_kind(name);
     pc.timeout_s = o.timeout_s;
+    pc.recompute = o.recompute;
     pc.chunk_lengths = pc.schedule == ScheduleKind::StateFlow ? o.chunk_lengths : std::vector<int64_t>{o.seq_len};
     validate_chunk_lengths(pc.chunk_lengths, o.seq_len);
     auto pipe = make_pipeline(pc, o.transport);
@@ -101,7 +102,7 @@ void print_bench(const BenchResult& r, const BenchOptions& o, std::ostream& os) 
   if (!r.report) return;
   os << "model " << o.model.name << " (" << o.model.num_parameters() << " parameters, " << dtype_name(o.dtype)
      << "), batch " << o.batch << " x " << o.seq_len << " tokens, P=" << o.stages << ", M=" << o.microbatches
-     << ", " << o.transport << " transport, " << o.warmup_steps << " warm-up + " << o.steps << " timed steps\n";
+     << ", " << o.transport << " transport, " << (o.recompute ? "full recomputation, " : "") << o.warmup_steps << " warm-up + " << o.steps << " timed steps\n";
   const BenchRow* base = baseline(r);
   char line[512];
   std::snprintf(line, sizeof line, "%-10s %4s %11s %7s %9s %9s %14s %14s %14s\n", "schedule", "N", "tokens/s",
@@ -132,7 +133,7 @@ void write_bench_json(const BenchResult& r, const BenchOptions& o, const std::st
   j["model"] = o.model.to_json();
   j["dtype"] = dtype_name(o.dtype);
   j["batch"] = o.batch, j["seq_len"] = o.seq_len, j["stages"] = o.stages, j["microbatches"] = o.microbatches;
-  j["transport"] = o.transport, j["warmup_steps"] = o.warmup_steps, j["steps"] = o.steps;
+  j["transport"] = o.transport, j["recompute"] = o.recompute, j["warmup_steps"] = o.warmup_steps, j["steps"] = o.steps;
   const BenchRow* base = baseline(r);
   for (auto& row : r.rows) {
     nlohmann::json jr = {{"schedule", row.schedule},

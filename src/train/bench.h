@@ -25,6 +25,7 @@ struct BenchOptions {
   std::vector<std::string> schedules{"1f1b", "stateflow"};
   std::string transport = "local";
   double timeout_s = 120;
+  bool recompute = false;
   int warmup_steps = 1, steps = 3;
 };
 

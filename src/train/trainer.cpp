@@ -31,6 +31,7 @@ PipelineConfig TrainOptions::pipeline_config() const {
   pc.adamw = adamw;
   pc.clip = clip;
   pc.timeout_s = timeout_s;
+  pc.recompute = recompute;
   return pc;
 }
 
@@ -102,7 +103,7 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
         << "\ndata: " << data_->describe() << "\nbatch " << opts_.batch << " x " << opts_.seq_len << " tokens; "
         << kind_name(pc.schedule) << " schedule over " << pc.stages << " stage(s) (" << opts_.transport
         << " transport), " << pc.microbatches << " microbatch(es), chunks " << format_chunk_lengths(pc.chunk_lengths)
-        << "\n";
+        << (pc.recompute ? ", full recomputation" : "") << "\n";
   std::vector<StepReport> out;
   double window_tokens = 0, window_seconds = 0;
   for (int64_t i = 0; i < opts_.steps; ++i) {

@@ -28,6 +28,7 @@ struct TrainOptions {
   std::string schedule = "stateflow";
   std::string transport = "local";
   double timeout_s = 120;
+  bool recompute = false;
   double lr = 3e-3, min_lr = 3e-4;
   int64_t warmup = 20;
   AdamWConfig adamw;

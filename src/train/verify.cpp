@@ -65,6 +65,7 @@ VerifyResult run_verify(const VerifyOptions& opts) {
   pc.microbatches = opts.microbatches;
   pc.schedule = parse_schedule_kind(opts.schedule);
   pc.timeout_s = opts.timeout_s;
+  pc.recompute = opts.recompute;
   for (auto& [label, lengths] : cases) {
     validate_chunk_lengths(lengths, opts.seq_len);
     pc.chunk_lengths = lengths;

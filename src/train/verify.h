@@ -24,6 +24,7 @@ struct VerifyOptions {
   std::string schedule = "stateflow";
   std::string transport = "local";
   double timeout_s = 120;
+  bool recompute = false;
   std::vector<std::vector<int64_t>> chunkings;  // empty: the built-in set
   double tolerance = 0;                         // 0: 1e-10 for f64, 1e-4 for f32
 };
