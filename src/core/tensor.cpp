@@ -45,34 +45,9 @@ Tensor Tensor::reshape(const Shape& s) const {
   return t;
 }
 
-Tensor Tensor::slice_rows(int64_t begin, int64_t end) const {
-  SF_CHECK(ndim() >= 1 && 0 <= begin && begin <= end && end <= shape_[0], "row slice [", begin, ", ", end,
-           ") out of range for shape ", shape_str(shape_));
-  Tensor t = *this;
-  int64_t row = numel() / std::max<int64_t>(shape_[0], 1);
-  t.offset_ += static_cast<size_t>(begin * row) * dtype_size(dtype_);
-  t.shape_[0] = end - begin;
-  return t;
-}
-
 Tensor Tensor::clone(MemCategory c) const {
   Tensor t = zeros(shape_, dtype_, c);
   if (nbytes()) std::memcpy(t.raw(), raw(), nbytes());
-  return t;
-}
-
-Tensor Tensor::to(DType target) const {
-  if (target == dtype_) return clone();
-  Tensor t = zeros(shape_, target);
-  dispatch_float(dtype_, [&](auto s) {
-    using S = decltype(s);
-    dispatch_float(target, [&](auto d) {
-      using D = decltype(d);
-      const S* src = data<S>();
-      D* dst = t.data<D>();
-      for (int64_t i = 0; i < numel(); ++i) dst[i] = static_cast<D>(src[i]);
-    });
-  });
   return t;
 }
 
@@ -111,12 +86,6 @@ static double to_double_at(const Tensor& t, int64_t i) {
     using T = decltype(z);
     return static_cast<double>(t.data<T>()[i]);
   });
-}
-
-double max_abs(const Tensor& t) {
-  double m = 0;
-  for (int64_t i = 0; i < t.numel(); ++i) m = std::max(m, std::fabs(to_double_at(t, i)));
-  return m;
 }
 
 double max_rel_diff(const Tensor& a, const Tensor& ref) {

@@ -57,17 +57,13 @@ class Tensor {
     return reinterpret_cast<T*>(raw());
   }
   template <class T> const T* data() const { return const_cast<Tensor*>(this)->data<T>(); }
-  void* raw() const { return storage_ ? static_cast<char*>(storage_->data()) + offset_ : nullptr; }
+  void* raw() const { return storage_ ? storage_->data() : nullptr; }
 
   // Same storage, new shape (same element count).
   Tensor reshape(const Shape& s) const;
-  // Rows [begin, end) along dimension 0; shares storage.
-  Tensor slice_rows(int64_t begin, int64_t end) const;
   // A new tensor with a copy of the data, charged to `c`.
   Tensor clone(MemCategory c) const;
   Tensor clone() const { return clone(current_category()); }
-  // Same values in another float dtype (copy).
-  Tensor to(DType t) const;
   void zero_();
   void copy_from(const Tensor& src);  // same numel and dtype
   void add_(const Tensor& other);     // this += other (float dtypes)
@@ -75,13 +71,11 @@ class Tensor {
 
  private:
   std::shared_ptr<Storage> storage_;
-  size_t offset_ = 0;  // bytes
   Shape shape_;
   DType dtype_ = DType::F32;
 };
 
 // max |a-b| / max |b| over all elements: the normwise relative error of MATH.md section 8.
 double max_rel_diff(const Tensor& a, const Tensor& ref);
-double max_abs(const Tensor& t);
 
 }  // namespace stateflow

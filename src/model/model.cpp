@@ -56,14 +56,4 @@ std::vector<Param*> Model::params(int begin, int end) {
   return out;
 }
 
-void Model::copy_weights_from(Model& other) {
-  auto mine = params(), theirs = other.params();
-  SF_CHECK(mine.size() == theirs.size(), "copy_weights_from: models differ in parameter count");
-  for (size_t i = 0; i < mine.size(); ++i) {
-    SF_CHECK(mine[i]->value.shape() == theirs[i]->value.shape(), "copy_weights_from: shape of ", mine[i]->name,
-             " differs");
-    mine[i]->value.copy_from(theirs[i]->value.to(dtype_));
-  }
-}
-
 }  // namespace stateflow

@@ -27,8 +27,6 @@ class Model {
   std::vector<Layer*> layers() { return layers(begin_, end_); }
   std::vector<Param*> params(int begin, int end);
   std::vector<Param*> params() { return params(begin_, end_); }
-  // Copies every parameter value from `other` (same config and layers; dtypes may differ).
-  void copy_weights_from(Model& other);
   // The parameter with this name, or nullptr.
   Param* find_param(const std::string& name);
 
