@@ -1,7 +1,6 @@
 #include "pipeline/launch.h"
 
-#if defined(STATEFLOW_HAVE_MPI) && __has_include("pipeline/mpi_transport.h")
-#define STATEFLOW_MPI_TRANSPORT 1
+#ifdef STATEFLOW_HAVE_MPI
 #include "pipeline/mpi_transport.h"
 #endif
 
@@ -10,7 +9,7 @@ namespace stateflow {
 std::unique_ptr<Pipeline> make_pipeline(const PipelineConfig& cfg, const std::string& transport) {
   if (transport == "local") return make_local_pipeline(cfg);
   if (transport == "mpi") {
-#ifdef STATEFLOW_MPI_TRANSPORT
+#ifdef STATEFLOW_HAVE_MPI
     std::vector<std::unique_ptr<Transport>> endpoints;
     endpoints.push_back(make_mpi_transport(cfg.timeout_s));
     return std::make_unique<Pipeline>(cfg, std::move(endpoints));

@@ -1,0 +1,19 @@
+// MPI transport: one process per stage, launched by mpirun -n P, over MPI_COMM_WORLD.
+// MPI is initialised on first use and finalised when the process exits, so a process may
+// build several pipelines (verify builds one per chunking). Only the calling (main) thread
+// talks to MPI. Nothing MPI-specific appears here, so callers compile without MPI headers.
+//
+// Failure: every wait polls with short sleeps and gives up after timeout_s with an Error
+// naming the peer; abort() prints "error: stage r: <reason>" to stderr and calls
+// MPI_Abort(MPI_COMM_WORLD, 2), which ends this process and makes mpirun end every other
+// rank promptly with a non-zero status (it does not return).
+#pragma once
+#include <memory>
+
+#include "pipeline/transport.h"
+
+namespace stateflow {
+
+std::unique_ptr<Transport> make_mpi_transport(double timeout_s);
+
+}  // namespace stateflow
