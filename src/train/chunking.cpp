@@ -48,7 +48,10 @@ std::vector<int64_t> parse_chunk_lengths(const std::string& text) {
 
 std::string format_chunk_lengths(const std::vector<int64_t>& lengths) {
   std::string s;
-  for (size_t i = 0; i < lengths.size(); ++i) s += (i ? "," : "") + std::to_string(lengths[i]);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(lengths[i]);
+  }
   return s;
 }
 
