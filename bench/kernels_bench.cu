@@ -197,7 +197,7 @@ int main(int argc, char** argv) {
     float* table = random_buffer<float>(V * D);
     float* dtable = random_buffer<float>(V * D);
     bf16* out = random_buffer<bf16>(T * D);
-    void* ws = raw_buffer(embedding_backward_workspace_bytes(T, V));
+    void* ws = raw_buffer(embedding_backward_workspace_bytes(T));
     const double distinct = double(std::set<int32_t>(host_ids.begin(), host_ids.end()).size());
     const std::string s = dims(T, D) + ", V " + std::to_string(V);
     report("embedding fwd", s, time_ms([&] { embedding_forward_cuda<bf16>(ids, table, out, T, D, V, nullptr, nullptr); }, reps),

@@ -44,7 +44,7 @@ TYPED_TEST(EmbeddingCuda, ForwardCopiesRowsAndBackwardMatchesCpu) {
   cudaMemset(bad.p, 0, sizeof(int));
   d_out.poison();
   embedding_forward_cuda<A>(d_tok.p, d_table.p, d_out.p, rows, dim, vocab, bad.p, nullptr);
-  Dev<char> ws(embedding_backward_workspace_bytes(rows, vocab));
+  Dev<char> ws(embedding_backward_workspace_bytes(rows));
   embedding_backward_cuda<A>(d_tok.p, d_dout.p, d_dtable.p, rows, dim, vocab, ws.p, nullptr);
   sync_ok();
   EXPECT_EQ(bad.raw()[0], 0);
@@ -73,7 +73,7 @@ TYPED_TEST(EmbeddingCuda, BackwardIsBitwiseRepeatable) {
   Dev<int32_t> d_tok = upload_ids(tokens);
   Dev<A> d_dout(normal_vec(rng, rows * dim));
   const Vec dtable0 = normal_vec(rng, vocab * dim);
-  Dev<char> ws(embedding_backward_workspace_bytes(rows, vocab));
+  Dev<char> ws(embedding_backward_workspace_bytes(rows));
   std::vector<std::vector<float>> runs;
   for (int r = 0; r < 2; ++r) {
     Dev<float> d_dtable(dtable0);

@@ -41,10 +41,10 @@ __global__ void iota_kernel(int32_t* x, int64_t n) {
 // each is added straight into the table row in that order: the CPU kernel's order.
 template <class A>
 __global__ void embedding_backward_kernel(const int32_t* token_sorted, const int32_t* row_sorted, const A* dout,
-                                          float* dtable, int64_t rows, int64_t nvec) {
+                                          float* dtable, int64_t rows, int64_t nvec, int64_t vocab) {
   const int64_t i = blockIdx.x;
   const int32_t v = token_sorted[i];
-  if (i > 0 && token_sorted[i - 1] == v) return;
+  if ((i > 0 && token_sorted[i - 1] == v) || v < 0 || v >= vocab) return;  // bad ids: flagged by forward
   const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
   const int64_t dim = nvec * 8;
   if (c >= dim) return;
@@ -59,19 +59,13 @@ __global__ void embedding_backward_kernel(const int32_t* token_sorted, const int
   cuda::store8(drow, acc);
 }
 
-int radix_bits(int64_t vocab) {
-  int bits = 1;
-  while (bits < 31 && (int64_t(1) << bits) < vocab) ++bits;
-  return bits;
-}
-
 struct SortLayout {
   size_t rows_in, token_sorted, row_sorted, temp, temp_bytes, total;
-  SortLayout(int64_t rows, int64_t vocab) {
+  explicit SortLayout(int64_t rows) {
     temp_bytes = 0;
     cuda_check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
                                                static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
-                                               static_cast<int32_t*>(nullptr), int(rows), 0, radix_bits(vocab)),
+                                               static_cast<int32_t*>(nullptr), int(rows)),
                "cub::DeviceRadixSort::SortPairs (size query)");
     const size_t ints = (size_t(rows) * 4 + 255) / 256 * 256;
     rows_in = 0, token_sorted = ints, row_sorted = 2 * ints, temp = 3 * ints;
@@ -99,9 +93,9 @@ void embedding_forward_cuda(const int32_t* tokens, const float* table, A* out, i
   cuda_check_launch("embedding_forward_kernel");
 }
 
-size_t embedding_backward_workspace_bytes(int64_t rows, int64_t vocab) {
-  check_shape("embedding_backward_cuda", rows, 8, vocab);
-  return SortLayout(rows, vocab).total;
+size_t embedding_backward_workspace_bytes(int64_t rows) {
+  check_shape("embedding_backward_cuda", rows, 8, 1);
+  return SortLayout(rows).total;
 }
 
 template <class A>
@@ -111,8 +105,8 @@ void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable
   check_aligned16(dout, "embedding_backward_cuda", "dout"), check_aligned16(dtable, "embedding_backward_cuda", "dtable");
   if (rows == 0) return;
   SF_CHECK(workspace != nullptr, "embedding_backward_cuda: workspace is null; allocate "
-           "embedding_backward_workspace_bytes(rows, vocab) bytes");
-  const SortLayout L(rows, vocab);
+           "embedding_backward_workspace_bytes(rows) bytes");
+  const SortLayout L(rows);
   char* ws = static_cast<char*>(workspace);
   auto* rows_in = reinterpret_cast<int32_t*>(ws + L.rows_in);
   auto* token_sorted = reinterpret_cast<int32_t*>(ws + L.token_sorted);
@@ -120,12 +114,14 @@ void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable
   iota_kernel<<<unsigned(std::min<int64_t>((rows + 255) / 256, 4096)), 256, 0, stream>>>(rows_in, rows);
   cuda_check_launch("iota_kernel");
   size_t temp_bytes = L.temp_bytes;
+  // All 32 key bits: equal ids are then adjacent even if a bad (negative or too large) id slipped through.
   cuda_check(cub::DeviceRadixSort::SortPairs(ws + L.temp, temp_bytes, tokens, token_sorted, rows_in, row_sorted,
-                                             int(rows), 0, radix_bits(vocab), stream),
+                                             int(rows), 0, 32, stream),
              "cub::DeviceRadixSort::SortPairs");
   const int64_t nvec = dim / 8;
   const dim3 grid(unsigned(rows), unsigned((nvec + kBackwardThreads - 1) / kBackwardThreads));
-  embedding_backward_kernel<<<grid, kBackwardThreads, 0, stream>>>(token_sorted, row_sorted, dout, dtable, rows, nvec);
+  embedding_backward_kernel<<<grid, kBackwardThreads, 0, stream>>>(token_sorted, row_sorted, dout, dtable, rows, nvec,
+                                                                      vocab);
   cuda_check_launch("embedding_backward_kernel");
 }
 

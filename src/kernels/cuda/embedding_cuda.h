@@ -22,10 +22,10 @@ template <class A>
 void embedding_forward_cuda(const int32_t* tokens, const float* table, A* out, int64_t rows, int64_t dim,
                             int64_t vocab, int* bad_token, cudaStream_t stream);
 
-// Device scratch the backward needs for `rows` tokens of a `vocab`-entry table.
-size_t embedding_backward_workspace_bytes(int64_t rows, int64_t vocab);
+// Device scratch the backward needs for `rows` tokens.
+size_t embedding_backward_workspace_bytes(int64_t rows);
 
-// dtable += scatter of dout (fp32 accumulation); tokens were validated by the forward pass.
+// dtable += scatter of dout (fp32 accumulation); rows with ids outside [0, vocab) are skipped.
 template <class A>
 void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable, int64_t rows, int64_t dim,
                              int64_t vocab, void* workspace, cudaStream_t stream);

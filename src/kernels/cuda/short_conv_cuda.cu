@@ -160,7 +160,8 @@ void dispatch_conv_size(const char* name, int64_t K, Fn&& fn) {
 void check_shape(const char* name, int64_t batch, int64_t len, int64_t ch, int64_t K) {
   SF_CHECK(K >= 1 && K <= 8, name, ": conv kernel size K = ", K, " is not supported on the GPU (1..8); use conv_size <= 8");
   SF_CHECK(ch > 0 && ch % 8 == 0, name, ": ch = ", ch, " must be a positive multiple of 8 on the GPU");
-  SF_CHECK(batch >= 0 && batch <= 65535 && len >= 0, name, ": batch = ", batch, " must be <= 65535");
+  SF_CHECK(batch >= 0 && batch <= 65535 && len >= 0 && len + K <= int64_t(65535) * kTileRows, name, ": batch = ",
+           batch, " must be <= 65535 and len = ", len, " below 8 M rows");
 }
 
 int64_t backward_tiles(int64_t len, int64_t K) { return (len + K - 1 + kTileRows - 1) / kTileRows; }
@@ -211,6 +212,7 @@ void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const
   const int64_t tiles = backward_tiles(len, K);
   const ConvArgs<A> a{x, prefix, dy, w, dprefix_out, nullptr, nullptr, dx, dprefix_in,
                       static_cast<float*>(workspace), len, ch};
+  if (tiles == 0) return;  // K = 1 and len = 0: nothing to do
   dispatch_conv_size(name, K, [&](auto k) {
     short_conv_backward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a, tiles);
     cuda_check_launch("short_conv_backward_kernel");
