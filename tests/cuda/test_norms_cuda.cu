@@ -1,6 +1,6 @@
 // RMSNorm, gated RMSNorm and L2 norm on the GPU against kernels/cpu/norms in float64 on the
-// same rounded inputs, for fp32 and bf16 activations and every vector-per-lane width (dims up
-// to 4096, rows beyond the fixed warp count); outputs poisoned first; dw accumulates onto
+// same rounded inputs, for fp32 and bf16 activations and every lane-team and vector-per-lane
+// width (dims up to 4096, rows beyond the fixed team count); outputs poisoned first; dw accumulates onto
 // existing values; backward runs are bitwise repeatable.
 #include <gtest/gtest.h>
 
@@ -108,16 +108,17 @@ TYPED_TEST(NormsCuda, MatchCpuAtEveryWidth) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  // 136: one vector per lane, lanes partly idle; 520, 2048, 4096: 4, 8 and 16 vectors per lane.
+  // 48, 128: teams of 8 and 16 lanes (4 and 2 rows per warp); 136: one vector per lane, lanes
+  // partly idle; 520, 2048, 4096: 4, 8 and 16 vectors per lane. 37 rows: a part-filled last warp.
   for (Kind kind : {Kind::Rms, Kind::Gated, Kind::L2})
-    for (int64_t dim : {136, 520, 2048, 4096}) check_kind<TypeParam>(kind, 37, dim, seed + uint64_t(dim));
+    for (int64_t dim : {48, 128, 136, 520, 2048, 4096}) check_kind<TypeParam>(kind, 37, dim, seed + uint64_t(dim));
 }
 
-TYPED_TEST(NormsCuda, MoreRowsThanBackwardWarps) {
+TYPED_TEST(NormsCuda, MoreRowsThanBackwardTeams) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  for (Kind kind : {Kind::Rms, Kind::Gated, Kind::L2}) check_kind<TypeParam>(kind, 5000, 64, seed);
+  for (Kind kind : {Kind::Rms, Kind::Gated, Kind::L2}) check_kind<TypeParam>(kind, 17000, 64, seed);  // 8192 teams of 8 lanes
 }
 
 TEST(NormsCudaChecks, RejectsUnsupportedWidths) {

@@ -61,6 +61,12 @@ __device__ inline float silu_grad(float x) {
   const float s = sigmoid(x);
   return s * (1.f + x * (1.f - s));
 }
+// silu and its derivative from one sigmoid.
+__device__ inline void silu_and_grad(float x, float& silu_x, float& grad) {
+  const float s = sigmoid(x);
+  silu_x = x * s;
+  grad = s * (1.f + x * (1.f - s));
+}
 __device__ inline float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
 
 }  // namespace stateflow::cuda

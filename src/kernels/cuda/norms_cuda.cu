@@ -27,33 +27,47 @@ struct NormArgs {
   float eps = 0.f;
 };
 
-// Lane l of a warp owns the 8-wide column vectors l, l + 32, ..., (VPT of them) of its row.
-template <int VPT>
-struct Lanes {
-  int lane;
-  __device__ int64_t col(int j) const { return (int64_t(j) * 32 + lane) * 8; }
+// A row belongs to a team of TPR lanes (32, or 16 or 8 for narrow rows, so that a warp
+// works on 32 / TPR rows at once instead of leaving lanes idle). Lane l of a team owns the
+// 8-wide column vectors l, l + TPR, ... (VPT of them).
+template <int TPR, int VPT>
+struct Team {
+  static constexpr int per_warp = 32 / TPR;
+  int64_t id;  // global team index
+  int lane;    // lane within the team
+  __device__ Team() {
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    id = t / TPR, lane = int(t % TPR);
+  }
+  __device__ int64_t col(int j) const { return (int64_t(j) * TPR + lane) * 8; }
+  // Sum over the team in a fixed butterfly order. Every lane of the warp must take part.
+  __device__ static float sum(float x) {
+#pragma unroll
+    for (int o = TPR / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+  }
 };
 
-template <class A, int VPT, Norm K>
+template <class A, int TPR, int VPT, Norm K>
 __global__ void norm_forward_kernel(NormArgs<A> a) {
-  const Lanes<VPT> L{int(threadIdx.x % 32)};
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (row >= a.rows) return;
-  const A* x = a.x + row * a.dim;
+  const Team<TPR, VPT> T;
+  const int64_t row = T.id;
+  const bool valid = row < a.rows;  // no early return: the team sum needs every lane
   float xv[VPT][8], ss = 0.f;
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
-    if (L.col(j) < a.dim) {
-      cuda::load8(x + L.col(j), xv[j]);
+    if (valid && T.col(j) < a.dim) {
+      cuda::load8(a.x + row * a.dim + T.col(j), xv[j]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) ss += xv[j][e] * xv[j][e];
     }
   }
-  ss = cuda::warp_sum(ss);
+  ss = T.sum(ss);
+  if (!valid) return;
   const float r = 1.f / sqrtf(K == Norm::L2 ? ss + a.eps : ss / float(a.dim) + a.eps);
 #pragma unroll
   for (int j = 0; j < VPT; ++j) {
-    const int64_t c = L.col(j);
+    const int64_t c = T.col(j);
     if (c >= a.dim) continue;
     float y[8], w[8], z[8];
     if constexpr (K != Norm::L2) cuda::load8(a.w + c, w);
@@ -66,27 +80,29 @@ __global__ void norm_forward_kernel(NormArgs<A> a) {
     }
     cuda::store8(a.y + row * a.dim + c, y);
   }
-  if (L.lane == 0) a.rstd_out[row] = r;
+  if (T.lane == 0) a.rstd_out[row] = r;
 }
 
-// Warp w of n_warps handles rows w, w + n_warps, ... in order. Two passes over each row
-// (the second re-reads it from cache): the first forms the row's dot product, the second
-// the gradients. RMS kinds leave the warp's dw sums in partial[w].
-template <class A, int VPT, Norm K>
-__global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_warps) {
-  const Lanes<VPT> L{int(threadIdx.x % 32)};
-  const int64_t warp = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  if (warp >= n_warps) return;
+// Team k of n_teams handles rows k, k + n_teams, ... in order (every team of a warp runs the
+// same number of rounds, so the team sums stay converged). Two passes over each row (the
+// second re-reads it from cache): the first forms the row's dot product, the second the
+// gradients. RMS kinds leave the team's dw sums in partial[k].
+template <class A, int TPR, int VPT, Norm K>
+__global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_teams) {
+  const Team<TPR, VPT> T;
+  if ((T.id - T.id % T.per_warp) >= n_teams) return;  // whole warps only
   constexpr bool has_w = K != Norm::L2;
   float dw[VPT][8] = {};  // w is re-read per row (from L1) rather than held: registers go to dw
-  for (int64_t row = warp; row < a.rows; row += n_warps) {
-    const float r = a.rstd_in[row];
+  for (int64_t base = 0; base < a.rows; base += n_teams) {
+    const int64_t row = base + T.id;
+    const bool valid = T.id < n_teams && row < a.rows;
+    const float r = valid ? a.rstd_in[row] : 0.f;
     const int64_t off = row * a.dim;
     float dot = 0.f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
-      const int64_t c = L.col(j);
-      if (c >= a.dim) continue;
+      const int64_t c = T.col(j);
+      if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8];
       cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
       if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
@@ -102,12 +118,12 @@ __global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_warps) {
         }
       }
     }
-    dot = cuda::warp_sum(dot);
+    dot = T.sum(dot);
     const float mean = dot / float(a.dim);
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
-      const int64_t c = L.col(j);
-      if (c >= a.dim) continue;
+      const int64_t c = T.col(j);
+      if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8], dx[8], dz[8];
       cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
       if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
@@ -120,9 +136,10 @@ __global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_warps) {
           const float n = x[e] * r;
           float dn = dy[e] * w[e];
           if constexpr (K == Norm::GatedRms) {
-            const float gate = cuda::silu(z[e]);
+            float gate, gate_grad;
+            cuda::silu_and_grad(z[e], gate, gate_grad);
             dn *= gate;
-            dz[e] = dy[e] * n * w[e] * cuda::silu_grad(z[e]);
+            dz[e] = dy[e] * n * w[e] * gate_grad;
             dw[j][e] += dy[e] * (n * gate);
           } else {
             dw[j][e] += dy[e] * n;
@@ -135,37 +152,50 @@ __global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_warps) {
     }
   }
   if constexpr (has_w) {
+    if (T.id >= n_teams) return;
 #pragma unroll
     for (int j = 0; j < VPT; ++j)
-      if (L.col(j) < a.dim) cuda::store8(a.partial + warp * a.dim + L.col(j), dw[j]);
+      if (T.col(j) < a.dim) cuda::store8(a.partial + T.id * a.dim + T.col(j), dw[j]);
   }
 }
 
-// Calls fn with the vectors-per-lane count (a power of two) that covers dim columns.
+// Calls fn(TPR, VPT): the team width and vectors per lane (powers of two) that cover dim.
 template <class Fn>
-void dispatch_vpt(const char* kernel, int64_t dim, Fn&& fn) {
+void dispatch_width(const char* kernel, int64_t dim, Fn&& fn) {
   SF_CHECK(dim > 0 && dim % 8 == 0 && dim <= 4096, kernel, ": dim = ", dim,
            " must be a multiple of 8 and at most 4096 on the GPU");
+  using std::integral_constant;
   const int64_t nvec = dim / 8;
-  if (nvec <= 32) fn(std::integral_constant<int, 1>{});
-  else if (nvec <= 64) fn(std::integral_constant<int, 2>{});
-  else if (nvec <= 128) fn(std::integral_constant<int, 4>{});
-  else if (nvec <= 256) fn(std::integral_constant<int, 8>{});
-  else fn(std::integral_constant<int, 16>{});
+  if (nvec <= 8) fn(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+  else if (nvec <= 16) fn(integral_constant<int, 16>{}, integral_constant<int, 1>{});
+  else if (nvec <= 32) fn(integral_constant<int, 32>{}, integral_constant<int, 1>{});
+  else if (nvec <= 64) fn(integral_constant<int, 32>{}, integral_constant<int, 2>{});
+  else if (nvec <= 128) fn(integral_constant<int, 32>{}, integral_constant<int, 4>{});
+  else if (nvec <= 256) fn(integral_constant<int, 32>{}, integral_constant<int, 8>{});
+  else fn(integral_constant<int, 32>{}, integral_constant<int, 16>{});
 }
 
-unsigned blocks_for_warps(int64_t warps) { return unsigned((warps + kWarpsPerBlock - 1) / kWarpsPerBlock); }
+// Teams of the backward (a function of the shape only, so the summation order is fixed).
+int64_t backward_teams(int64_t rows, int64_t dim) {
+  int64_t per_warp = 1;
+  dispatch_width("norm backward", dim, [&](auto tpr, auto) { per_warp = 32 / tpr.value; });
+  return std::min(rows, kMaxBackwardWarps * per_warp);
+}
 
-int64_t backward_warps(int64_t rows) { return std::min(rows, kMaxBackwardWarps); }
+unsigned blocks_for_teams(int64_t teams, int tpr) {
+  const int64_t threads = teams * tpr, per_block = kWarpsPerBlock * 32;
+  return unsigned((threads + per_block - 1) / per_block);
+}
 
 template <Norm K, class A>
 void norm_forward(const char* name, const NormArgs<A>& a, cudaStream_t stream) {
   for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.z),
                         static_cast<const void*>(a.w), static_cast<const void*>(a.y)})
     if (p) check_aligned16(p, name, "every row pointer");
-  dispatch_vpt(name, a.dim, [&](auto vpt) {
+  dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
     if (a.rows == 0) return;
-    norm_forward_kernel<A, vpt.value, K><<<blocks_for_warps(a.rows), kWarpsPerBlock * 32, 0, stream>>>(a);
+    norm_forward_kernel<A, tpr.value, vpt.value, K>
+        <<<blocks_for_teams(a.rows, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a);
     cuda_check_launch(name);
   });
 }
@@ -176,23 +206,24 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, void* workspace, 
                         static_cast<const void*>(a.w), static_cast<const void*>(a.dy),
                         static_cast<const void*>(a.dx), static_cast<const void*>(a.dz)})
     if (p) check_aligned16(p, name, "every row pointer");
-  dispatch_vpt(name, a.dim, [&](auto vpt) {
+  dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
     if (a.rows == 0) return;
-    const int64_t warps = K == Norm::L2 ? a.rows : backward_warps(a.rows);
+    const int64_t teams = K == Norm::L2 ? a.rows : backward_teams(a.rows, a.dim);
     if (K != Norm::L2) {
       SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate norm_backward_workspace_bytes(rows, dim)");
       a.partial = static_cast<float*>(workspace);
     }
-    norm_backward_kernel<A, vpt.value, K><<<blocks_for_warps(warps), kWarpsPerBlock * 32, 0, stream>>>(a, warps);
+    norm_backward_kernel<A, tpr.value, vpt.value, K>
+        <<<blocks_for_teams(teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, teams);
     cuda_check_launch(name);
-    if (K != Norm::L2) add_partial_sums_cuda(a.partial, warps, a.dim, dw, stream);
+    if (K != Norm::L2) add_partial_sums_cuda(a.partial, teams, a.dim, dw, stream);
   });
 }
 
 }  // namespace
 
 size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim) {
-  return size_t(backward_warps(rows)) * size_t(dim) * sizeof(float);
+  return size_t(backward_teams(rows, dim)) * size_t(dim) * sizeof(float);
 }
 
 template <class A>

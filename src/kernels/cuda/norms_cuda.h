@@ -5,10 +5,11 @@
 // Activations x, z, y, dy, dx, dz are A = float or bf16; w, dw and rstd[rows] are fp32, and
 // every sum is fp32. dx and dz are overwritten, dw is accumulated (+=).
 //
-// One warp per row; dim must be a multiple of 8, at most 4096, and the pointers 16-byte
-// aligned. The dw reduction is deterministic: a fixed set of warps each sums a fixed set of
-// rows in order into its own partial row of the workspace, and add_partial_sums_cuda adds
-// the partials in a fixed order.
+// One warp per row (half or quarter of one for rows of at most 128 or 64 values); dim must be a
+// multiple of 8, at most 4096, and the pointers 16-byte aligned. The dw reduction is
+// deterministic: a fixed set of lane teams each sums a fixed set of rows in order into its
+// own partial row of the workspace, and add_partial_sums_cuda adds the partials in a fixed
+// order.
 #pragma once
 #include <cuda_runtime.h>
 

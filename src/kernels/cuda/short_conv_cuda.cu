@@ -14,6 +14,9 @@ using cuda::bf16;
 
 constexpr int kTileRows = 128;  // rows one thread walks: few partials, still ~2K warps at 32K x 2048
 constexpr int kThreads = 128;   // channel vectors per block
+// Rows whose loads a thread issues together before using them: the walk down the rows is
+// sequential, so without this each row would wait out a full memory latency.
+constexpr int kForwardAhead = 4, kBackwardAhead = 4;
 
 template <class A>
 struct ConvArgs {
@@ -75,13 +78,21 @@ __global__ void short_conv_forward_kernel(ConvArgs<A> a) {
   const int64_t t0 = s.tile * kTileRows, t1 = min(a.len, t0 + kTileRows);
 #pragma unroll
   for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, t0 + j, xw[j]);
-  for (int64_t t = t0; t < t1; ++t) {
-    load_xe<A, K>(a, s, t + P, xw[P]);
-    float y[8];
+  for (int64_t t = t0; t < t1; t += kForwardAhead) {
+    float ahead[kForwardAhead][8];  // the next rows' loads are all in flight before any is used
 #pragma unroll
-    for (int e = 0; e < 8; ++e) y[e] = cuda::silu(conv_pre<K>(wv, xw, e));
-    cuda::store8(a.y + (s.b * a.len + t) * a.ch + s.c, y);
-    shift_window<K>(xw);
+    for (int u = 0; u < kForwardAhead; ++u) load_xe<A, K>(a, s, t + u + P, ahead[u]);
+#pragma unroll
+    for (int u = 0; u < kForwardAhead; ++u) {
+      if (t + u >= t1) break;
+      float y[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) xw[P][e] = ahead[u][e];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = cuda::silu(conv_pre<K>(wv, xw, e));
+      cuda::store8(a.y + (s.b * a.len + t + u) * a.ch + s.c, y);
+      shift_window<K>(xw);
+    }
   }
   if (s.tile == 0)  // the last K-1 rows of xe go on to the next chunk
     for (int r = 0; r < P; ++r) {
@@ -103,37 +114,46 @@ __global__ void short_conv_backward_kernel(ConvArgs<A> a, int64_t tiles) {
   const int64_t i0 = s.tile * kTileRows, i1 = min(a.len + P, i0 + kTileRows);
 #pragma unroll
   for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, i0 - P + j, xw[j]);
-  for (int64_t t = i0 - P; t < i1; ++t) {
-    load_xe<A, K>(a, s, t + P, xw[P]);
-    shift_window<K>(dp);
-    if (t >= 0 && t < a.len) {
-      float dy[8];
-      cuda::load8(a.dy + (s.b * a.len + t) * a.ch + s.c, dy);
+  for (int64_t t0 = i0 - P; t0 < i1; t0 += kBackwardAhead) {
+    float x_ahead[kBackwardAhead][8], dy_ahead[kBackwardAhead][8];  // loads in flight before use
 #pragma unroll
-      for (int e = 0; e < 8; ++e) dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
-    } else {
-      cuda::zero8(dp[P]);
+    for (int u = 0; u < kBackwardAhead; ++u) {
+      const int64_t t = t0 + u;
+      load_xe<A, K>(a, s, t + P, x_ahead[u]);
+      if (t >= 0 && t < a.len) cuda::load8(a.dy + (s.b * a.len + t) * a.ch + s.c, dy_ahead[u]);
+      else cuda::zero8(dy_ahead[u]);
     }
-    if (t >= i0) {
-      float out[8], dpo[8];
-      if (t < a.len)
 #pragma unroll
-        for (int j = 0; j < K; ++j)
+    for (int u = 0; u < kBackwardAhead; ++u) {
+      const int64_t t = t0 + u;
+      if (t >= i1) break;
 #pragma unroll
-          for (int e = 0; e < 8; ++e) dw[j][e] += dp[P][e] * xw[j][e];
-      const bool carried = a.dprefix_out && t >= a.len;
-      if (carried) cuda::load8(a.dprefix_out + (s.b * P + t - a.len) * a.ch + s.c, dpo);
+      for (int e = 0; e < 8; ++e) xw[P][e] = x_ahead[u][e];
+      shift_window<K>(dp);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        float acc = 0.f;  // dpre[t - j] is zero outside [0, len), as the CPU kernel skips it
+      for (int e = 0; e < 8; ++e)  // dy is zero outside [0, len), so dpre is too
+        dp[P][e] = dy_ahead[u][e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
+      if (t >= i0) {
+        float out[8], dpo[8];
+        if (t < a.len)
 #pragma unroll
-        for (int j = 0; j < K; ++j) acc += wv[j][e] * dp[P - j][e];
-        out[e] = carried ? acc + dpo[e] : acc;
+          for (int j = 0; j < K; ++j)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) dw[j][e] += dp[P][e] * xw[j][e];
+        const bool carried = a.dprefix_out && t >= a.len;
+        if (carried) cuda::load8(a.dprefix_out + (s.b * P + t - a.len) * a.ch + s.c, dpo);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float acc = 0.f;  // dpre[t - j] is zero outside [0, len), as the CPU kernel skips it
+#pragma unroll
+          for (int j = 0; j < K; ++j) acc += wv[j][e] * dp[P - j][e];
+          out[e] = carried ? acc + dpo[e] : acc;
+        }
+        if (t < P) cuda::store8(a.dprefix_in + (s.b * P + t) * a.ch + s.c, out);
+        else cuda::store8(a.dx + (s.b * a.len + t - P) * a.ch + s.c, out);
       }
-      if (t < P) cuda::store8(a.dprefix_in + (s.b * P + t) * a.ch + s.c, out);
-      else cuda::store8(a.dx + (s.b * a.len + t - P) * a.ch + s.c, out);
+      shift_window<K>(xw);
     }
-    shift_window<K>(xw);
   }
   float* part = a.partial + (s.b * tiles + s.tile) * a.ch * K + s.c * K;
 #pragma unroll
