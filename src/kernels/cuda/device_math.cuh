@@ -10,19 +10,36 @@ namespace stateflow::cuda {
 
 using bf16 = __nv_bfloat16;
 
-// 8 consecutive values: one 16-byte access for bf16, two for fp32 (p 16-byte aligned).
-__device__ inline void load8(const float* p, float (&v)[8]) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+// 8 consecutive values as stored (16 bytes of bf16, 32 of fp32; p 16-byte aligned). Loading
+// the raw bytes and widening them later lets several loads be in flight before the first use.
+template <class A> struct Raw8;
+template <> struct Raw8<bf16> { uint4 u; };
+template <> struct Raw8<float> { float4 a, b; };
+
+__device__ inline void load_raw(const bf16* p, Raw8<bf16>& r) { r.u = *reinterpret_cast<const uint4*>(p); }
+__device__ inline void load_raw(const float* p, Raw8<float>& r) {
+  r.a = reinterpret_cast<const float4*>(p)[0], r.b = reinterpret_cast<const float4*>(p)[1];
 }
-__device__ inline void load8(const bf16* p, float (&v)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+__device__ inline void zero_raw(Raw8<bf16>& r) { r.u = make_uint4(0, 0, 0, 0); }
+__device__ inline void zero_raw(Raw8<float>& r) { r.a = r.b = make_float4(0.f, 0.f, 0.f, 0.f); }
+
+__device__ inline void widen(const Raw8<bf16>& r, float (&v)[8]) {
+  const uint32_t w[4] = {r.u.x, r.u.y, r.u.z, r.u.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w[i]));
     v[2 * i] = f.x, v[2 * i + 1] = f.y;
   }
+}
+__device__ inline void widen(const Raw8<float>& r, float (&v)[8]) {
+  v[0] = r.a.x, v[1] = r.a.y, v[2] = r.a.z, v[3] = r.a.w, v[4] = r.b.x, v[5] = r.b.y, v[6] = r.b.z, v[7] = r.b.w;
+}
+
+template <class A>
+__device__ void load8(const A* p, float (&v)[8]) {
+  Raw8<A> r;
+  load_raw(p, r);
+  widen(r, v);
 }
 __device__ inline void store8(float* p, const float (&v)[8]) {
   reinterpret_cast<float4*>(p)[0] = make_float4(v[0], v[1], v[2], v[3]);

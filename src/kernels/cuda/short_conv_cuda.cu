@@ -33,13 +33,21 @@ struct Slot {
   __device__ Slot() : c((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8), b(blockIdx.z), tile(blockIdx.y) {}
 };
 
-// Row e of this sequence's extended input xe = [prefix; x] for 8 channels (CPU ExtendedInput).
+// Row e of this sequence's extended input xe = [prefix; x] for 8 channels (CPU ExtendedInput),
+// as stored: zeros outside [0, K-1+len) and for a null prefix.
+template <class A, int K>
+__device__ void fetch_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, cuda::Raw8<A>& r) {
+  constexpr int P = K - 1;
+  if (e >= P && e < P + a.len) cuda::load_raw(a.x + (s.b * a.len + e - P) * a.ch + s.c, r);
+  else if (e >= 0 && e < P && a.prefix) cuda::load_raw(a.prefix + (s.b * P + e) * a.ch + s.c, r);
+  else cuda::zero_raw(r);
+}
+
 template <class A, int K>
 __device__ void load_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, float (&v)[8]) {
-  constexpr int P = K - 1;
-  if (e >= P && e < P + a.len) cuda::load8(a.x + (s.b * a.len + e - P) * a.ch + s.c, v);
-  else if (e >= 0 && e < P && a.prefix) cuda::load8(a.prefix + (s.b * P + e) * a.ch + s.c, v);
-  else cuda::zero8(v);
+  cuda::Raw8<A> r;
+  fetch_xe<A, K>(a, s, e, r);
+  cuda::widen(r, v);
 }
 
 // w[c + e, j] for the thread's 8 channels, as wv[j][e].
@@ -79,15 +87,14 @@ __global__ void short_conv_forward_kernel(ConvArgs<A> a) {
 #pragma unroll
   for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, t0 + j, xw[j]);
   for (int64_t t = t0; t < t1; t += kForwardAhead) {
-    float ahead[kForwardAhead][8];  // the next rows' loads are all in flight before any is used
+    cuda::Raw8<A> ahead[kForwardAhead];  // the next rows' loads are all in flight before any is used
 #pragma unroll
-    for (int u = 0; u < kForwardAhead; ++u) load_xe<A, K>(a, s, t + u + P, ahead[u]);
+    for (int u = 0; u < kForwardAhead; ++u) fetch_xe<A, K>(a, s, t + u + P, ahead[u]);
 #pragma unroll
     for (int u = 0; u < kForwardAhead; ++u) {
       if (t + u >= t1) break;
       float y[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) xw[P][e] = ahead[u][e];
+      cuda::widen(ahead[u], xw[P]);
 #pragma unroll
       for (int e = 0; e < 8; ++e) y[e] = cuda::silu(conv_pre<K>(wv, xw, e));
       cuda::store8(a.y + (s.b * a.len + t + u) * a.ch + s.c, y);
@@ -115,24 +122,25 @@ __global__ void short_conv_backward_kernel(ConvArgs<A> a, int64_t tiles) {
 #pragma unroll
   for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, i0 - P + j, xw[j]);
   for (int64_t t0 = i0 - P; t0 < i1; t0 += kBackwardAhead) {
-    float x_ahead[kBackwardAhead][8], dy_ahead[kBackwardAhead][8];  // loads in flight before use
+    cuda::Raw8<A> x_ahead[kBackwardAhead], dy_ahead[kBackwardAhead];  // loads in flight before use
 #pragma unroll
     for (int u = 0; u < kBackwardAhead; ++u) {
       const int64_t t = t0 + u;
-      load_xe<A, K>(a, s, t + P, x_ahead[u]);
-      if (t >= 0 && t < a.len) cuda::load8(a.dy + (s.b * a.len + t) * a.ch + s.c, dy_ahead[u]);
-      else cuda::zero8(dy_ahead[u]);
+      fetch_xe<A, K>(a, s, t + P, x_ahead[u]);
+      if (t >= 0 && t < a.len) cuda::load_raw(a.dy + (s.b * a.len + t) * a.ch + s.c, dy_ahead[u]);
+      else cuda::zero_raw(dy_ahead[u]);
     }
 #pragma unroll
     for (int u = 0; u < kBackwardAhead; ++u) {
       const int64_t t = t0 + u;
       if (t >= i1) break;
-#pragma unroll
-      for (int e = 0; e < 8; ++e) xw[P][e] = x_ahead[u][e];
+      float dy[8];
+      cuda::widen(x_ahead[u], xw[P]);
+      cuda::widen(dy_ahead[u], dy);
       shift_window<K>(dp);
 #pragma unroll
       for (int e = 0; e < 8; ++e)  // dy is zero outside [0, len), so dpre is too
-        dp[P][e] = dy_ahead[u][e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
+        dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
       if (t >= i0) {
         float out[8], dpo[8];
         if (t < a.len)
