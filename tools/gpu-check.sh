@@ -1,10 +1,16 @@
 #!/usr/bin/env bash
 # On a GPU machine: configure with CUDA (sm_90a + compute_80 PTX), build with ninja, run the CUDA
-# tests and then every test through CTest, then the GDN core benchmark. Logs go to $OUT when set
-# (else build-gpu/logs); a summary table is printed last.
+# tests and then every test through CTest, then the GDN core benchmark and the benchmark of the
+# other kernels (GEMM ceiling, fused kernels' bandwidth). Logs go to $OUT when set (else
+# build-gpu/logs); a summary table is printed last.
 #   SANITIZE=1  also runs one small GPU test under compute-sanitizer (memcheck, racecheck);
 #               SANITIZE=auto (default) does so when the CUDA tests fail
 #   BENCH_ARGS  extra arguments for gdn_core_bench (e.g. "--len 32768 --reps 50")
+#   KERNELS_BENCH_ARGS  extra arguments for kernels_bench (e.g. "--tokens 8192 --reps 50")
+#   TARGETS     build only these ninja targets (e.g. "stateflow_cuda_tests kernels_bench" for a
+#               short lease); steps whose program was not built are skipped
+#   CTEST=0     skip CTest (the CPU tests also run in CI; the CUDA tests ran just before)
+#   CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default "90a-real;80-virtual"; "90a-real" builds faster)
 # Where the Debian dev packages the CPU build needs are missing (a bare GPU image), .deb files
 # in .deps/ (apt-get download libgtest-dev libopenblas0-pthread libopenblas-pthread-dev
 # libopenblas-dev libgfortran5 libcli11-dev nlohmann-json3-dev) are unpacked and used instead.
@@ -17,7 +23,7 @@ declare -A status
 
 nvidia-smi 2>&1 | tee "$LOG/nvidia-smi.txt"
 
-cmake_args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=90a-real;80-virtual")
+cmake_args=(-S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=${CUDA_ARCHS:-90a-real;80-virtual}")
 missing=0
 for h in gtest/gtest.h CLI/CLI.hpp nlohmann/json.hpp x86_64-linux-gnu/openblas-pthread/cblas.h; do
   [[ -f /usr/include/$h ]] || missing=1
@@ -32,7 +38,8 @@ if ((missing)) && compgen -G ".deps/*.deb" >/dev/null; then
   echo "gpu-check: using the packages unpacked from .deps/"
 fi
 
-{ cmake "${cmake_args[@]}" && ninja -C "$BUILD" -j "$(nproc)"; } 2>&1 | tee "$LOG/build.log"
+# shellcheck disable=SC2086
+{ cmake "${cmake_args[@]}" && ninja -C "$BUILD" -j "$(nproc)" ${TARGETS:-}; } 2>&1 | tee "$LOG/build.log"
 status[build]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
 
 if [[ ${status[build]} == ok ]]; then
@@ -45,19 +52,29 @@ if [[ ${status[build]} == ok ]]; then
       status[$tool]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
     done
   fi
-  ctest --test-dir "$BUILD" --output-on-failure --timeout 300 -j "$(nproc)" 2>&1 | tee "$LOG/ctest.log"
-  status[ctest]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
-  # shellcheck disable=SC2086
-  timeout 300 "$BUILD/gdn_core_bench" --json "$LOG/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log"
-  status[bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  if [[ ${CTEST:-1} != 0 ]]; then
+    ctest --test-dir "$BUILD" --output-on-failure --timeout 300 -j "$(nproc)" 2>&1 | tee "$LOG/ctest.log"
+    status[ctest]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
+  if [[ -x $BUILD/gdn_core_bench ]]; then
+    # shellcheck disable=SC2086
+    timeout 300 "$BUILD/gdn_core_bench" --json "$LOG/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log"
+    status[bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
+  if [[ -x $BUILD/kernels_bench ]]; then
+    # shellcheck disable=SC2086
+    timeout 300 "$BUILD/kernels_bench" ${KERNELS_BENCH_ARGS:-} 2>&1 | tee "$LOG/kernels_bench.log"
+    status[kernels_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
 fi
 
 echo
 echo "================ gpu-check summary ================"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-for step in build cuda_tests memcheck racecheck ctest bench; do
+for step in build cuda_tests memcheck racecheck ctest bench kernels_bench; do
   [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
 done
 grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'
 [[ -f $LOG/bench.log ]] && sed -n '/^ *T |/,$p' "$LOG/bench.log"
+[[ -f $LOG/kernels_bench.log ]] && sed -n '/^| kernel |/,$p' "$LOG/kernels_bench.log"
 for step in "${!status[@]}"; do [[ ${status[$step]} == ok ]] || exit 1; done

@@ -1,0 +1,137 @@
+#include "kernels/cuda/embedding_cuda.h"
+
+#include <cub/device/device_radix_sort.cuh>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+
+namespace stateflow {
+namespace {
+
+using cuda::bf16;
+
+constexpr int kBackwardThreads = 64;  // column vectors (of 8) per backward block
+
+template <class A>
+__global__ void embedding_forward_kernel(const int32_t* tokens, const float* table, A* out, int64_t rows,
+                                         int64_t nvec, int64_t vocab, int* bad_token) {
+  const int64_t dim = nvec * 8;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < rows * nvec;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / nvec, c = (i % nvec) * 8;
+    const int32_t id = tokens[r];
+    float v[8];
+    if (id >= 0 && id < vocab) {
+      cuda::load8(table + id * dim + c, v);
+    } else {
+      cuda::zero8(v);
+      if (bad_token) *bad_token = 1;
+    }
+    cuda::store8(out + r * dim + c, v);
+  }
+}
+
+__global__ void iota_kernel(int32_t* x, int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = int32_t(i);
+}
+
+// Block (i, y) owns the run of equal tokens that starts at sorted position i (blocks at other
+// positions return at once), columns [512 y, 512 y + 512). The run's rows are ascending, and
+// each is added straight into the table row in that order: the CPU kernel's order.
+template <class A>
+__global__ void embedding_backward_kernel(const int32_t* token_sorted, const int32_t* row_sorted, const A* dout,
+                                          float* dtable, int64_t rows, int64_t nvec, int64_t vocab) {
+  const int64_t i = blockIdx.x;
+  const int32_t v = token_sorted[i];
+  if ((i > 0 && token_sorted[i - 1] == v) || v < 0 || v >= vocab) return;  // bad ids: flagged by forward
+  const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
+  const int64_t dim = nvec * 8;
+  if (c >= dim) return;
+  float acc[8], g[8];
+  float* drow = dtable + int64_t(v) * dim + c;
+  cuda::load8(drow, acc);
+  for (int64_t j = i; j < rows && token_sorted[j] == v; ++j) {
+    cuda::load8(dout + int64_t(row_sorted[j]) * dim + c, g);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) acc[e] += g[e];
+  }
+  cuda::store8(drow, acc);
+}
+
+struct SortLayout {
+  size_t rows_in, token_sorted, row_sorted, temp, temp_bytes, total;
+  explicit SortLayout(int64_t rows) {
+    temp_bytes = 0;
+    cuda_check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
+                                               static_cast<int32_t*>(nullptr), static_cast<const int32_t*>(nullptr),
+                                               static_cast<int32_t*>(nullptr), int(rows)),
+               "cub::DeviceRadixSort::SortPairs (size query)");
+    const size_t ints = (size_t(rows) * 4 + 255) / 256 * 256;
+    rows_in = 0, token_sorted = ints, row_sorted = 2 * ints, temp = 3 * ints;
+    total = temp + temp_bytes;
+  }
+};
+
+void check_shape(const char* kernel, int64_t rows, int64_t dim, int64_t vocab) {
+  SF_CHECK(dim > 0 && dim % 8 == 0, kernel, ": dim = ", dim, " must be a positive multiple of 8 on the GPU");
+  SF_CHECK(rows >= 0 && rows <= INT32_MAX && vocab > 0 && vocab <= INT32_MAX, kernel, ": rows = ", rows,
+           " and vocab = ", vocab, " must fit in 32 bits");
+}
+
+}  // namespace
+
+template <class A>
+void embedding_forward_cuda(const int32_t* tokens, const float* table, A* out, int64_t rows, int64_t dim,
+                            int64_t vocab, int* bad_token, cudaStream_t stream) {
+  check_shape("embedding_forward_cuda", rows, dim, vocab);
+  check_aligned16(table, "embedding_forward_cuda", "table"), check_aligned16(out, "embedding_forward_cuda", "out");
+  if (rows == 0) return;
+  const int64_t work = rows * (dim / 8);
+  const int64_t blocks = std::min<int64_t>((work + 255) / 256, 65536);
+  embedding_forward_kernel<<<unsigned(blocks), 256, 0, stream>>>(tokens, table, out, rows, dim / 8, vocab, bad_token);
+  cuda_check_launch("embedding_forward_kernel");
+}
+
+size_t embedding_backward_workspace_bytes(int64_t rows) {
+  check_shape("embedding_backward_cuda", rows, 8, 1);
+  return SortLayout(rows).total;
+}
+
+template <class A>
+void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable, int64_t rows, int64_t dim,
+                             int64_t vocab, void* workspace, cudaStream_t stream) {
+  check_shape("embedding_backward_cuda", rows, dim, vocab);
+  check_aligned16(dout, "embedding_backward_cuda", "dout"), check_aligned16(dtable, "embedding_backward_cuda", "dtable");
+  if (rows == 0) return;
+  SF_CHECK(workspace != nullptr, "embedding_backward_cuda: workspace is null; allocate "
+           "embedding_backward_workspace_bytes(rows) bytes");
+  const SortLayout L(rows);
+  char* ws = static_cast<char*>(workspace);
+  auto* rows_in = reinterpret_cast<int32_t*>(ws + L.rows_in);
+  auto* token_sorted = reinterpret_cast<int32_t*>(ws + L.token_sorted);
+  auto* row_sorted = reinterpret_cast<int32_t*>(ws + L.row_sorted);
+  iota_kernel<<<unsigned(std::min<int64_t>((rows + 255) / 256, 4096)), 256, 0, stream>>>(rows_in, rows);
+  cuda_check_launch("iota_kernel");
+  size_t temp_bytes = L.temp_bytes;
+  // All 32 key bits: equal ids are then adjacent even if a bad (negative or too large) id slipped through.
+  cuda_check(cub::DeviceRadixSort::SortPairs(ws + L.temp, temp_bytes, tokens, token_sorted, rows_in, row_sorted,
+                                             int(rows), 0, 32, stream),
+             "cub::DeviceRadixSort::SortPairs");
+  const int64_t nvec = dim / 8;
+  const dim3 grid(unsigned(rows), unsigned((nvec + kBackwardThreads - 1) / kBackwardThreads));
+  embedding_backward_kernel<<<grid, kBackwardThreads, 0, stream>>>(token_sorted, row_sorted, dout, dtable, rows, nvec,
+                                                                      vocab);
+  cuda_check_launch("embedding_backward_kernel");
+}
+
+#define SF_INSTANTIATE(A)                                                                                      \
+  template void embedding_forward_cuda<A>(const int32_t*, const float*, A*, int64_t, int64_t, int64_t, int*,  \
+                                          cudaStream_t);                                                       \
+  template void embedding_backward_cuda<A>(const int32_t*, const A*, float*, int64_t, int64_t, int64_t, void*, \
+                                           cudaStream_t);
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(bf16)
+#undef SF_INSTANTIATE
+
+}  // namespace stateflow

@@ -1,0 +1,291 @@
+#include "kernels/cuda/norms_cuda.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/reduce_cuda.h"
+
+namespace stateflow {
+namespace {
+
+using cuda::bf16;
+
+enum class Norm { Rms, GatedRms, L2 };
+
+constexpr int kWarpsPerBlock = 4;
+constexpr int64_t kMaxBackwardWarps = 2048;  // fixed partial count: enough warps to fill an H200
+
+template <class A>
+struct NormArgs {
+  const A *x = nullptr, *z = nullptr, *dy = nullptr;  // l2norm backward: x holds the forward output y
+  const float *w = nullptr, *rstd_in = nullptr;
+  A *y = nullptr, *dx = nullptr, *dz = nullptr;
+  float *rstd_out = nullptr, *partial = nullptr;
+  int64_t rows = 0, dim = 0;
+  float eps = 0.f;
+};
+
+// A row belongs to a team of TPR lanes (32, or 16 or 8 for narrow rows, so that a warp
+// works on 32 / TPR rows at once instead of leaving lanes idle). Lane l of a team owns the
+// 8-wide column vectors l, l + TPR, ... (VPT of them).
+template <int TPR, int VPT>
+struct Team {
+  static constexpr int per_warp = 32 / TPR;
+  int64_t id;  // global team index
+  int lane;    // lane within the team
+  __device__ Team() {
+    const int64_t t = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+    id = t / TPR, lane = int(t % TPR);
+  }
+  __device__ int64_t col(int j) const { return (int64_t(j) * TPR + lane) * 8; }
+  // Sum over the team in a fixed butterfly order. Every lane of the warp must take part.
+  __device__ static float sum(float x) {
+#pragma unroll
+    for (int o = TPR / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+  }
+};
+
+template <class A, int TPR, int VPT, Norm K>
+__global__ void norm_forward_kernel(NormArgs<A> a) {
+  const Team<TPR, VPT> T;
+  const int64_t row = T.id;
+  const bool valid = row < a.rows;  // no early return: the team sum needs every lane
+  float xv[VPT][8], ss = 0.f;
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    if (valid && T.col(j) < a.dim) {
+      cuda::load8(a.x + row * a.dim + T.col(j), xv[j]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ss += xv[j][e] * xv[j][e];
+    }
+  }
+  ss = T.sum(ss);
+  if (!valid) return;
+  const float r = 1.f / sqrtf(K == Norm::L2 ? ss + a.eps : ss / float(a.dim) + a.eps);
+#pragma unroll
+  for (int j = 0; j < VPT; ++j) {
+    const int64_t c = T.col(j);
+    if (c >= a.dim) continue;
+    float y[8], w[8], z[8];
+    if constexpr (K != Norm::L2) cuda::load8(a.w + c, w);
+    if constexpr (K == Norm::GatedRms) cuda::load8(a.z + row * a.dim + c, z);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      y[e] = xv[j][e] * r;
+      if constexpr (K != Norm::L2) y[e] *= w[e];
+      if constexpr (K == Norm::GatedRms) y[e] *= cuda::silu(z[e]);
+    }
+    cuda::store8(a.y + row * a.dim + c, y);
+  }
+  if (T.lane == 0) a.rstd_out[row] = r;
+}
+
+// Team k of n_teams handles rows k, k + n_teams, ... in order (every team of a warp runs the
+// same number of rounds, so the team sums stay converged). Two passes over each row (the
+// second re-reads it from cache): the first forms the row's dot product, the second the
+// gradients. RMS kinds leave the team's dw sums in partial[k].
+template <class A, int TPR, int VPT, Norm K>
+__global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_teams) {
+  const Team<TPR, VPT> T;
+  if ((T.id - T.id % T.per_warp) >= n_teams) return;  // whole warps only
+  constexpr bool has_w = K != Norm::L2;
+  float dw[VPT][8] = {};  // w is re-read per row (from L1) rather than held: registers go to dw
+  for (int64_t base = 0; base < a.rows; base += n_teams) {
+    const int64_t row = base + T.id;
+    const bool valid = T.id < n_teams && row < a.rows;
+    const float r = valid ? a.rstd_in[row] : 0.f;
+    const int64_t off = row * a.dim;
+    float dot = 0.f;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int64_t c = T.col(j);
+      if (!valid || c >= a.dim) continue;
+      float x[8], dy[8], z[8], w[8];
+      cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
+      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
+      if constexpr (has_w) cuda::load8(a.w + c, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if constexpr (K == Norm::L2) {
+          dot += x[e] * dy[e];
+        } else {
+          float dn = dy[e] * w[e];
+          if constexpr (K == Norm::GatedRms) dn *= cuda::silu(z[e]);
+          dot += dn * (x[e] * r);
+        }
+      }
+    }
+    dot = T.sum(dot);
+    const float mean = dot / float(a.dim);
+#pragma unroll
+    for (int j = 0; j < VPT; ++j) {
+      const int64_t c = T.col(j);
+      if (!valid || c >= a.dim) continue;
+      float x[8], dy[8], z[8], w[8], dx[8], dz[8];
+      cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
+      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
+      if constexpr (has_w) cuda::load8(a.w + c, w);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        if constexpr (K == Norm::L2) {
+          dx[e] = r * (dy[e] - x[e] * dot);
+        } else {
+          const float n = x[e] * r;
+          float dn = dy[e] * w[e];
+          if constexpr (K == Norm::GatedRms) {
+            float gate, gate_grad;
+            cuda::silu_and_grad(z[e], gate, gate_grad);
+            dn *= gate;
+            dz[e] = dy[e] * n * w[e] * gate_grad;
+            dw[j][e] += dy[e] * (n * gate);
+          } else {
+            dw[j][e] += dy[e] * n;
+          }
+          dx[e] = r * (dn - x[e] * r * mean);
+        }
+      }
+      cuda::store8(a.dx + off + c, dx);
+      if constexpr (K == Norm::GatedRms) cuda::store8(a.dz + off + c, dz);
+    }
+  }
+  if constexpr (has_w) {
+    if (T.id >= n_teams) return;
+#pragma unroll
+    for (int j = 0; j < VPT; ++j)
+      if (T.col(j) < a.dim) cuda::store8(a.partial + T.id * a.dim + T.col(j), dw[j]);
+  }
+}
+
+// Calls fn(TPR, VPT): the team width and vectors per lane (powers of two) that cover dim.
+template <class Fn>
+void dispatch_width(const char* kernel, int64_t dim, Fn&& fn) {
+  SF_CHECK(dim > 0 && dim % 8 == 0 && dim <= 4096, kernel, ": dim = ", dim,
+           " must be a multiple of 8 and at most 4096 on the GPU");
+  using std::integral_constant;
+  const int64_t nvec = dim / 8;
+  if (nvec <= 8) fn(integral_constant<int, 8>{}, integral_constant<int, 1>{});
+  else if (nvec <= 16) fn(integral_constant<int, 16>{}, integral_constant<int, 1>{});
+  else if (nvec <= 32) fn(integral_constant<int, 32>{}, integral_constant<int, 1>{});
+  else if (nvec <= 64) fn(integral_constant<int, 32>{}, integral_constant<int, 2>{});
+  else if (nvec <= 128) fn(integral_constant<int, 32>{}, integral_constant<int, 4>{});
+  else if (nvec <= 256) fn(integral_constant<int, 32>{}, integral_constant<int, 8>{});
+  else fn(integral_constant<int, 32>{}, integral_constant<int, 16>{});
+}
+
+// Teams of the backward (a function of the shape only, so the summation order is fixed).
+int64_t backward_teams(int64_t rows, int64_t dim) {
+  int64_t per_warp = 1;
+  dispatch_width("norm backward", dim, [&](auto tpr, auto) { per_warp = 32 / tpr.value; });
+  return std::min(rows, kMaxBackwardWarps * per_warp);
+}
+
+unsigned blocks_for_teams(int64_t teams, int tpr) {
+  const int64_t threads = teams * tpr, per_block = kWarpsPerBlock * 32;
+  return unsigned((threads + per_block - 1) / per_block);
+}
+
+template <Norm K, class A>
+void norm_forward(const char* name, const NormArgs<A>& a, cudaStream_t stream) {
+  for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.z),
+                        static_cast<const void*>(a.w), static_cast<const void*>(a.y)})
+    if (p) check_aligned16(p, name, "every row pointer");
+  dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
+    if (a.rows == 0) return;
+    norm_forward_kernel<A, tpr.value, vpt.value, K>
+        <<<blocks_for_teams(a.rows, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a);
+    cuda_check_launch(name);
+  });
+}
+
+template <Norm K, class A>
+void norm_backward(const char* name, NormArgs<A> a, float* dw, void* workspace, cudaStream_t stream) {
+  for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.z),
+                        static_cast<const void*>(a.w), static_cast<const void*>(a.dy),
+                        static_cast<const void*>(a.dx), static_cast<const void*>(a.dz)})
+    if (p) check_aligned16(p, name, "every row pointer");
+  dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
+    if (a.rows == 0) return;
+    const int64_t teams = K == Norm::L2 ? a.rows : backward_teams(a.rows, a.dim);
+    if (K != Norm::L2) {
+      SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate norm_backward_workspace_bytes(rows, dim)");
+      a.partial = static_cast<float*>(workspace);
+    }
+    norm_backward_kernel<A, tpr.value, vpt.value, K>
+        <<<blocks_for_teams(teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, teams);
+    cuda_check_launch(name);
+    if (K != Norm::L2) add_partial_sums_cuda(a.partial, teams, a.dim, dw, stream);
+  });
+}
+
+}  // namespace
+
+size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim) {
+  return size_t(backward_teams(rows, dim)) * size_t(dim) * sizeof(float);
+}
+
+template <class A>
+void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t rows, int64_t dim, double eps,
+                          cudaStream_t stream) {
+  NormArgs<A> a;
+  a.x = x, a.w = w, a.y = y, a.rstd_out = rstd, a.rows = rows, a.dim = dim, a.eps = float(eps);
+  norm_forward<Norm::Rms>("rmsnorm_forward_cuda", a, stream);
+}
+
+template <class A>
+void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
+                           int64_t rows, int64_t dim, void* workspace, cudaStream_t stream) {
+  NormArgs<A> a;
+  a.x = x, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.rows = rows, a.dim = dim;
+  norm_backward<Norm::Rms>("rmsnorm_backward_cuda", a, dw, workspace, stream);
+}
+
+template <class A>
+void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,
+                                int64_t dim, double eps, cudaStream_t stream) {
+  NormArgs<A> a;
+  a.x = x, a.z = z, a.w = w, a.y = y, a.rstd_out = rstd, a.rows = rows, a.dim = dim, a.eps = float(eps);
+  norm_forward<Norm::GatedRms>("gated_rmsnorm_forward_cuda", a, stream);
+}
+
+template <class A>
+void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
+                                 A* dz, float* dw, int64_t rows, int64_t dim, void* workspace, cudaStream_t stream) {
+  NormArgs<A> a;
+  a.x = x, a.z = z, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.dz = dz, a.rows = rows, a.dim = dim;
+  norm_backward<Norm::GatedRms>("gated_rmsnorm_backward_cuda", a, dw, workspace, stream);
+}
+
+template <class A>
+void l2norm_forward_cuda(const A* x, A* y, float* rstd, int64_t rows, int64_t dim, double eps, cudaStream_t stream) {
+  NormArgs<A> a;
+  a.x = x, a.y = y, a.rstd_out = rstd, a.rows = rows, a.dim = dim, a.eps = float(eps);
+  norm_forward<Norm::L2>("l2norm_forward_cuda", a, stream);
+}
+
+template <class A>
+void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int64_t rows, int64_t dim,
+                          cudaStream_t stream) {
+  NormArgs<A> a;
+  a.x = y, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.rows = rows, a.dim = dim;
+  norm_backward<Norm::L2>("l2norm_backward_cuda", a, nullptr, nullptr, stream);
+}
+
+#define SF_INSTANTIATE(A)                                                                                        \
+  template void rmsnorm_forward_cuda<A>(const A*, const float*, A*, float*, int64_t, int64_t, double,           \
+                                        cudaStream_t);                                                          \
+  template void rmsnorm_backward_cuda<A>(const A*, const float*, const float*, const A*, A*, float*, int64_t,   \
+                                         int64_t, void*, cudaStream_t);                                         \
+  template void gated_rmsnorm_forward_cuda<A>(const A*, const A*, const float*, A*, float*, int64_t, int64_t,   \
+                                              double, cudaStream_t);                                            \
+  template void gated_rmsnorm_backward_cuda<A>(const A*, const A*, const float*, const float*, const A*, A*,    \
+                                               A*, float*, int64_t, int64_t, void*, cudaStream_t);              \
+  template void l2norm_forward_cuda<A>(const A*, A*, float*, int64_t, int64_t, double, cudaStream_t);           \
+  template void l2norm_backward_cuda<A>(const A*, const float*, const A*, A*, int64_t, int64_t, cudaStream_t);
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(bf16)
+#undef SF_INSTANTIATE
+
+}  // namespace stateflow

@@ -1,0 +1,45 @@
+// Row-wise normalisations on the GPU with the semantics of kernels/cpu/norms.h:
+//   rmsnorm:        y = x * rstd * w,             rstd = 1/sqrt(mean(x^2) + eps)
+//   gated_rmsnorm:  y = x * rstd * w * silu(z)
+//   l2norm:         y = x * rstd,                 rstd = 1/sqrt(sum(x^2) + eps)
+// Activations x, z, y, dy, dx, dz are A = float or bf16; w, dw and rstd[rows] are fp32, and
+// every sum is fp32. dx and dz are overwritten, dw is accumulated (+=).
+//
+// One warp per row (half or quarter of one for rows of at most 128 or 64 values); dim must be a
+// multiple of 8, at most 4096, and the pointers 16-byte aligned. The dw reduction is
+// deterministic: a fixed set of lane teams each sums a fixed set of rows in order into its
+// own partial row of the workspace, and add_partial_sums_cuda adds the partials in a fixed
+// order.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace stateflow {
+
+// Device scratch of rmsnorm_backward_cuda and gated_rmsnorm_backward_cuda.
+size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim);
+
+template <class A>
+void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t rows, int64_t dim, double eps,
+                          cudaStream_t stream);
+template <class A>
+void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
+                           int64_t rows, int64_t dim, void* workspace, cudaStream_t stream);
+
+template <class A>
+void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,
+                                int64_t dim, double eps, cudaStream_t stream);
+template <class A>
+void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
+                                 A* dz, float* dw, int64_t rows, int64_t dim, void* workspace, cudaStream_t stream);
+
+template <class A>
+void l2norm_forward_cuda(const A* x, A* y, float* rstd, int64_t rows, int64_t dim, double eps, cudaStream_t stream);
+// Reads the forward's output y (as the CPU kernel does).
+template <class A>
+void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int64_t rows, int64_t dim,
+                          cudaStream_t stream);
+
+}  // namespace stateflow

@@ -1,0 +1,261 @@
+#include "kernels/cuda/short_conv_cuda.h"
+
+#include <algorithm>
+#include <type_traits>
+
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/reduce_cuda.h"
+
+namespace stateflow {
+namespace {
+
+using cuda::bf16;
+
+constexpr int kTileRows = 128;  // rows one thread walks: few partials, still ~2K warps at 32K x 2048
+constexpr int kThreads = 128;   // channel vectors per block
+// Rows whose loads a thread issues together before using them: the walk down the rows is
+// sequential, so without this each row would wait out a full memory latency.
+constexpr int kForwardAhead = 4, kBackwardAhead = 4;
+
+template <class A>
+struct ConvArgs {
+  const A *x, *prefix, *dy;
+  const float *w, *dprefix_out;
+  A *y, *prefix_out, *dx;
+  float *dprefix_in, *partial;
+  int64_t len, ch;
+};
+
+// Thread (vector v of 8 channels, tile, batch b) of the launch grid.
+struct Slot {
+  int64_t c, b, tile;
+  __device__ Slot() : c((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8), b(blockIdx.z), tile(blockIdx.y) {}
+};
+
+// Row e of this sequence's extended input xe = [prefix; x] for 8 channels (CPU ExtendedInput),
+// as stored: zeros outside [0, K-1+len) and for a null prefix.
+template <class A, int K>
+__device__ void fetch_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, cuda::Raw8<A>& r) {
+  constexpr int P = K - 1;
+  if (e >= P && e < P + a.len) cuda::load_raw(a.x + (s.b * a.len + e - P) * a.ch + s.c, r);
+  else if (e >= 0 && e < P && a.prefix) cuda::load_raw(a.prefix + (s.b * P + e) * a.ch + s.c, r);
+  else cuda::zero_raw(r);
+}
+
+template <class A, int K>
+__device__ void load_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, float (&v)[8]) {
+  cuda::Raw8<A> r;
+  fetch_xe<A, K>(a, s, e, r);
+  cuda::widen(r, v);
+}
+
+// w[c + e, j] for the thread's 8 channels, as wv[j][e].
+template <int K>
+__device__ void load_weights(const float* w, int64_t c, float (&wv)[K][8]) {
+#pragma unroll
+  for (int j = 0; j < K; ++j)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) wv[j][e] = w[(c + e) * K + j];
+}
+
+// The K-term pre-activation in ascending j, the CPU kernel's order.
+template <int K>
+__device__ float conv_pre(const float (&wv)[K][8], const float (&xw)[K][8], int e) {
+  float pre = 0.f;
+#pragma unroll
+  for (int j = 0; j < K; ++j) pre += wv[j][e] * xw[j][e];
+  return pre;
+}
+
+template <int K>
+__device__ void shift_window(float (&win)[K][8]) {
+#pragma unroll
+  for (int j = 0; j + 1 < K; ++j)
+#pragma unroll
+    for (int e = 0; e < 8; ++e) win[j][e] = win[j + 1][e];
+}
+
+template <class A, int K>
+__global__ void short_conv_forward_kernel(ConvArgs<A> a) {
+  constexpr int P = K - 1;
+  const Slot s;
+  if (s.c >= a.ch) return;
+  float wv[K][8], xw[K][8];
+  load_weights<K>(a.w, s.c, wv);
+  const int64_t t0 = s.tile * kTileRows, t1 = min(a.len, t0 + kTileRows);
+#pragma unroll
+  for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, t0 + j, xw[j]);
+  for (int64_t t = t0; t < t1; t += kForwardAhead) {
+    cuda::Raw8<A> ahead[kForwardAhead];  // the next rows' loads are all in flight before any is used
+#pragma unroll
+    for (int u = 0; u < kForwardAhead; ++u) fetch_xe<A, K>(a, s, t + u + P, ahead[u]);
+#pragma unroll
+    for (int u = 0; u < kForwardAhead; ++u) {
+      if (t + u >= t1) break;
+      float y[8];
+      cuda::widen(ahead[u], xw[P]);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) y[e] = cuda::silu(conv_pre<K>(wv, xw, e));
+      cuda::store8(a.y + (s.b * a.len + t + u) * a.ch + s.c, y);
+      shift_window<K>(xw);
+    }
+  }
+  if (s.tile == 0)  // the last K-1 rows of xe go on to the next chunk
+    for (int r = 0; r < P; ++r) {
+      float v[8];
+      load_xe<A, K>(a, s, a.len + r, v);
+      cuda::store8(a.prefix_out + (s.b * P + r) * a.ch + s.c, v);
+    }
+}
+
+// The thread owns outputs i in [i0, i1) of dxe (rows of [dprefix_in; dx]) and the dw terms of
+// rows t in that range. It starts K-1 rows early so that the dpre window is full at i0.
+template <class A, int K>
+__global__ void short_conv_backward_kernel(ConvArgs<A> a, int64_t tiles) {
+  constexpr int P = K - 1;
+  const Slot s;
+  if (s.c >= a.ch) return;
+  float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {};
+  load_weights<K>(a.w, s.c, wv);
+  const int64_t i0 = s.tile * kTileRows, i1 = min(a.len + P, i0 + kTileRows);
+#pragma unroll
+  for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, i0 - P + j, xw[j]);
+  for (int64_t t0 = i0 - P; t0 < i1; t0 += kBackwardAhead) {
+    cuda::Raw8<A> x_ahead[kBackwardAhead], dy_ahead[kBackwardAhead];  // loads in flight before use
+#pragma unroll
+    for (int u = 0; u < kBackwardAhead; ++u) {
+      const int64_t t = t0 + u;
+      fetch_xe<A, K>(a, s, t + P, x_ahead[u]);
+      if (t >= 0 && t < a.len) cuda::load_raw(a.dy + (s.b * a.len + t) * a.ch + s.c, dy_ahead[u]);
+      else cuda::zero_raw(dy_ahead[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < kBackwardAhead; ++u) {
+      const int64_t t = t0 + u;
+      if (t >= i1) break;
+      float dy[8];
+      cuda::widen(x_ahead[u], xw[P]);
+      cuda::widen(dy_ahead[u], dy);
+      shift_window<K>(dp);
+#pragma unroll
+      for (int e = 0; e < 8; ++e)  // dy is zero outside [0, len), so dpre is too
+        dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
+      if (t >= i0) {
+        float out[8], dpo[8];
+        if (t < a.len)
+#pragma unroll
+          for (int j = 0; j < K; ++j)
+#pragma unroll
+            for (int e = 0; e < 8; ++e) dw[j][e] += dp[P][e] * xw[j][e];
+        const bool carried = a.dprefix_out && t >= a.len;
+        if (carried) cuda::load8(a.dprefix_out + (s.b * P + t - a.len) * a.ch + s.c, dpo);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) {
+          float acc = 0.f;  // dpre[t - j] is zero outside [0, len), as the CPU kernel skips it
+#pragma unroll
+          for (int j = 0; j < K; ++j) acc += wv[j][e] * dp[P - j][e];
+          out[e] = carried ? acc + dpo[e] : acc;
+        }
+        if (t < P) cuda::store8(a.dprefix_in + (s.b * P + t) * a.ch + s.c, out);
+        else cuda::store8(a.dx + (s.b * a.len + t - P) * a.ch + s.c, out);
+      }
+      shift_window<K>(xw);
+    }
+  }
+  float* part = a.partial + (s.b * tiles + s.tile) * a.ch * K + s.c * K;
+#pragma unroll
+  for (int e = 0; e < 8; ++e)
+#pragma unroll
+    for (int j = 0; j < K; ++j) part[e * K + j] = dw[j][e];
+}
+
+template <class Fn>
+void dispatch_conv_size(const char* name, int64_t K, Fn&& fn) {
+  switch (K) {
+    case 1: return fn(std::integral_constant<int, 1>{});
+    case 2: return fn(std::integral_constant<int, 2>{});
+    case 3: return fn(std::integral_constant<int, 3>{});
+    case 4: return fn(std::integral_constant<int, 4>{});
+    case 5: return fn(std::integral_constant<int, 5>{});
+    case 6: return fn(std::integral_constant<int, 6>{});
+    case 7: return fn(std::integral_constant<int, 7>{});
+    case 8: return fn(std::integral_constant<int, 8>{});
+    default: fail(name, ": conv kernel size K = ", K, " is not supported on the GPU");
+  }
+}
+
+void check_shape(const char* name, int64_t batch, int64_t len, int64_t ch, int64_t K) {
+  SF_CHECK(K >= 1 && K <= 8, name, ": conv kernel size K = ", K, " is not supported on the GPU (1..8); use conv_size <= 8");
+  SF_CHECK(ch > 0 && ch % 8 == 0, name, ": ch = ", ch, " must be a positive multiple of 8 on the GPU");
+  SF_CHECK(batch >= 0 && batch <= 65535 && len >= 0 && len + K <= int64_t(65535) * kTileRows, name, ": batch = ",
+           batch, " must be <= 65535 and len = ", len, " below 8 M rows");
+}
+
+int64_t backward_tiles(int64_t len, int64_t K) { return (len + K - 1 + kTileRows - 1) / kTileRows; }
+
+dim3 grid_for(int64_t ch, int64_t tiles, int64_t batch) {
+  return dim3(unsigned((ch / 8 + kThreads - 1) / kThreads), unsigned(tiles), unsigned(batch));
+}
+
+}  // namespace
+
+template <class A>
+void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, A* prefix_out, int64_t batch,
+                             int64_t len, int64_t ch, int64_t K, cudaStream_t stream) {
+  const char* name = "short_conv_forward_cuda";
+  check_shape(name, batch, len, ch, K);
+  SF_CHECK(K == 1 || (prefix_out && prefix_out != prefix), name,
+           ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
+  for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(prefix), static_cast<const void*>(y),
+                        static_cast<const void*>(prefix_out)})
+    if (p) check_aligned16(p, name, "x, prefix, y and prefix_out");
+  if (batch == 0) return;
+  const ConvArgs<A> a{x, prefix, nullptr, w, nullptr, y, prefix_out, nullptr, nullptr, nullptr, len, ch};
+  // At least one tile, so that prefix_out is written also for len = 0.
+  const int64_t tiles = std::max<int64_t>(1, (len + kTileRows - 1) / kTileRows);
+  dispatch_conv_size(name, K, [&](auto k) {
+    short_conv_forward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a);
+    cuda_check_launch("short_conv_forward_kernel");
+  });
+}
+
+size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K) {
+  return size_t(batch * backward_tiles(len, K)) * size_t(ch * K) * sizeof(float);
+}
+
+template <class A>
+void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const A* dy, const float* dprefix_out,
+                              A* dx, float* dprefix_in, float* dw, int64_t batch, int64_t len, int64_t ch, int64_t K,
+                              void* workspace, cudaStream_t stream) {
+  const char* name = "short_conv_backward_cuda";
+  check_shape(name, batch, len, ch, K);
+  for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(prefix), static_cast<const void*>(dy),
+                        static_cast<const void*>(dprefix_out), static_cast<const void*>(dx),
+                        static_cast<const void*>(dprefix_in)})
+    if (p) check_aligned16(p, name, "x, prefix, dy, dprefix_out, dx and dprefix_in");
+  SF_CHECK(K == 1 || dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
+  if (batch == 0) return;
+  SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate short_conv_backward_workspace_bytes()");
+  const int64_t tiles = backward_tiles(len, K);
+  const ConvArgs<A> a{x, prefix, dy, w, dprefix_out, nullptr, nullptr, dx, dprefix_in,
+                      static_cast<float*>(workspace), len, ch};
+  if (tiles == 0) return;  // K = 1 and len = 0: nothing to do
+  dispatch_conv_size(name, K, [&](auto k) {
+    short_conv_backward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a, tiles);
+    cuda_check_launch("short_conv_backward_kernel");
+  });
+  add_partial_sums_cuda(a.partial, batch * tiles, ch * K, dw, stream);
+}
+
+#define SF_INSTANTIATE(A)                                                                                       \
+  template void short_conv_forward_cuda<A>(const A*, const A*, const float*, A*, A*, int64_t, int64_t, int64_t, \
+                                           int64_t, cudaStream_t);                                              \
+  template void short_conv_backward_cuda<A>(const A*, const A*, const float*, const A*, const float*, A*,      \
+                                            float*, float*, int64_t, int64_t, int64_t, int64_t, void*,          \
+                                            cudaStream_t);
+SF_INSTANTIATE(float)
+SF_INSTANTIATE(bf16)
+#undef SF_INSTANTIATE
+
+}  // namespace stateflow

@@ -1,0 +1,33 @@
+// Causal depthwise short conv1d + SiLU with a carried (K-1)-row prefix on the GPU, with the
+// semantics and layouts of kernels/cpu/short_conv.h (MATH.md section 5):
+//   x, y, dy, dx        A [batch, len, ch]      (A = float or bf16)
+//   prefix, prefix_out  A [batch, K-1, ch]      prefix == nullptr: zeros (first chunk)
+//   dprefix_out, dprefix_in  fp32 [batch, K-1, ch]   dprefix_out == nullptr: zero (last chunk)
+//   w, dw               fp32 [ch, K]
+// The boundary gradients stay fp32 so that carrying them between chunks adds no rounding
+// step of the activation type. dx and dprefix_in are overwritten, dw is accumulated (+=).
+// prefix_out must not alias prefix (the CPU kernel allows it; here threads would race).
+//
+// Each thread walks a tile of rows for 8 channels with the K-row window in registers. dw is
+// deterministic: per-tile partial sums in the workspace, added in a fixed order.
+// Supported: 1 <= K <= 8, ch a multiple of 8, 16-byte aligned pointers.
+#pragma once
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace stateflow {
+
+template <class A>
+void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, A* prefix_out, int64_t batch,
+                             int64_t len, int64_t ch, int64_t K, cudaStream_t stream);
+
+size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K);
+
+template <class A>
+void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const A* dy, const float* dprefix_out,
+                              A* dx, float* dprefix_in, float* dw, int64_t batch, int64_t len, int64_t ch, int64_t K,
+                              void* workspace, cudaStream_t stream);
+
+}  // namespace stateflow

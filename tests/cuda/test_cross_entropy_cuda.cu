@@ -1,0 +1,130 @@
+// LM head + cross-entropy on the GPU against the CPU path in float64 (linear_forward, then
+// cross_entropy_forward/backward, then the two backward GEMMs) on the same rounded inputs:
+// several row blocks with a short last one, ignored rows, targets that are often the argmax;
+// forward-only mode gives the same statistics; dx and dW are bitwise repeatable; a bad target
+// makes fetch throw.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cuda/cross_entropy_cuda.h"
+#include "cuda_test_util.h"
+#include "test_util.h"
+
+namespace stateflow {
+namespace {
+
+using namespace testing;
+
+template <class A>
+class LmHeadCrossEntropyCuda : public ::testing::Test {};
+using ActTypes = ::testing::Types<float, bf16>;
+TYPED_TEST_SUITE(LmHeadCrossEntropyCuda, ActTypes);
+
+struct Problem {
+  int64_t rows = 300, dim = 64, vocab = 520;
+  Vec x, W, logits;
+  std::vector<int32_t> targets;
+  int64_t near_ties = 0;  // rows whose top two logits are too close for the GPU's precision to order
+};
+
+template <class A>
+Problem make_problem(Rng& rng) {
+  Problem p;
+  p.x = rounded<A>(normal_vec(rng, p.rows * p.dim));
+  p.W = rounded<A>(normal_vec(rng, p.dim * p.vocab, 0.3));
+  p.logits.resize(p.rows * p.vocab);
+  linear_forward<double>(p.x.data(), p.W.data(), p.logits.data(), p.rows, p.dim, p.vocab);
+  const double tie_gap = std::is_same_v<A, float> ? 1e-4 : 1e-2;
+  for (int64_t r = 0; r < p.rows; ++r) {
+    const double* l = p.logits.data() + r * p.vocab;
+    std::vector<double> row(l, l + p.vocab);
+    const int64_t arg = std::max_element(row.begin(), row.end()) - row.begin();
+    std::nth_element(row.begin(), row.begin() + 1, row.end(), std::greater<double>());
+    p.near_ties += row[0] - row[1] < tie_gap;
+    const double u = rng.uniform();  // half the targets are the argmax, some rows are ignored
+    p.targets.push_back(u < 0.1 ? -1 : u < 0.55 ? int32_t(arg) : int32_t(rng.below(uint64_t(p.vocab))));
+  }
+  return p;
+}
+
+template <class A>
+struct GpuResult {
+  LossStats stats;
+  std::vector<A> dx;
+  std::vector<float> dW;
+};
+
+template <class A>
+GpuResult<A> run_gpu(const Problem& p, const Vec& dW0, float scale, int64_t row_block, bool train) {
+  CublasGemm g;
+  Dev<A> x(p.x), W(p.W), dx(size_t(p.rows * p.dim));
+  Dev<float> dW(dW0);
+  Dev<int32_t> t = upload_ids(p.targets);
+  Dev<char> ws(lm_head_cross_entropy_workspace_bytes<A>(row_block, p.vocab));
+  Dev<LossStatsCuda> stats(1);
+  dx.poison();
+  reset_loss_stats_cuda(stats.p, nullptr);
+  lm_head_cross_entropy_cuda<A>(g, x.p, W.p, t.p, p.rows, p.dim, p.vocab, scale, row_block, train ? dx.p : nullptr,
+                                train ? dW.p : nullptr, stats.p, ws.p);
+  GpuResult<A> r{fetch_loss_stats_cuda(stats.p, p.vocab, nullptr), dx.raw(), dW.raw()};
+  sync_ok();
+  return r;
+}
+
+TYPED_TEST(LmHeadCrossEntropyCuda, MatchesTheCpuPath) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem<A>(rng);
+  const Vec dW0 = rounded<float>(normal_vec(rng, p.dim * p.vocab));
+  const LossStats ref = cross_entropy_forward<double>(p.logits.data(), p.targets.data(), p.rows, p.vocab);
+  const float scale = float(1.0 / double(ref.counted));
+  Vec dlogits(p.rows * p.vocab), dx(p.rows * p.dim), dW = dW0;
+  cross_entropy_backward<double>(p.logits.data(), p.targets.data(), scale, dlogits.data(), p.rows, p.vocab);
+  linear_backward_weight<double>(p.x.data(), dlogits.data(), dW.data(), p.rows, p.dim, p.vocab);
+  linear_backward_data<double>(dlogits.data(), p.W.data(), dx.data(), p.rows, p.dim, p.vocab);
+
+  const int64_t row_block = 128;  // 128 + 128 + 44 rows
+  const GpuResult<A> gpu = run_gpu<A>(p, dW0, scale, row_block, true);
+  EXPECT_EQ(gpu.stats.counted, ref.counted);
+  EXPECT_LE(std::abs(gpu.stats.correct - ref.correct), p.near_ties) << "correct " << gpu.stats.correct << " vs "
+                                                                    << ref.correct;
+  EXPECT_GT(ref.correct, p.rows / 3) << "the test should exercise the argmax";
+  const double loss_err = std::abs(gpu.stats.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
+  EXPECT_LE(loss_err, tolerance<A>()) << "loss " << gpu.stats.loss_sum << " vs " << ref.loss_sum;
+  Vec dx_gpu, dW_gpu(gpu.dW.begin(), gpu.dW.end());
+  for (A v : gpu.dx) dx_gpu.push_back(double(float(v)));
+  EXPECT_FALSE(has_nan(dx_gpu)) << "dx: NaN (unwritten element)";
+  EXPECT_LE(rel_err(dx_gpu, dx), tolerance<A>()) << "dx rel err " << rel_err(dx_gpu, dx);
+  EXPECT_LE(rel_err(dW_gpu, dW), tolerance<A>()) << "dW rel err " << rel_err(dW_gpu, dW);
+
+  const GpuResult<A> again = run_gpu<A>(p, dW0, scale, row_block, true);
+  EXPECT_TRUE(bitwise_equal(again.dx, gpu.dx)) << "dx not repeatable";
+  EXPECT_TRUE(bitwise_equal(again.dW, gpu.dW)) << "dW not repeatable";
+  EXPECT_EQ(again.stats.loss_sum, gpu.stats.loss_sum);
+
+  const GpuResult<A> eval = run_gpu<A>(p, dW0, scale, row_block, false);
+  EXPECT_EQ(eval.stats.loss_sum, gpu.stats.loss_sum) << "forward-only mode must give the same loss";
+  EXPECT_EQ(eval.stats.correct, gpu.stats.correct);
+  EXPECT_TRUE(bitwise_equal(eval.dW, std::vector<float>(dW0.begin(), dW0.end()))) << "eval must not touch dW";
+}
+
+TEST(LmHeadCrossEntropyCudaChecks, BadTargetThrowsOnFetch) {
+  SKIP_WITHOUT_GPU();
+  const int64_t rows = 4, dim = 8, vocab = 16;
+  CublasGemm g;
+  Dev<float> x(Vec(rows * dim, 0.5)), W(Vec(dim * vocab, 0.25));
+  Dev<int32_t> t = upload_ids({1, 16, -1, 3});
+  Dev<char> ws(lm_head_cross_entropy_workspace_bytes<float>(rows, vocab));
+  Dev<LossStatsCuda> stats(1);
+  reset_loss_stats_cuda(stats.p, nullptr);
+  lm_head_cross_entropy_cuda<float>(g, x.p, W.p, t.p, rows, dim, vocab, 1.f, rows, nullptr, nullptr, stats.p, ws.p);
+  expect_error([&] { fetch_loss_stats_cuda(stats.p, vocab, nullptr); }, "outside [0, 16)");
+}
+
+}  // namespace
+}  // namespace stateflow
