@@ -48,14 +48,31 @@ PipelineStepResult Pipeline::forward_backward(const Batch& batch) {
   return r;
 }
 
-double Pipeline::clip_and_update(double lr) {
+double Pipeline::grad_norm() {
   std::vector<double> norms(stages_.size());
-  run_all([&](int i) { norms[i] = stages_[i]->clip_and_update(lr); });
+  run_all([&](int i) { norms[i] = stages_[i]->grad_norm(); });
   return norms[0];
+}
+
+Pipeline::NonfiniteGrad Pipeline::locate_nonfinite_grad() {
+  NonfiniteGrad out;
+  for (auto& s : stages_)  // ascending ranks: the last one found is the highest
+    if (std::string name = s->last_nonfinite_grad(); !name.empty()) out = {s->rank(), name};
+  const int highest = static_cast<int>(max_over_processes(out.stage));
+  if (highest != out.stage) out = {highest, ""};
+  return out;
+}
+
+void Pipeline::clip_and_update(double lr, double norm) {
+  run_all([&](int i) { stages_[i]->clip_and_update(lr, norm); });
 }
 
 double Pipeline::max_over_processes(double v) {
   return runs_all_stages() ? v : endpoints_.front()->all_reduce_max(v);
+}
+
+double Pipeline::sum_over_processes(double v) {
+  return runs_all_stages() ? v : endpoints_.front()->all_reduce_sum(v);
 }
 
 void Pipeline::zero_grads() {
