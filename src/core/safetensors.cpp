@@ -105,13 +105,12 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, std::string w
   f.data_start_ = 8 + n;
   const uint64_t data_size = size - f.data_start_;
 
-  json header;
+  json header;  // an object: it starts with '{'
   try {
     header = json::parse(f.bytes_.begin() + 8, f.bytes_.begin() + static_cast<std::ptrdiff_t>(f.data_start_));
   } catch (const json::exception& e) {
     fail(w, ": the header is not valid JSON (", e.what(), "): the file is corrupt");
   }
-  SF_CHECK(header.is_object(), w, ": the header must be a JSON object");
   for (auto it = header.begin(); it != header.end(); ++it) {
     if (it.key() == "__metadata__") {
       SF_CHECK(it->is_object(), w, ": __metadata__ must be an object of strings");
@@ -123,9 +122,11 @@ SafetensorsFile SafetensorsFile::parse(std::vector<uint8_t> bytes, std::string w
     }
     f.tensors_.push_back(parse_entry(it.key(), *it, cat(w, ": tensor '", it.key(), "'")));
   }
-  // The tensors must tile [0, data_size): sorted by begin, each starts where the last ended.
-  std::stable_sort(f.tensors_.begin(), f.tensors_.end(),
-                   [](const StTensorInfo& a, const StTensorInfo& b) { return a.begin < b.begin; });
+  // The tensors must tile [0, data_size): sorted by range (an empty one before a non-empty
+  // one at the same offset), each starts where the last ended.
+  std::stable_sort(f.tensors_.begin(), f.tensors_.end(), [](const StTensorInfo& a, const StTensorInfo& b) {
+    return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+  });
   uint64_t at = 0;
   for (const StTensorInfo& t : f.tensors_) {
     SF_CHECK(t.begin == at, w, ": tensor '", t.name, "' starts at byte ", t.begin, " of the data but the previous ",
