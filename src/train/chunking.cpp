@@ -5,7 +5,7 @@
 namespace stateflow {
 
 std::vector<int64_t> even_chunk_lengths(int64_t seq_len, int64_t n) {
-  SF_CHECK(n >= 1, "number of chunks must be at least 1, got ", n);
+  SF_CHECK(n >= 1, "--chunks must be at least 1, got ", n);
   SF_CHECK(n <= seq_len, "cannot cut a sequence of ", seq_len, " tokens into ", n,
            " chunks: use --chunks at most ", seq_len, " (every chunk needs at least one token)");
   std::vector<int64_t> out(n, seq_len / n);
@@ -48,7 +48,10 @@ std::vector<int64_t> parse_chunk_lengths(const std::string& text) {
 
 std::string format_chunk_lengths(const std::vector<int64_t>& lengths) {
   std::string s;
-  for (size_t i = 0; i < lengths.size(); ++i) s += (i ? "," : "") + std::to_string(lengths[i]);
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    if (i) s += ',';
+    s += std::to_string(lengths[i]);
+  }
   return s;
 }
 

@@ -35,6 +35,7 @@ void TrainOptions::validate() const {
   SF_CHECK(steps >= 1, "--steps must be at least 1, got ", steps);
   SF_CHECK(batch >= 1, "--batch must be at least 1, got ", batch);
   SF_CHECK(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
+  SF_CHECK(stages >= 1, "--stages must be at least 1, got ", stages);
   SF_CHECK(microbatches >= 1 && batch % microbatches == 0, "--microbatches ", microbatches,
            " must be at least 1 and divide --batch ", batch);
   SF_CHECK(lr > 0 && lr < 1, "--lr must be in (0, 1), got ", lr);
