@@ -99,21 +99,28 @@ CheckpointManifest read_manifest(const std::string& step_dir) {
     fail("checkpoint manifest ", path, " is not valid JSON (", e.what(), "): the file is corrupt");
   }
   CheckpointManifest m;
+  // Integers are checked before get<>(): a float read as one would be undefined behaviour.
+  auto integer = [&](const json& v, const char* field) -> const json& {
+    SF_CHECK(v.is_number_integer(), path, ": ", field, " must be an integer, got ", v.type_name());
+    return v;
+  };
   try {
     SF_CHECK(j.is_object() && j.value("format", "") == kCheckpointFormat, path, " is not a stateflow checkpoint manifest");
-    SF_CHECK(j.at("version").get<int>() == kCheckpointVersion, path, ": checkpoint version ", j.at("version").dump(),
+    const int64_t version = integer(j.at("version"), "version").get<int64_t>();
+    SF_CHECK(version == kCheckpointVersion, path, ": checkpoint version ", version,
              " is not supported (this stateflow reads version ", kCheckpointVersion, ")");
-    m.state.step = j.at("step").get<int64_t>();
-    m.state.skipped_steps = j.at("skipped_steps").get<int64_t>();
-    m.state.data_position = j.at("data_position").get<uint64_t>();
+    m.state.step = integer(j.at("step"), "step").get<int64_t>();
+    m.state.skipped_steps = integer(j.at("skipped_steps"), "skipped_steps").get<int64_t>();
+    m.state.data_position = integer(j.at("data_position"), "data_position").get<uint64_t>();
     m.state.options = j.at("options");
     SF_CHECK(m.state.step >= 0 && m.state.skipped_steps >= 0 && m.state.skipped_steps <= m.state.step, path,
              ": step ", m.state.step, " and skipped_steps ", m.state.skipped_steps, " are inconsistent");
-    SF_CHECK(m.state.options.is_object() && m.state.options.contains("model") && m.state.options.contains("dtype"),
+    SF_CHECK(m.state.options.is_object() && m.state.options.contains("model") &&
+                 m.state.options.contains("dtype") && m.state.options.at("dtype").is_string(),
              path, ": options must be an object with the model config and dtype");
     for (const json& f : j.at("files")) {
       CheckpointManifest::File file{f.at("name").get<std::string>(), {}};
-      file.digest.bytes = f.at("bytes").get<uint64_t>();
+      file.digest.bytes = integer(f.at("bytes"), "bytes").get<uint64_t>();
       const std::string crc = f.at("crc32").get<std::string>();
       size_t used = 0;
       unsigned long v = 0;

@@ -1,6 +1,8 @@
 #include "train/train_options.h"
 
+#include <algorithm>
 #include <nlohmann/json.hpp>
+#include <type_traits>
 
 #include "train/chunking.h"
 
@@ -84,11 +86,19 @@ TrainOptions TrainOptions::from_json(const json& j) {
   auto take = [&](const char* name, auto& v) {
     if (!j.contains(name)) return;
     ++known;
-    try {
-      j.at(name).get_to(v);
-    } catch (const json::exception& e) {
-      fail("train options: field '", name, "' has the wrong type (", e.what(), ")");
-    }
+    const json& x = j.at(name);
+    // Checked before get_to(): a float read as an integer would be truncated, or be
+    // undefined behaviour when out of range.
+    using T = std::remove_reference_t<decltype(v)>;
+    bool ok = false;
+    if constexpr (std::is_same_v<T, bool>) ok = x.is_boolean();
+    else if constexpr (std::is_unsigned_v<T>) ok = x.is_number_unsigned();
+    else if constexpr (std::is_integral_v<T>) ok = x.is_number_integer();
+    else if constexpr (std::is_floating_point_v<T>) ok = x.is_number();
+    else if constexpr (std::is_same_v<T, std::string>) ok = x.is_string();
+    else ok = x.is_array() && std::all_of(x.begin(), x.end(), [](const json& e) { return e.is_number_integer(); });
+    SF_CHECK(ok, "train options: field '", name, "' has the wrong type (", x.type_name(), ")");
+    x.get_to(v);
   };
   visit_fields(o, take);
   if (j.contains("model")) ++known, o.model = ModelConfig::from_json(j.at("model"));
