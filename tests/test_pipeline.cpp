@@ -209,3 +209,22 @@ TEST(Pipeline, OutOfMemoryOnAStageThreadSaysWhichSettingToChange) {
   expect_error([&] { make_local_pipeline(pc); }, "out of host memory allocating 256.00 TiB for weights on stage ");
   expect_error([&] { make_local_pipeline(pc); }, "use a smaller model (d_model, n_layers, vocab_size, mlp_hidden)");
 }
+
+TEST(Pipeline, BadAllocOnAStageThreadBecomesAnErrorNamingTheStage) {
+  // A transport whose receives fail as a container's allocation would.
+  struct OutOfMemoryTransport : LocalTransport {
+    using LocalTransport::LocalTransport;
+    Tensor recv(int, const MessageTag&) override { throw std::bad_alloc(); }
+  };
+  PipelineConfig pc;
+  pc.model = model_preset("tiny");
+  pc.stages = 2, pc.chunk_lengths = {4};
+  auto hub = std::make_shared<LocalHub>(2, 5.0);
+  std::vector<std::unique_ptr<Transport>> endpoints;
+  endpoints.push_back(std::make_unique<LocalTransport>(hub, 0));
+  endpoints.push_back(std::make_unique<OutOfMemoryTransport>(hub, 1));
+  Pipeline pipe(pc, std::move(endpoints));
+  Rng rng(fresh_seed());
+  expect_error([&] { pipe.forward_backward(random_batch(rng, 1, 4, pc.model.vocab_size)); },
+               "stage 1 ran out of host memory: use more chunks (--chunks)");
+}

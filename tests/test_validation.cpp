@@ -101,6 +101,8 @@ TEST(Validation, TrainingOptionsNameTheFlagAndRange) {
       {"steps", [](TrainOptions& o) { o.steps = 0; }, "--steps must be at least 1, got 0"},
       {"batch", [](TrainOptions& o) { o.batch = 0; }, "--batch must be at least 1, got 0"},
       {"seq_len", [](TrainOptions& o) { o.seq_len = 0; }, "--seq-len must be at least 1, got 0"},
+      {"tokens per step", [](TrainOptions& o) { o.batch = int64_t(1) << 40; },
+       "--batch 1099511627776 x --seq-len 24 tokens per step is more than the 2147483648 accepted"},
       {"microbatches", [](TrainOptions& o) { o.microbatches = 3; }, "--microbatches 3 must be at least 1 and divide --batch 4"},
       {"microbatches 0", [](TrainOptions& o) { o.microbatches = 0; }, "--microbatches 0 must be at least 1"},
       {"lr", [](TrainOptions& o) { o.lr = 1.5; }, "--lr must be in (0, 1), got 1.5"},

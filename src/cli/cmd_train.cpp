@@ -1,6 +1,7 @@
 // `stateflow train`
 #include <filesystem>
 #include <iostream>
+#include <new>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -95,9 +96,13 @@ void add_train_command(CLI::App& root) {
     if (o.resume.empty() || app->count("--chunks") || app->count("--chunk-lengths"))
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
     install_stop_handlers();
-    Trainer trainer(o);
-    trainer.run(std::cout);
-    if (int sig = trainer.stopped_by()) throw ExitCode(128 + sig);
+    try {
+      Trainer trainer(o);
+      trainer.run(std::cout);
+      if (int sig = trainer.stopped_by()) throw ExitCode(128 + sig);
+    } catch (const std::bad_alloc&) {
+      fail("out of host memory: use a smaller --batch or --seq-len, more chunks (--chunks), or a smaller model");
+    }
   });
 }
 

@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "pipeline/local_transport.h"
@@ -20,7 +21,13 @@ void Pipeline::run_all(const std::function<void(int)>& fn) {
   std::exception_ptr first;
   auto guarded = [&](int i) {
     try {
-      fn(i);
+      try {
+        fn(i);
+      } catch (const std::bad_alloc&) {
+        // Containers, unlike tensors, fail this way: say which settings shrink memory.
+        fail("stage ", endpoints_[i]->rank(), " ran out of host memory: use more chunks (--chunks), fewer ",
+             "microbatches (--microbatches), a smaller --batch or --seq-len, or a smaller model");
+      }
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu);
       if (!first) first = std::current_exception();  // later errors are usually "peer failed"

@@ -37,6 +37,9 @@ void TrainOptions::validate() const {
   SF_CHECK(steps >= 1, "--steps must be at least 1, got ", steps);
   SF_CHECK(batch >= 1, "--batch must be at least 1, got ", batch);
   SF_CHECK(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
+  const int64_t max_tokens = int64_t(1) << 31;  // token ids of a step are int32 arrays
+  SF_CHECK(batch <= max_tokens / seq_len, "--batch ", batch, " x --seq-len ", seq_len,
+           " tokens per step is more than the ", max_tokens, " accepted; use fewer sequences or shorter ones");
   SF_CHECK(stages >= 1, "--stages must be at least 1, got ", stages);
   SF_CHECK(microbatches >= 1 && batch % microbatches == 0, "--microbatches ", microbatches,
            " must be at least 1 and divide --batch ", batch);
