@@ -187,6 +187,7 @@ TEST(Checkpoint, KeepsTheNewestKAndSkipsIncompleteOnes) {
   EXPECT_EQ(left, (std::vector<std::string>{"notes", "step-000004", "step-000005", "step-000099"}));
   EXPECT_EQ(find_checkpoint(dir.path.string()), (dir.path / "step-000005").string());
   EXPECT_EQ(find_checkpoint(dir / "step-000004"), dir / "step-000004");
+  EXPECT_EQ(find_checkpoint(dir / "step-000004/"), dir / "step-000004");
   expect_error([&] { find_checkpoint(dir / "step-000099"); }, "no complete checkpoint");
   expect_error([&] { find_checkpoint(dir / "absent"); }, "no such directory");
   expect_error([&] { load_checkpoint(*p, dir / "step-000099"); }, "has no manifest.json: it is incomplete");

@@ -114,7 +114,9 @@ TEST(Pipeline, StashPeakOnStageZeroFollowsTheModel) {
 }
 
 namespace {
-// Wraps a transport and never delivers what its rank sends: that stage looks stalled.
+// Wraps a transport and never delivers what its rank sends: that stage looks stalled. Its
+// own receives start late, so that its peer, not it, is the first to time out even when
+// the machine is busy and threads are scheduled late.
 class SilentTransport : public Transport {
  public:
   explicit SilentTransport(std::unique_ptr<Transport> inner) : inner_(std::move(inner)) {}
@@ -122,7 +124,10 @@ class SilentTransport : public Transport {
   int world_size() const override { return inner_->world_size(); }
   std::string name() const override { return "silent"; }
   void send(int, const MessageTag&, const Tensor&) override {}
-  Tensor recv(int peer, const MessageTag& tag) override { return inner_->recv(peer, tag); }
+  Tensor recv(int peer, const MessageTag& tag) override {
+    std::this_thread::sleep_for(std::chrono::seconds(1));
+    return inner_->recv(peer, tag);
+  }
   double all_reduce_sum(double v) override { return inner_->all_reduce_sum(v); }
   double all_reduce_max(double v) override { return inner_->all_reduce_max(v); }
   void flush() override {}

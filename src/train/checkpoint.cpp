@@ -223,8 +223,10 @@ std::string save_checkpoint(Pipeline& pipeline, const std::string& save_dir, con
 std::string find_checkpoint(const std::string& path) {
   SF_CHECK(fs::is_directory(path), "--resume ", path, ": no such directory; give a --save-dir of an earlier run or ",
            "one of its step-NNNNNN directories");
-  if (fs::exists(fs::path(path) / kManifest)) return path;
-  std::vector<StepDir> dirs = list_step_dirs(path);
+  fs::path dir(path);
+  if (dir.filename().empty()) dir = dir.parent_path();  // "runs/a/step-000400/" names step-000400
+  if (fs::exists(dir / kManifest)) return dir.string();
+  std::vector<StepDir> dirs = list_step_dirs(dir);
   for (auto it = dirs.rbegin(); it != dirs.rend(); ++it)
     if (it->complete) return it->path.string();
   fail("--resume ", path, ": no complete checkpoint there (a step-NNNNNN directory with a ", kManifest, ")",
