@@ -199,3 +199,54 @@ TEST(Partition, EvenByDefaultOrAsThePatternSays) {
   c.stage_pattern = "G|GXG";
   EXPECT_THROW(stage_layer_ranges(c, 2), Error);
 }
+
+TEST(Pipeline, LocatesTheFirstNonfiniteGradientOfTheBackwardPass) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  PipelineConfig pc;
+  pc.model = four_block_tiny();
+  pc.stages = 3, pc.chunk_lengths = {4, 4};
+  auto pipe = make_local_pipeline(pc);
+  pipe->forward_backward(random_batch(rng, 1, 8, pc.model.vocab_size));
+  EXPECT_TRUE(std::isfinite(pipe->grad_norm()));
+  EXPECT_EQ(pipe->locate_nonfinite_grad().stage, -1);
+  std::vector<std::pair<int, Param*>> all;  // (stage, param) in model order
+  for (Stage* s : pipe->stages())
+    for (Param* p : s->model().params()) all.push_back({s->rank(), p});
+  size_t a = rng.below(all.size()), b = rng.below(all.size());
+  for (size_t i : {a, b}) all[i].second->grad.data<float>()[0] = i == a ? INFINITY : NAN;
+  EXPECT_FALSE(std::isfinite(pipe->grad_norm()));
+  Pipeline::NonfiniteGrad where = pipe->locate_nonfinite_grad();
+  EXPECT_EQ(where.stage, all[std::max(a, b)].first);
+  EXPECT_EQ(where.param, all[std::max(a, b)].second->name);
+}
+
+TEST(Pipeline, OutOfMemoryOnAStageThreadSaysWhichSettingToChange) {
+  PipelineConfig pc;
+  pc.model = model_preset("tiny");
+  pc.model.vocab_size = int64_t(1) << 30, pc.model.d_model = 1 << 16;  // a 256 TiB embedding
+  pc.model.n_heads = pc.model.head_dk = pc.model.head_dv = pc.model.mlp_hidden = 1;  // and little else
+  pc.stages = 2, pc.chunk_lengths = {8};
+  expect_error([&] { make_local_pipeline(pc); }, "out of host memory allocating 256.00 TiB for weights on stage ");
+  expect_error([&] { make_local_pipeline(pc); }, "use a smaller model (d_model, n_layers, vocab_size, mlp_hidden)");
+}
+
+TEST(Pipeline, BadAllocOnAStageThreadBecomesAnErrorNamingTheStage) {
+  // A transport whose receives fail as a container's allocation would.
+  struct OutOfMemoryTransport : LocalTransport {
+    using LocalTransport::LocalTransport;
+    Tensor recv(int, const MessageTag&) override { throw std::bad_alloc(); }
+  };
+  PipelineConfig pc;
+  pc.model = model_preset("tiny");
+  pc.stages = 2, pc.chunk_lengths = {4};
+  auto hub = std::make_shared<LocalHub>(2, 5.0);
+  std::vector<std::unique_ptr<Transport>> endpoints;
+  endpoints.push_back(std::make_unique<LocalTransport>(hub, 0));
+  endpoints.push_back(std::make_unique<OutOfMemoryTransport>(hub, 1));
+  Pipeline pipe(pc, std::move(endpoints));
+  Rng rng(fresh_seed());
+  expect_error([&] { pipe.forward_backward(random_batch(rng, 1, 4, pc.model.vocab_size)); },
+               "stage 1 ran out of host memory: use more chunks (--chunks)");
+}

@@ -1,14 +1,217 @@
-// The training loop: loss falls on the recall task, pipelined runs train like one stage,
-// and --trace writes the executed timeline as trace-event JSON.
+// The trainer: a run stopped and resumed from its checkpoint ends bitwise where an unbroken
+// run ends (and, resumed with another stage count and chunking, equal to rounding); a NaN/Inf
+// loss stops the step naming it, or is skipped with --skip-nonfinite; SIGINT stops the run
+// after the step in progress with a checkpoint that resumes. Also: loss falls on the recall
+// task, pipelined runs train like one stage, and --trace writes trace-event JSON.
 #include <gtest/gtest.h>
 
+#include <csignal>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
+#include <set>
+#include <cstring>
+#include <limits>
 #include <sstream>
 
+#include "temp_dir.h"
+#include "train/checkpoint.h"
+#include "train/stop_signal.h"
 #include "train/trainer.h"
 
 using namespace stateflow;
+using namespace stateflow::testing;
+
+namespace {
+
+TrainOptions tiny_options(Rng& rng, DType dtype) {
+  TrainOptions o;
+  o.model = model_preset("tiny");
+  o.model.seed = rng.next_u64();
+  o.dtype = dtype;
+  o.data.seed = rng.next_u64();
+  o.data.recall = RecallConfig{4, 4, 1};
+  o.steps = 6, o.batch = 4, o.seq_len = 24;
+  o.stages = 2, o.microbatches = 2, o.chunks = 3;
+  o.warmup = 2, o.log_every = 1000;
+  return o;
+}
+
+std::vector<double> losses_of(const std::vector<StepReport>& r) {
+  std::vector<double> out;
+  for (const StepReport& s : r) out.push_back(s.loss);
+  return out;
+}
+
+// name -> (value, m, v) of every parameter, copied.
+std::map<std::string, std::vector<Tensor>> snapshot(Trainer& t) {
+  std::map<std::string, std::vector<Tensor>> out;
+  for (Stage* s : t.pipeline().stages()) {
+    AdamW& opt = s->optimizer();
+    for (size_t i = 0; i < opt.params().size(); ++i)
+      out[opt.params()[i]->name] = {opt.params()[i]->value.clone(), opt.exp_avg(i).clone(), opt.exp_avg_sq(i).clone()};
+  }
+  return out;
+}
+
+Param& param_named(Trainer& t, const std::string& name) {
+  for (Stage* s : t.pipeline().stages())
+    if (Param* p = s->model().find_param(name)) return *p;
+  throw Error("no param " + name);
+}
+
+// A log that raises SIGINT, as a user pressing Ctrl-C would, once `trigger` has been flushed.
+struct InterruptingLog : std::stringbuf {
+  std::string trigger;
+  int sync() override {
+    if (!trigger.empty() && str().find(trigger) != std::string::npos) trigger.clear(), std::raise(SIGINT);
+    return 0;
+  }
+};
+
+}  // namespace
+
+TEST(Trainer, StopAndResumeEndsBitwiseWhereAnUnbrokenRunEnds) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  TempDir dir;
+  const TrainOptions o = tiny_options(rng, DType::F32);
+  std::ostringstream quiet;
+  Trainer unbroken(o);
+  const std::vector<double> want = losses_of(unbroken.run(quiet));
+
+  TrainOptions first = o;
+  first.save_dir = dir.path.string();
+  Trainer a(first);
+  std::vector<double> got;
+  for (int i = 0; i < 3; ++i) got.push_back(a.step().loss);
+  a.save_checkpoint();
+
+  TrainOptions second = o;
+  second.resume = dir.path.string();
+  Trainer b(second);
+  EXPECT_EQ(b.steps_done(), 3);
+  for (double l : losses_of(b.run(quiet))) got.push_back(l);
+  EXPECT_EQ(got, want);  // bitwise
+  const auto end = snapshot(unbroken), resumed = snapshot(b);
+  for (const auto& [name, tensors] : end)
+    for (int k = 0; k < 3; ++k)
+      EXPECT_EQ(std::memcmp(tensors[k].raw(), resumed.at(name)[k].raw(), tensors[k].nbytes()), 0) << name << " " << k;
+}
+
+TEST(Trainer, ResumesUnderAnotherStageCountAndChunking) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  TempDir dir;
+  TrainOptions o = tiny_options(rng, DType::F64);
+  std::ostringstream quiet;
+  Trainer unbroken(o);
+  const std::vector<double> want = losses_of(unbroken.run(quiet));
+
+  o.save_dir = dir.path.string();
+  Trainer a(o);
+  std::vector<double> got;
+  for (int i = 0; i < 3; ++i) got.push_back(a.step().loss);
+  a.save_checkpoint();
+
+  o.resume = dir.path.string();
+  o.stages = 1, o.microbatches = 4, o.chunks = 5;  // chunking reassociates sums: equal to rounding
+  Trainer b(o);
+  for (double l : losses_of(b.run(quiet))) got.push_back(l);
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(got[i], want[i], 1e-10 * std::abs(want[i])) << "step " << i;
+  const auto end = snapshot(unbroken), resumed = snapshot(b);
+  for (const auto& [name, tensors] : end)
+    for (int k = 0; k < 3; ++k) EXPECT_LT(max_rel_diff(resumed.at(name)[k], tensors[k]), 1e-10) << name << " " << k;
+}
+
+TEST(Trainer, NonFiniteLossStopsTheStepNamingItAndWhere) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  Trainer t(tiny_options(rng, DType::F32));
+  t.step();
+  Param& p = param_named(t, "blocks.1.mlp.W2");
+  p.value.data<float>()[rng.below(p.value.numel())] = std::numeric_limits<float>::quiet_NaN();
+  const auto before = snapshot(t);
+  // Everything after the poisoned weight is NaN, so the backward pass meets it first in the
+  // last stage's last parameter.
+  const std::string last = t.pipeline().stages().back()->model().params().back()->name;
+  expect_error([&] { t.step(); }, "step 2: the loss is nan and the gradient norm nan; the first non-finite "
+                                  "gradient of the backward pass is in " + last + " (stage 1)");
+  expect_error([&] { t.step(); }, "pass --skip-nonfinite");
+  const auto after = snapshot(t);
+  for (const auto& [name, tensors] : before)
+    for (int k = 0; k < 3; ++k)
+      EXPECT_EQ(std::memcmp(tensors[k].raw(), after.at(name)[k].raw(), tensors[k].nbytes()), 0) << name;
+}
+
+TEST(Trainer, SkipNonfiniteSkipsTheUpdateAndCountsIt) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  TempDir dir;
+  TrainOptions o = tiny_options(rng, DType::F32);
+  o.skip_nonfinite = true, o.save_dir = dir.path.string(), o.steps = 4;
+  Trainer t(o);
+  t.step();
+  Param& p = param_named(t, "blocks.0.mixer.Wq");
+  float& w = p.value.data<float>()[rng.below(p.value.numel())];
+  const float good = w;
+  w = std::numeric_limits<float>::infinity();
+  const auto before = snapshot(t);
+  StepReport r = t.step();
+  EXPECT_TRUE(r.skipped);
+  EXPECT_NE(r.warning.find("step 2: the loss is"), std::string::npos) << r.warning;
+  EXPECT_EQ(t.skipped_steps(), 1);
+  EXPECT_EQ(t.steps_done(), 2);
+  EXPECT_EQ(t.pipeline().stages()[0]->optimizer().steps(), 1);
+  const auto after = snapshot(t);
+  for (const auto& [name, tensors] : before)
+    for (int k = 0; k < 3; ++k)
+      EXPECT_EQ(std::memcmp(tensors[k].raw(), after.at(name)[k].raw(), tensors[k].nbytes()), 0) << name;
+  w = good;
+  EXPECT_FALSE(t.step().skipped);
+  EXPECT_EQ(t.pipeline().stages()[0]->optimizer().steps(), 2);
+  t.save_checkpoint();
+  o.resume = dir.path.string();
+  Trainer resumed(o);
+  EXPECT_EQ(resumed.skipped_steps(), 1);
+  EXPECT_EQ(resumed.steps_done(), 3);
+  EXPECT_EQ(resumed.pipeline().stages()[1]->optimizer().steps(), 2);
+}
+
+TEST(Trainer, SigintStopsAfterTheStepWithACheckpointThatResumes) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  TempDir dir;
+  TrainOptions o = tiny_options(rng, DType::F32);
+  o.save_dir = dir.path.string(), o.save_every = 100, o.steps = 50, o.log_every = 1;
+  Trainer t(o);
+  InterruptingLog buf;
+  buf.trigger = "step     2/50";
+  std::ostream log(&buf);
+  install_stop_handlers();
+  std::vector<StepReport> r = t.run(log);
+  EXPECT_EQ(t.stopped_by(), SIGINT);
+  EXPECT_EQ(r.size(), 2u);
+  EXPECT_NE(buf.str().find("stopped by SIGINT after step 2 of 50; continue with: stateflow train --resume " +
+                           o.save_dir),
+            std::string::npos)
+      << buf.str();
+  EXPECT_EQ(find_checkpoint(o.save_dir), dir / "step-000002");
+  o.resume = o.save_dir, o.steps = 3;
+  Trainer resumed(o);
+  EXPECT_EQ(resumed.steps_done(), 2);
+  std::ostringstream quiet;
+  install_stop_handlers();  // the process-wide request stays until then
+  EXPECT_EQ(resumed.run(quiet).size(), 1u);
+  EXPECT_EQ(resumed.stopped_by(), 0);
+  EXPECT_EQ(find_checkpoint(o.save_dir), dir / "step-000003");  // saved at the end
+}
 
 namespace {
 TrainOptions tiny_run() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages stateflow builds with (skips the ones already present).
 set -euo pipefail
-pkgs=(cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin python3-numpy)
+pkgs=(cmake ninja-build g++ libopenblas-dev libcli11-dev nlohmann-json3-dev libgtest-dev libopenmpi-dev openmpi-bin python3-numpy
+      clang libclang-rt-dev)  # clang + its runtimes: sanitizer and libFuzzer builds (tools/sanitize.sh)
 missing=()
 for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then

@@ -6,6 +6,7 @@ namespace stateflow::cli {
 
 // Thrown by a command that finished its report but must exit non-zero.
 struct ExitCode {
+  explicit ExitCode(int c) : code(c) {}  // clang 14 has no aggregate init from parentheses
   int code;
 };
 

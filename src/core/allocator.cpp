@@ -72,13 +72,26 @@ TrackerScope::~TrackerScope() { tl_tracker = prev_; }
 CategoryScope::CategoryScope(MemCategory c) : prev_(tl_category) { tl_category = c; }
 CategoryScope::~CategoryScope() { tl_category = prev_; }
 
+// The settings that shrink memory of category c, for the out-of-memory message.
+static const char* memory_advice(MemCategory c) {
+  switch (c) {
+    case MemCategory::Weights:
+    case MemCategory::Grads:
+    case MemCategory::Optimizer:
+      return "these grow with the model: use a smaller model (d_model, n_layers, vocab_size, mlp_hidden) or "
+             "spread it over more pipeline stages (--stages)";
+    default:
+      return "these grow with the tokens in flight: use more chunks (--chunks), fewer microbatches "
+             "(--microbatches), a smaller --batch or a shorter --seq-len";
+  }
+}
+
 void* allocate_bytes(size_t bytes, MemCategory c, MemoryTracker& t) {
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
   if (rounded && !p)
     fail("out of host memory allocating ", format_bytes(static_cast<int64_t>(bytes)), " for ",
-         mem_category_name(c),
-         ": use more chunks (--chunks), fewer microbatches, or a smaller model/sequence");
+         mem_category_name(c), " on ", t.name(), ": ", memory_advice(c));
   if (p) std::memset(p, 0, rounded);
   t.add(c, static_cast<int64_t>(bytes));
   return p;

@@ -33,35 +33,43 @@ nlohmann::json ModelConfig::to_json() const {
 }
 
 static void apply_json(ModelConfig& c, const nlohmann::json& j) {
-  SF_CHECK(j.is_object(), "model config must be a JSON object");
   for (auto it = j.begin(); it != j.end(); ++it) {
     const std::string& k = it.key();
-    const auto& v = it.value();
-    try {
-      if (k == "preset") continue;
-      else if (k == "name") c.name = v.get<std::string>();
-      else if (k == "vocab_size") c.vocab_size = v.get<int64_t>();
-      else if (k == "d_model") c.d_model = v.get<int64_t>();
-      else if (k == "n_layers") c.n_layers = v.get<int64_t>();
-      else if (k == "n_heads") c.n_heads = v.get<int64_t>();
-      else if (k == "head_dk") c.head_dk = v.get<int64_t>();
-      else if (k == "head_dv") c.head_dv = v.get<int64_t>();
-      else if (k == "conv_size") c.conv_size = v.get<int64_t>();
-      else if (k == "block_size") c.block_size = v.get<int64_t>();
-      else if (k == "mlp_hidden") c.mlp_hidden = v.get<int64_t>();
-      else if (k == "norm_eps") c.norm_eps = v.get<double>();
-      else if (k == "init_std") c.init_std = v.get<double>();
-      else if (k == "seed") c.seed = v.get<uint64_t>();
-      else if (k == "stage_pattern") c.stage_pattern = v.get<std::string>();
-      else fail("model config: unknown field '", k, "'");
-    } catch (const nlohmann::json::exception& e) {
-      fail("model config: field '", k, "' has the wrong type (", e.what(), ")");
-    }
+    const nlohmann::json& v = it.value();
+    // Checked before get<>(): a float read as an integer would be truncated, or be undefined
+    // behaviour when out of range.
+    auto expect = [&](bool ok, const char* type) {
+      SF_CHECK(ok, "model config: field '", k, "' has the wrong type: expected ", type, ", got ", v.type_name());
+    };
+    auto integer = [&](int64_t& field) { expect(v.is_number_integer(), "an integer"), field = v.get<int64_t>(); };
+    auto number = [&](double& field) { expect(v.is_number(), "a number"), field = v.get<double>(); };
+    auto text = [&](std::string& field) { expect(v.is_string(), "a string"), field = v.get<std::string>(); };
+    if (k == "preset") continue;
+    else if (k == "name") text(c.name);
+    else if (k == "vocab_size") integer(c.vocab_size);
+    else if (k == "d_model") integer(c.d_model);
+    else if (k == "n_layers") integer(c.n_layers);
+    else if (k == "n_heads") integer(c.n_heads);
+    else if (k == "head_dk") integer(c.head_dk);
+    else if (k == "head_dv") integer(c.head_dv);
+    else if (k == "conv_size") integer(c.conv_size);
+    else if (k == "block_size") integer(c.block_size);
+    else if (k == "mlp_hidden") integer(c.mlp_hidden);
+    else if (k == "norm_eps") number(c.norm_eps);
+    else if (k == "init_std") number(c.init_std);
+    else if (k == "seed") expect(v.is_number_unsigned(), "a non-negative integer"), c.seed = v.get<uint64_t>();
+    else if (k == "stage_pattern") text(c.stage_pattern);
+    else fail("model config: unknown field '", k, "'");
   }
 }
 
 ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
-  ModelConfig c = j.contains("preset") ? model_preset(j.at("preset").get<std::string>()) : ModelConfig{};
+  SF_CHECK(j.is_object(), "model config must be a JSON object");
+  ModelConfig c;
+  if (j.contains("preset")) {
+    SF_CHECK(j.at("preset").is_string(), "model config: field 'preset' must be a preset name (a string)");
+    c = model_preset(j.at("preset").get<std::string>());
+  }
   apply_json(c, j);
   c.validate();
   return c;

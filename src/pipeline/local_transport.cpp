@@ -13,6 +13,7 @@ std::string describe(const MessageTag& t) {
 LocalHub::LocalHub(int world_size, double timeout_s) : world_size_(world_size), timeout_s_(timeout_s) {
   SF_CHECK(world_size >= 1, "local transport needs at least one stage");
   SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
+  contributions_.resize(world_size);
 }
 
 void LocalTransport::check_failure_locked() const {
@@ -54,10 +55,11 @@ std::pair<double, double> LocalTransport::all_reduce(double value) {
   check_failure_locked();
   LocalHub& h = *hub_;
   const int64_t gen = h.generation_;
-  h.acc_sum_ = h.arrived_ == 0 ? value : h.acc_sum_ + value;
-  h.acc_max_ = h.arrived_ == 0 ? value : std::max(h.acc_max_, value);
+  h.contributions_[rank_] = value;
   if (++h.arrived_ == h.world_size_) {
-    h.result_sum_ = h.acc_sum_, h.result_max_ = h.acc_max_;
+    h.result_sum_ = h.result_max_ = h.contributions_[0];
+    for (int r = 1; r < h.world_size_; ++r)
+      h.result_sum_ += h.contributions_[r], h.result_max_ = std::max(h.result_max_, h.contributions_[r]);
     h.arrived_ = 0;
     ++h.generation_;
     h.cv_.notify_all();

@@ -27,10 +27,12 @@ class LocalHub {
   std::condition_variable cv_;
   std::map<std::tuple<int, int, MessageTag>, Tensor> mailbox_;  // (src, dst, tag)
   std::string failure_;                                          // set by abort()
-  // all-reduce rendezvous
+  // all-reduce rendezvous; contributions are summed in rank order, whatever order they
+  // arrive in, so that a run's results repeat bit for bit (exact resume relies on it)
   int64_t generation_ = 0;
   int arrived_ = 0;
-  double acc_sum_ = 0, acc_max_ = 0, result_sum_ = 0, result_max_ = 0;
+  std::vector<double> contributions_;
+  double result_sum_ = 0, result_max_ = 0;
 };
 
 class LocalTransport : public Transport {

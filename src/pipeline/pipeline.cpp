@@ -2,6 +2,7 @@
 
 #include <exception>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include "kernels/cpu/gemm.h"
@@ -22,7 +23,13 @@ void Pipeline::run_all(const std::function<void(int)>& fn) {
   std::exception_ptr first;
   auto guarded = [&](int i) {
     try {
-      fn(i);
+      try {
+        fn(i);
+      } catch (const std::bad_alloc&) {
+        // Containers, unlike tensors, fail this way: say which settings shrink memory.
+        fail("stage ", endpoints_[i]->rank(), " ran out of host memory: use more chunks (--chunks), fewer ",
+             "microbatches (--microbatches), a smaller --batch or --seq-len, or a smaller model");
+      }
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu);
       if (!first) first = std::current_exception();  // later errors are usually "peer failed"
@@ -50,14 +57,31 @@ PipelineStepResult Pipeline::forward_backward(const Batch& batch) {
   return r;
 }
 
-double Pipeline::clip_and_update(double lr) {
+double Pipeline::grad_norm() {
   std::vector<double> norms(stages_.size());
-  run_all([&](int i) { norms[i] = stages_[i]->clip_and_update(lr); });
+  run_all([&](int i) { norms[i] = stages_[i]->grad_norm(); });
   return norms[0];
+}
+
+Pipeline::NonfiniteGrad Pipeline::locate_nonfinite_grad() {
+  NonfiniteGrad out;
+  for (auto& s : stages_)  // ascending ranks: the last one found is the highest
+    if (std::string name = s->last_nonfinite_grad(); !name.empty()) out = {s->rank(), name};
+  const int highest = static_cast<int>(max_over_processes(out.stage));
+  if (highest != out.stage) out = {highest, ""};
+  return out;
+}
+
+void Pipeline::clip_and_update(double lr, double norm) {
+  run_all([&](int i) { stages_[i]->clip_and_update(lr, norm); });
 }
 
 double Pipeline::max_over_processes(double v) {
   return runs_all_stages() ? v : endpoints_.front()->all_reduce_max(v);
+}
+
+double Pipeline::sum_over_processes(double v) {
+  return runs_all_stages() ? v : endpoints_.front()->all_reduce_sum(v);
 }
 
 void Pipeline::zero_grads() {

@@ -4,6 +4,7 @@
 #pragma once
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "pipeline/stage.h"
@@ -23,7 +24,18 @@ class Pipeline {
   // endpoints: one transport per stage run here (their ranks say which stages).
   Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints);
   PipelineStepResult forward_backward(const Batch& batch);
-  double clip_and_update(double lr);
+  // Global gradient norm over all stages: NaN or Inf when any grad is.
+  double grad_norm();
+  // Where a non-finite gradient first appeared in the backward pass: the highest stage with
+  // one, and there the last parameter in model order (named only when that stage runs in
+  // this process). stage = -1 when every grad is finite.
+  struct NonfiniteGrad {
+    int stage = -1;
+    std::string param;
+  };
+  NonfiniteGrad locate_nonfinite_grad();
+  // Clips to the config's clip given grad_norm()'s result, then every stage's AdamW step.
+  void clip_and_update(double lr, double norm);
   void zero_grads();
   std::vector<Stage*> stages();
   const PipelineConfig& config() const { return cfg_; }
@@ -31,6 +43,7 @@ class Pipeline {
   int first_rank() const { return endpoints_.front()->rank(); }
   // The maximum of v over all processes of the run (v itself when this process runs all stages).
   double max_over_processes(double v);
+  double sum_over_processes(double v);
 
  private:
   // Runs fn(stage i) for every local stage concurrently; rethrows the root-cause error.

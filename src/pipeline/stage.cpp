@@ -100,15 +100,34 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
   return r;
 }
 
-double Stage::clip_and_update(double lr) {
-  TrackerScope scope(tracker_);
+double Stage::grad_norm() {
+  return std::sqrt(transport_.all_reduce_sum(grad_sq_sum(model_->params())));
+}
+
+static bool all_finite(const Tensor& t) {
+  return dispatch_float(t.dtype(), [&](auto z) {
+    using T = decltype(z);
+    const T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i)
+      if (!std::isfinite(p[i])) return false;
+    return true;
+  });
+}
+
+std::string Stage::last_nonfinite_grad() {
   std::vector<Param*> params = model_->params();
-  const double norm = std::sqrt(transport_.all_reduce_sum(grad_sq_sum(params)));
+  for (auto it = params.rbegin(); it != params.rend(); ++it)
+    if (!all_finite((*it)->grad)) return (*it)->name;
+  return "";
+}
+
+void Stage::clip_and_update(double lr, double norm) {
+  TrackerScope scope(tracker_);
   SF_CHECK(std::isfinite(norm), "the gradient norm is ", norm, " (stage ", rank_,
            " sees it); lower --lr or check the data (the weights were not updated)");
+  std::vector<Param*> params = model_->params();
   if (cfg_.clip > 0 && norm > cfg_.clip) scale_grads(params, cfg_.clip / norm);
   optimizer_->step(lr);
-  return norm;
 }
 
 }  // namespace stateflow

@@ -3,6 +3,7 @@
 // a step: receive, forward, send, backward, in the order the schedule gives.
 #pragma once
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "kernels/cpu/cross_entropy.h"
@@ -48,8 +49,13 @@ class Stage {
   Stage(const PipelineConfig& cfg, int rank, Transport& transport);
   // Runs every action of one step for this stage. Grads accumulate (zero them before).
   StageStepResult forward_backward(const Batch& batch);
-  // Global gradient norm over all stages (all-reduced), clipping, then this stage's AdamW step.
-  double clip_and_update(double lr);
+  // Global gradient norm over all stages (all-reduced): NaN or Inf when any grad is.
+  double grad_norm();
+  // The last parameter (in model order) of this stage whose grad holds a NaN or Inf, i.e.
+  // where the backward pass first produced one; empty when every grad is finite.
+  std::string last_nonfinite_grad();
+  // Clips the grads to cfg.clip given the global norm, then this stage's AdamW step.
+  void clip_and_update(double lr, double norm);
   void zero_grads();
 
   int rank() const { return rank_; }

@@ -5,7 +5,7 @@
 namespace stateflow {
 
 std::vector<int64_t> even_chunk_lengths(int64_t seq_len, int64_t n) {
-  SF_CHECK(n >= 1, "number of chunks must be at least 1, got ", n);
+  SF_CHECK(n >= 1, "--chunks must be at least 1, got ", n);
   SF_CHECK(n <= seq_len, "cannot cut a sequence of ", seq_len, " tokens into ", n,
            " chunks: use --chunks at most ", seq_len, " (every chunk needs at least one token)");
   std::vector<int64_t> out(n, seq_len / n);

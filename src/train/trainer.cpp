@@ -7,51 +7,12 @@
 #include <ostream>
 
 #include "pipeline/launch.h"
+#include "train/checkpoint.h"
 #include "train/chunking.h"
 #include "train/lr_schedule.h"
+#include "train/stop_signal.h"
 
 namespace stateflow {
-
-std::vector<int64_t> TrainOptions::resolved_chunk_lengths() const {
-  if (!chunk_lengths.empty()) {
-    validate_chunk_lengths(chunk_lengths, seq_len);
-    return chunk_lengths;
-  }
-  return even_chunk_lengths(seq_len, chunks);
-}
-
-PipelineConfig TrainOptions::pipeline_config() const {
-  PipelineConfig pc;
-  pc.model = model;
-  pc.dtype = dtype;
-  pc.stages = stages;
-  pc.microbatches = microbatches;
-  pc.chunk_lengths = resolved_chunk_lengths();
-  pc.schedule = parse_schedule_kind(schedule);
-  pc.adamw = adamw;
-  pc.clip = clip;
-  pc.timeout_s = timeout_s;
-  pc.recompute = recompute;
-  return pc;
-}
-
-void TrainOptions::validate() const {
-  model.validate();
-  SF_CHECK(steps >= 1, "--steps must be at least 1, got ", steps);
-  SF_CHECK(batch >= 1, "--batch must be at least 1, got ", batch);
-  SF_CHECK(seq_len >= 1, "--seq-len must be at least 1, got ", seq_len);
-  SF_CHECK(microbatches >= 1 && batch % microbatches == 0, "--microbatches ", microbatches,
-           " must be at least 1 and divide --batch ", batch);
-  SF_CHECK(lr > 0 && lr < 1, "--lr must be in (0, 1), got ", lr);
-  SF_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, lr], got ", min_lr);
-  SF_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
-  SF_CHECK(log_every >= 1, "--log-every must be at least 1, got ", log_every);
-  SF_CHECK(clip >= 0, "--clip must be >= 0 (0 turns clipping off), got ", clip);
-  SF_CHECK(timeout_s > 0, "--timeout must be positive, got ", timeout_s);
-  adamw.validate();
-  parse_schedule_kind(schedule);
-  resolved_chunk_lengths();
-}
 
 std::string format_peak_memory(const MemorySnapshot& s) {
   std::string out;
@@ -71,6 +32,23 @@ Trainer::Trainer(const TrainOptions& opts) : opts_(opts) {
            " token ids but the model's vocab_size is ", opts_.model.vocab_size,
            ": raise vocab_size in the model config");
   pipeline_ = make_pipeline(opts_.pipeline_config(), opts_.transport);
+  if (!opts_.resume.empty()) load_checkpoint(opts_.resume);
+}
+
+std::string Trainer::save_checkpoint() {
+  SF_CHECK(!opts_.save_dir.empty(), "saving a checkpoint needs --save-dir DIR");
+  CheckpointState state{step_, skipped_, data_->position(), opts_.to_json()};
+  std::string dir = stateflow::save_checkpoint(*pipeline_, opts_.save_dir, state, static_cast<int>(opts_.keep));
+  last_saved_step_ = step_;
+  return dir;
+}
+
+void Trainer::load_checkpoint(const std::string& path) {
+  CheckpointState state = stateflow::load_checkpoint(*pipeline_, find_checkpoint(path));
+  step_ = state.step;
+  skipped_ = state.skipped_steps;
+  data_->set_position(state.data_position);
+  last_saved_step_ = step_;
 }
 
 StepReport Trainer::step() {
@@ -78,14 +56,27 @@ StepReport Trainer::step() {
   Batch batch = data_->next(opts_.batch, opts_.seq_len);
   pipeline_->zero_grads();
   last_ = pipeline_->forward_backward(batch);
-  SF_CHECK(std::isfinite(last_.loss), "step ", step_, ": the loss is ", last_.loss,
-           "; lower --lr or check the data (the weights were not updated)");
   StepReport r;
   r.step = step_;
   // A run shorter than the warmup warms up over the whole run.
   r.lr = LrSchedule{opts_.lr, opts_.min_lr, std::min(opts_.warmup, opts_.steps), opts_.steps}.at(step_);
-  r.grad_norm = pipeline_->clip_and_update(r.lr);
   r.loss = last_.loss;
+  r.grad_norm = pipeline_->grad_norm();
+  if (std::isfinite(r.loss) && std::isfinite(r.grad_norm)) {
+    pipeline_->clip_and_update(r.lr, r.grad_norm);
+  } else {
+    Pipeline::NonfiniteGrad where = pipeline_->locate_nonfinite_grad();
+    r.warning = cat("step ", step_ + 1, ": the loss is ", r.loss, " and the gradient norm ", r.grad_norm);
+    if (!where.param.empty())
+      r.warning += cat("; the first non-finite gradient of the backward pass is in ", where.param, " (stage ",
+                       where.stage, ")");
+    else if (where.stage >= 0)
+      r.warning += cat("; the first non-finite gradient of the backward pass is on stage ", where.stage);
+    SF_CHECK(opts_.skip_nonfinite, r.warning,
+             ". The weights were not updated: lower --lr, check the data, or pass --skip-nonfinite to skip such steps");
+    r.skipped = true;
+    ++skipped_;
+  }
   r.accuracy = last_.stats.counted ? double(last_.stats.correct) / double(last_.stats.counted) : 0.0;
   r.tokens = batch.batch * batch.seq_len;
   r.bubble_fraction = last_.bubble_fraction;
@@ -97,24 +88,48 @@ StepReport Trainer::step() {
 std::vector<StepReport> Trainer::run(std::ostream& log) {
   const bool report = is_reporting_rank(*pipeline_);
   const PipelineConfig pc = pipeline_->config();
-  if (report)
+  if (report) {
     log << "model " << opts_.model.name << ": " << opts_.model.num_parameters() << " parameters, "
         << opts_.model.n_layers << " GDN blocks, d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
         << "\ndata: " << data_->describe() << "\nbatch " << opts_.batch << " x " << opts_.seq_len << " tokens; "
         << kind_name(pc.schedule) << " schedule over " << pc.stages << " stage(s) (" << opts_.transport
         << " transport), " << pc.microbatches << " microbatch(es), chunks " << format_chunk_lengths(pc.chunk_lengths)
         << (pc.recompute ? ", full recomputation" : "") << "\n";
+    if (!opts_.save_dir.empty())
+      log << "checkpoints into " << opts_.save_dir << ": "
+          << (opts_.save_every ? cat("every ", opts_.save_every, " steps, ") : std::string()) << "at the end and on "
+          << "SIGINT/SIGTERM, keeping " << (opts_.keep ? cat("the newest ", opts_.keep) : std::string("all")) << "\n";
+    if (step_ > 0) log << "resumed at step " << step_ << " of " << opts_.steps << "\n";
+    log << std::flush;
+  }
+  auto save = [&] {
+    std::string dir = save_checkpoint();
+    if (report) log << "saved checkpoint " << dir << "\n" << std::flush;
+  };
   std::vector<StepReport> out;
   double window_tokens = 0, window_seconds = 0;
-  for (int64_t i = 0; i < opts_.steps; ++i) {
+  while (step_ < opts_.steps) {
+    // Every process must agree to stop at the same step boundary.
+    if (int sig = static_cast<int>(pipeline_->max_over_processes(stop_signal()))) {
+      stopped_by_ = sig;
+      if (!opts_.save_dir.empty() && last_saved_step_ != step_) save();
+      if (report)
+        log << "stopped by " << signal_name(sig) << " after step " << step_ << " of " << opts_.steps << "; "
+            << (opts_.save_dir.empty() ? std::string("nothing saved (no --save-dir)")
+                                       : "continue with: stateflow train --resume " + opts_.save_dir)
+            << "\n" << std::flush;
+      return out;
+    }
     out.push_back(step());
     const StepReport& r = out.back();
     window_tokens += r.tokens, window_seconds += r.seconds;
-    if (report && ((i + 1) % opts_.log_every == 0 || i + 1 == opts_.steps)) {
+    if (report && r.skipped)
+      log << "warning: skipped " << r.warning << " (" << skipped_ << " skipped so far)\n" << std::flush;
+    if (report && (step_ % opts_.log_every == 0 || step_ == opts_.steps)) {
       char line[256];
       std::snprintf(line, sizeof line,
                     "step %5lld/%lld  loss %.4f  acc %.3f  |g| %.3f  lr %.2e  %.0f tok/s  bubble %.2f",
-                    (long long)r.step + 1, (long long)opts_.steps, r.loss, r.accuracy, r.grad_norm, r.lr,
+                    (long long)step_, (long long)opts_.steps, r.loss, r.accuracy, r.grad_norm, r.lr,
                     window_tokens / window_seconds, r.bubble_fraction);
       log << line << "\n";
       for (Stage* s : pipeline_->stages())
@@ -122,7 +137,9 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
       log << std::flush;
       window_tokens = window_seconds = 0;
     }
+    if (!opts_.save_dir.empty() && opts_.save_every > 0 && step_ % opts_.save_every == 0) save();
   }
+  if (!opts_.save_dir.empty() && last_saved_step_ != step_) save();
   if (!opts_.trace_path.empty()) {
     std::vector<TimedAction> timeline;
     for (auto& s : last_.stages) timeline.insert(timeline.end(), s.timeline.begin(), s.timeline.end());

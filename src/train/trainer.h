@@ -1,6 +1,7 @@
 // The training loop: batches from a DataSource, a pipeline of P stages (one stage is the
 // plain case) running the chosen schedule over microbatches and chunks, global gradient
-// clipping, AdamW with warmup + cosine learning rate, progress lines.
+// clipping, AdamW with warmup + cosine learning rate, progress lines, checkpoints
+// (docs/checkpoints.md), and a clean stop with a checkpoint on SIGINT/SIGTERM.
 #pragma once
 #include <cstdint>
 #include <iosfwd>
@@ -10,51 +11,44 @@
 
 #include "pipeline/pipeline.h"
 #include "train/data.h"
+#include "train/train_options.h"
 
 namespace stateflow {
 
-struct TrainOptions {
-  ModelConfig model = model_preset("small");
-  DType dtype = DType::F32;
-  DataConfig data;
-  // Defaults: the CPU demo, which learns associative recall in a few minutes on 2 cores.
-  int64_t steps = 500;
-  int64_t batch = 16;  // sequences per step
-  int64_t seq_len = 128;
-  int stages = 2;
-  int microbatches = 2;
-  int64_t chunks = 4;                  // used when chunk_lengths is empty
-  std::vector<int64_t> chunk_lengths;  // explicit cut, must sum to seq_len
-  std::string schedule = "stateflow";
-  std::string transport = "local";
-  double timeout_s = 120;
-  bool recompute = false;
-  double lr = 3e-3, min_lr = 3e-4;
-  int64_t warmup = 20;
-  AdamWConfig adamw;
-  double clip = 1.0;
-  int64_t log_every = 25;
-  std::string trace_path;  // Chrome trace of the last step's executed timeline
-
-  std::vector<int64_t> resolved_chunk_lengths() const;
-  PipelineConfig pipeline_config() const;
-  void validate() const;  // throws Error naming the bad option
-};
-
 struct StepReport {
-  int64_t step = 0;
+  int64_t step = 0;  // counted from 0
   double loss = 0, accuracy = 0, grad_norm = 0, lr = 0, seconds = 0, bubble_fraction = 0;
   int64_t tokens = 0;
+  bool skipped = false;  // non-finite loss or gradient under --skip-nonfinite: no update
+  std::string warning;   // why it was skipped
 };
 
 class Trainer {
  public:
+  // Builds the data source and the pipeline; with opts.resume, loads that checkpoint.
   explicit Trainer(const TrainOptions& opts);
+  // One optimizer step. A NaN/Inf loss or gradient throws an Error naming the step and the
+  // first parameter (in backward order) with a non-finite gradient, or, with
+  // skip_nonfinite, skips the update and says so in the report.
   StepReport step();
+  // Runs the remaining steps up to opts.steps, printing progress every log_every steps to
+  // `log` (rank 0 only), saving checkpoints as the options say. Stops early after the step
+  // in progress when SIGINT or SIGTERM arrives (see stop_signal.h): saves, then returns
+  // with stopped_by() set.
+  std::vector<StepReport> run(std::ostream& log);
+
+  // Writes a checkpoint of the current state into opts.save_dir; returns its directory.
+  std::string save_checkpoint();
+  // Restores weights, optimizer state, step, data position from a save dir (its newest
+  // complete checkpoint) or a step directory. The pipeline shape may differ from the run
+  // that saved it; the model and dtype must not.
+  void load_checkpoint(const std::string& path);
+
   Pipeline& pipeline() { return *pipeline_; }
   const TrainOptions& options() const { return opts_; }
-  // Runs opts.steps steps, printing progress every log_every steps to `log` (rank 0 only).
-  std::vector<StepReport> run(std::ostream& log);
+  int64_t steps_done() const { return step_; }
+  int64_t skipped_steps() const { return skipped_; }
+  int stopped_by() const { return stopped_by_; }  // the signal that stopped run(), or 0
 
  private:
   TrainOptions opts_;
@@ -62,6 +56,9 @@ class Trainer {
   std::unique_ptr<Pipeline> pipeline_;
   PipelineStepResult last_;
   int64_t step_ = 0;
+  int64_t skipped_ = 0;
+  int64_t last_saved_step_ = -1;
+  int stopped_by_ = 0;
 };
 
 // "weights 1.2 MiB, grads ..., activations ... | total ...": peak bytes of each category used.
