@@ -21,7 +21,7 @@ def main():
         sys.exit(__doc__)
     out, curves = sys.argv[1], []
     for arg in sys.argv[2:]:
-        label, path = arg.split("=", 1)
+        label, path = arg.rsplit("=", 1)
         curves.append((label, *read(path)))
     W, H, pad = 720, 420, 60
     xs = [x for _, s, _ in curves for x in s]

@@ -74,6 +74,7 @@ void add_train_command(CLI::App& root) {
   app->add_option("--clip", opts->clip, "Clip the global gradient norm to this (0: off)")->capture_default_str();
   app->add_option("--log-every", opts->log_every, "Print progress every this many steps")->capture_default_str();
   app->add_option("--trace", opts->trace_path, "Write the last step's executed timeline as Chrome trace JSON");
+  app->add_option("--metrics", opts->metrics_path, "Write one CSV line per step (step, loss, accuracy, ...) to this file");
   app->add_option("--save-dir", opts->save_dir,
                   "Save checkpoints into DIR/step-NNNNNN/ (at the end, on SIGINT/SIGTERM, and every --save-every "
                   "steps); see docs/checkpoints.md");

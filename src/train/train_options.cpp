@@ -69,7 +69,7 @@ static void visit_fields(Options& o, Fn&& field) {
   field("lr", o.lr), field("min_lr", o.min_lr), field("warmup", o.warmup);
   field("adam_beta1", o.adamw.beta1), field("adam_beta2", o.adamw.beta2), field("adam_eps", o.adamw.eps);
   field("weight_decay", o.adamw.weight_decay), field("clip", o.clip);
-  field("log_every", o.log_every), field("trace_path", o.trace_path);
+  field("log_every", o.log_every), field("trace_path", o.trace_path), field("metrics_path", o.metrics_path);
   field("save_dir", o.save_dir), field("save_every", o.save_every), field("keep", o.keep);
   field("resume", o.resume), field("skip_nonfinite", o.skip_nonfinite);
   field("data_kind", o.data.kind), field("data_path", o.data.path), field("data_vocab_size", o.data.vocab_size);

@@ -33,7 +33,8 @@ struct TrainOptions {
   AdamWConfig adamw;
   double clip = 1.0;
   int64_t log_every = 25;
-  std::string trace_path;  // Chrome trace of the last step's executed timeline
+  std::string trace_path;    // Chrome trace of the last step's executed timeline
+  std::string metrics_path;  // CSV, one line per step (appended to when resuming)
   // Checkpoints (docs/checkpoints.md).
   std::string save_dir;        // empty: never save
   int64_t save_every = 0;      // save every this many steps (0: only at the end and on SIGINT/SIGTERM)

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <cmath>
 #include <cstdio>
 #include <ostream>
@@ -106,6 +107,13 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
     std::string dir = save_checkpoint();
     if (report) log << "saved checkpoint " << dir << "\n" << std::flush;
   };
+  std::ofstream metrics;
+  if (report && !opts_.metrics_path.empty()) {
+    metrics.open(opts_.metrics_path, step_ > 0 ? std::ios::app : std::ios::trunc);
+    SF_CHECK(metrics.good(), "cannot write --metrics file '", opts_.metrics_path, "'");
+    if (step_ == 0) metrics << "step,loss,accuracy,grad_norm,lr,seconds,bubble_fraction\n";
+    metrics.precision(17);
+  }
   std::vector<StepReport> out;
   double window_tokens = 0, window_seconds = 0;
   while (step_ < opts_.steps) {
@@ -123,6 +131,9 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
     out.push_back(step());
     const StepReport& r = out.back();
     window_tokens += r.tokens, window_seconds += r.seconds;
+    if (metrics.is_open())
+      metrics << step_ << ',' << r.loss << ',' << r.accuracy << ',' << r.grad_norm << ',' << r.lr << ',' << r.seconds
+              << ',' << r.bubble_fraction << std::endl;
     if (report && r.skipped)
       log << "warning: skipped " << r.warning << " (" << skipped_ << " skipped so far)\n" << std::flush;
     if (report && (step_ % opts_.log_every == 0 || step_ == opts_.steps)) {
