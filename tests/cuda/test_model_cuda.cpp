@@ -3,7 +3,8 @@
 // parameter gradient within the bf16 band; and on the GPU, chunked training (boundaries at
 // multiples of C = 64, and not) gives the unchunked loss and gradients. Not bitwise: cuBLAS
 // picks its algorithm by row count, so a chunk's GEMMs round differently from the whole
-// sequence's, and those bf16 differences reach the gradients (measured: up to 1.3e-2).
+// sequence's, and those bf16 differences reach the gradients (measured: up to 2.2e-2, on the
+// per-head gate vectors, whose normwise error is nearly per element).
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -79,7 +80,7 @@ TEST(ModelCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
   std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e (%s)\n",
               got.loss, ref.loss, loss_err, grad_err, where.c_str());
   EXPECT_LE(loss_err, 1e-2);
-  EXPECT_LE(grad_err, 3e-2) << where;
+  EXPECT_LE(grad_err, 5e-2) << where;  // measured 2.1e-2 to 2.3e-2; a wrong path gives O(1)
 }
 
 TEST(ModelCuda, ChunkedEqualsUnchunkedOnTheGpu) {
@@ -100,7 +101,7 @@ TEST(ModelCuda, ChunkedEqualsUnchunkedOnTheGpu) {
                 lengths[1], lengths[2], got.loss, ref.loss, grad_err, where.c_str());
     // A lost boundary state moves the loss by far more than bf16 rounding does (measured 7e-5).
     EXPECT_LE(std::abs(got.loss - ref.loss) / std::abs(ref.loss), 5e-4);
-    EXPECT_LE(grad_err, 3e-2) << where;
+    EXPECT_LE(grad_err, 5e-2) << where;
   }
 }
 
