@@ -90,6 +90,7 @@ void add_train_command(CLI::App& root) {
     TrainOptions o = *opts;
     o.model = model->resolve();
     o.dtype = parse_dtype(model->dtype);
+    o.device = model->resolve_device();
     o.data = data->data;
     o.stages = pipe->stages, o.microbatches = pipe->microbatches, o.schedule = pipe->schedule;
     o.transport = pipe->transport, o.timeout_s = pipe->timeout_s, o.recompute = pipe->recompute_full();

@@ -29,6 +29,7 @@ void add_verify_command(CLI::App& root) {
     VerifyOptions o = *opts;
     o.model = model->resolve();
     o.dtype = parse_dtype(model->dtype);
+    o.device = model->resolve_device();
     o.data = data->data;
     o.stages = pipe->stages, o.microbatches = pipe->microbatches, o.schedule = pipe->schedule;
     o.transport = pipe->transport, o.timeout_s = pipe->timeout_s, o.recompute = pipe->recompute_full();

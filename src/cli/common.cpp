@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "train/chunking.h"
+#include "train/device_ops.h"
 
 namespace stateflow::cli {
 
@@ -14,6 +15,15 @@ void ModelOptions::add(CLI::App& app, const std::string& default_preset, const s
   app.add_option("--config", config_path,
                  "Model config JSON file (a full config, or {\"preset\": ..., overrides}); wins over --preset");
   app.add_option("--dtype", dtype, "Precision of weights and arithmetic: f32 or f64")->capture_default_str();
+  app.add_option("--device", device,
+                 "Where the model runs: cpu, or cuda (GPU 0 for every stage; f32 master weights, bf16 activations)")
+      ->capture_default_str();
+}
+
+Device ModelOptions::resolve_device() const {
+  const Device d = parse_device(device);
+  init_device(d);
+  return d;
 }
 
 ModelConfig ModelOptions::resolve() const {

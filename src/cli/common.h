@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "model/config.h"
 #include "train/data.h"
 
@@ -13,8 +14,10 @@ struct ModelOptions {
   std::string preset;
   std::string config_path;
   std::string dtype;
+  std::string device = "cpu";
   void add(CLI::App& app, const std::string& default_preset, const std::string& default_dtype);
   ModelConfig resolve() const;  // --config wins over --preset
+  Device resolve_device() const;  // parses --device and starts its backend
 };
 
 // Pipeline shape shared by train, verify and bench.

@@ -40,6 +40,7 @@ StDtype st_dtype_of(DType t) {
     case DType::F32: return StDtype::F32;
     case DType::F64: return StDtype::F64;
     case DType::I32: return StDtype::I32;
+    case DType::BF16: break;  // checkpoints hold fp32 master weights, never bf16 copies
   }
   fail("no safetensors dtype for ", dtype_name(t));
 }

@@ -18,6 +18,7 @@ Embedding::Embedding(const ModelConfig& cfg, DType dtype, Rng& rng)
 Tensor Embedding::forward(const ChunkCtx& ctx, const Tensor& tokens, const State&, State&,
                           std::unique_ptr<Stash>& stash) {
   SF_CHECK(tokens.dtype() == DType::I32, "embedding expects int32 token ids");
+  if (!table_.value.on_host()) return forward_cuda(tokens, stash);
   const int64_t rows = tokens.numel(), vocab = table_.value.dim(0), dim = table_.value.dim(1);
   Tensor y = Tensor::zeros({rows, dim}, table_.value.dtype());
   dispatch_float(y.dtype(), [&](auto z) {
@@ -31,6 +32,7 @@ Tensor Embedding::forward(const ChunkCtx& ctx, const Tensor& tokens, const State
 }
 
 Tensor Embedding::backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) {
+  if (!dy.on_host()) return backward_cuda(dy, stash);
   auto& s = static_cast<EmbeddingStash&>(stash);
   dispatch_float(dy.dtype(), [&](auto z) {
     using T = decltype(z);

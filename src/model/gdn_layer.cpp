@@ -53,6 +53,7 @@ GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, DType
   fill_constant(out_norm_.value, 1.0);
   // Residual branch output starts small so the stack is near identity at init.
   fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(H_ * dv_)) / std::sqrt(2.0 * cfg.n_layers));
+  for (Param* w : {&Wq_, &Wk_, &Wv_, &Wa_, &Wb_, &Wg_, &Wo_}) w->gemm_operand = true;
 }
 
 std::vector<Param*> GatedDeltaNet::params() {
@@ -188,12 +189,14 @@ Tensor GatedDeltaNet::backward_impl(const ChunkCtx& ctx, const Tensor& dout, con
 
 Tensor GatedDeltaNet::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                               std::unique_ptr<Stash>& stash) {
+  if (!x.on_host()) return forward_cuda(ctx, x, state_in, state_out, stash);
   return dispatch_float(x.dtype(),
                         [&](auto z) { return forward_impl<decltype(z)>(ctx, x, state_in, state_out, stash); });
 }
 
 Tensor GatedDeltaNet::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                                Stash& stash) {
+  if (!dy.on_host()) return backward_cuda(ctx, dy, dstate_out, dstate_in, stash);
   return dispatch_float(dy.dtype(),
                         [&](auto z) { return backward_impl<decltype(z)>(ctx, dy, dstate_out, dstate_in, stash); });
 }

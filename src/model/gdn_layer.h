@@ -31,6 +31,13 @@ class GatedDeltaNet : public Layer {
   Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
 
+  // GPU path (model/cuda/gdn_layer_cuda.cpp): bf16 activations and GEMMs; boundary state S
+  // fp32, conv prefixes bf16 (what the conv reads), their gradients fp32.
+  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                      std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                       Stash& stash);
+
   int64_t D_, H_, dk_, dv_, K_, C_;
   double norm_eps_;
   Param Wq_, Wk_, Wv_, Wa_, Wb_, Wg_;  // input projections [D, ...]

@@ -20,6 +20,7 @@ LmHead::LmHead(const ModelConfig& cfg, DType dtype, Rng& rng)
       eps_(cfg.norm_eps) {
   fill_constant(norm_.value, 1.0);
   fill_normal(proj_.value, rng, 1.0 / std::sqrt(double(cfg.d_model)));
+  proj_.gemm_operand = true;
 }
 
 template <class T>
@@ -61,10 +62,12 @@ Tensor LmHead::backward_impl(const ChunkCtx& ctx, Stash& stash) {
 }
 
 Tensor LmHead::forward(const ChunkCtx& ctx, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
+  if (!x.on_host()) return forward_cuda(ctx, x, stash);
   return dispatch_float(x.dtype(), [&](auto z) { return forward_impl<decltype(z)>(ctx, x, stash); });
 }
 
 Tensor LmHead::backward(const ChunkCtx& ctx, const Tensor&, const State&, State&, Stash& stash) {
+  if (!proj_.value.on_host()) return backward_cuda(ctx, stash);
   return dispatch_float(static_cast<HeadStash&>(stash).x.dtype(), [&](auto z) { return backward_impl<decltype(z)>(ctx, stash); });
 }
 

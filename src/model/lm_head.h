@@ -19,6 +19,9 @@ class LmHead : public Layer {
  private:
   template <class T> Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, std::unique_ptr<Stash>& stash);
   template <class T> Tensor backward_impl(const ChunkCtx& ctx, Stash& stash);
+  // GPU path (model/cuda/lm_head_cuda.cpp): bf16 GEMMs, logits only per row block.
+  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, Stash& stash);
   Param norm_;  // [D]
   Param proj_;  // [D, vocab]
   double eps_;

@@ -21,6 +21,7 @@ SwiGluMlp::SwiGluMlp(const std::string& prefix, const ModelConfig& cfg, DType dt
   fill_normal(w3_.value, rng, 1.0 / std::sqrt(double(cfg.d_model)));
   // Residual branch output starts small so the stack is near identity at init.
   fill_normal(w2_.value, rng, 1.0 / std::sqrt(double(cfg.mlp_hidden)) / std::sqrt(2.0 * cfg.n_layers));
+  for (Param* w : params()) w->gemm_operand = true;
 }
 
 template <class T>
@@ -59,10 +60,12 @@ Tensor SwiGluMlp::backward_impl(const Tensor& dy, Stash& stash) {
 }
 
 Tensor SwiGluMlp::forward(const ChunkCtx&, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
+  if (!x.on_host()) return forward_cuda(x, stash);
   return dispatch_float(x.dtype(), [&](auto z) { return forward_impl<decltype(z)>(x, stash); });
 }
 
 Tensor SwiGluMlp::backward(const ChunkCtx&, const Tensor& dy, const State&, State&, Stash& stash) {
+  if (!dy.on_host()) return backward_cuda(dy, stash);
   return dispatch_float(dy.dtype(), [&](auto z) { return backward_impl<decltype(z)>(dy, stash); });
 }
 

@@ -16,6 +16,9 @@ class SwiGluMlp : public Layer {
  private:
   template <class T> Tensor forward_impl(const Tensor& x, std::unique_ptr<Stash>& stash);
   template <class T> Tensor backward_impl(const Tensor& dy, Stash& stash);
+  // GPU path (model/cuda/mlp_layer_cuda.cpp): bf16 activations, bf16 GEMMs.
+  Tensor forward_cuda(const Tensor& x, std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const Tensor& dy, Stash& stash);
   Param w1_, w3_, w2_;  // gate [D,F], up [D,F], down [F,D]
 };
 

@@ -9,8 +9,8 @@
 
 namespace stateflow {
 
-Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end)
-    : cfg_(cfg), dtype_(dtype), begin_(begin), end_(end) {
+Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end, Device device)
+    : cfg_(cfg), dtype_(dtype), device_(device), begin_(begin), end_(end) {
   cfg_.validate();
   const int n = num_layers_of(cfg_);
   SF_CHECK(0 <= begin && begin < end && end <= n, "layer range [", begin, ", ", end, ") out of range for a model of ",
@@ -33,6 +33,7 @@ Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end)
                                                        std::make_unique<SwiGluMlp>(p + ".mlp", cfg_, dtype, rng));
     }
   }
+  for (Param* p : params()) move_param_to(*p, device);
 }
 
 std::vector<Layer*> Model::layers(int begin, int end) {

@@ -15,11 +15,14 @@ namespace stateflow {
 class Model {
  public:
   Model(const ModelConfig& cfg, DType dtype) : Model(cfg, dtype, 0, num_layers_of(cfg)) {}
-  // Builds only layers [begin, end); the others are absent.
-  Model(const ModelConfig& cfg, DType dtype, int begin, int end);
+  // Builds only layers [begin, end); the others are absent. On the GPU the weights are those
+  // the CPU would build (made on the host, then moved), dtype is the master-weight type (f32),
+  // and the layers run their GPU paths with bf16 activations.
+  Model(const ModelConfig& cfg, DType dtype, int begin, int end, Device device = Device::CPU);
   static int num_layers_of(const ModelConfig& cfg) { return static_cast<int>(2 * cfg.n_layers + 2); }
   const ModelConfig& config() const { return cfg_; }
   DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
   int num_layers() const { return static_cast<int>(layers_.size()); }
   int begin() const { return begin_; }
   int end() const { return end_; }
@@ -33,6 +36,7 @@ class Model {
  private:
   ModelConfig cfg_;
   DType dtype_;
+  Device device_;
   int begin_, end_;
   std::vector<std::unique_ptr<Layer>> layers_;
 };

@@ -7,6 +7,15 @@ Param make_param(const std::string& name, const Shape& shape, DType dtype) {
                Tensor::zeros(shape, dtype, MemCategory::Grads)};
 }
 
+void move_param_to(Param& p, Device d) {
+  if (p.value.device() == d) return;
+  SF_CHECK(d == Device::CPU || p.value.dtype() == DType::F32, "parameter ", p.name, " is ",
+           dtype_name(p.value.dtype()), ": GPU master weights are f32, use --dtype f32 with --device cuda");
+  p.value_bf16 = p.gemm_operand && d != Device::CPU ? p.value.cast(DType::BF16).to(d, MemCategory::Weights) : Tensor();
+  p.value = p.value.to(d, MemCategory::Weights);
+  p.grad = p.grad.to(d, MemCategory::Grads);
+}
+
 }  // namespace stateflow
 
 #include "core/rng.h"

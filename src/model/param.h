@@ -11,10 +11,16 @@ struct Param {
   std::string name;  // e.g. "blocks.3.mixer.Wq": stable, used in checkpoints and reports
   Tensor value;      // MemCategory::Weights
   Tensor grad;       // MemCategory::Grads, same shape
+  // GPU mixed precision: a weight that GEMMs read also keeps a bf16 copy there, refreshed
+  // from the fp32 value after every optimizer step. Layers set the flag; empty on the CPU.
+  bool gemm_operand = false;
+  Tensor value_bf16{};  // (braces: aggregate initialisers may leave it out without a warning)
 };
 
 // Creates value and grad with the given shape; values are filled by the caller.
 Param make_param(const std::string& name, const Shape& shape, DType dtype);
+// Moves value and grad to device d (fp32 there), adding value_bf16 for a GEMM operand on the GPU.
+void move_param_to(Param& p, Device d);
 
 }  // namespace stateflow
 

@@ -9,6 +9,8 @@ namespace stateflow {
 std::unique_ptr<Pipeline> make_pipeline(const PipelineConfig& cfg, const std::string& transport) {
   if (transport == "local") return make_local_pipeline(cfg);
   if (transport == "mpi") {
+    SF_CHECK(cfg.device == Device::CPU,
+             "--transport mpi sends host tensors only: use --device cpu with mpi, or --transport local on the GPU");
 #ifdef STATEFLOW_HAVE_MPI
     std::vector<std::unique_ptr<Transport>> endpoints;
     endpoints.push_back(make_mpi_transport(cfg.timeout_s));

@@ -22,7 +22,7 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
   lowered_ = lower_schedule(s);
   auto [begin, end] = stage_layer_ranges(cfg.model, cfg.stages).at(rank);
   TrackerScope scope(tracker_);
-  model_ = std::make_unique<Model>(cfg.model, cfg.dtype, begin, end);
+  model_ = std::make_unique<Model>(cfg.model, cfg.dtype, begin, end, cfg.device);
   executor_ = std::make_unique<StageExecutor>(model_->layers(), begin, cfg.recompute);
   optimizer_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
 }
@@ -87,6 +87,8 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
     if (is_compute(a)) r.busy_s += r.timeline.back().end - start;
   }
   transport_.flush();
+  // Device kernels run asynchronously: the step ends when they are done.
+  if (cfg_.device != Device::CPU) device_backend(cfg_.device).synchronize();
   r.wall_s = now();
   SF_CHECK(executor_->units_in_flight() == 0, "engine: stage ", rank_, " ended the step with units in flight");
   // Only the last stage computed the loss; every stage reports the step's totals.

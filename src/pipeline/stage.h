@@ -20,6 +20,7 @@ namespace stateflow {
 struct PipelineConfig {
   ModelConfig model = model_preset("tiny");
   DType dtype = DType::F32;
+  Device device = Device::CPU;  // every stage's layers on this device (GPU 0 for all stages)
   int stages = 1;
   int microbatches = 1;
   std::vector<int64_t> chunk_lengths;  // of every sequence; must sum to the batch's seq_len

@@ -45,7 +45,7 @@ BenchResult run_bench(const BenchOptions& o) {
   BenchResult result;
   for (const std::string& name : o.schedules) {
     PipelineConfig pc;
-    pc.model = o.model, pc.dtype = o.dtype, pc.stages = o.stages, pc.microbatches = o.microbatches;
+    pc.model = o.model, pc.dtype = o.dtype, pc.device = o.device, pc.stages = o.stages, pc.microbatches = o.microbatches;
     pc.schedule = parse_schedule_kind(name);
     pc.timeout_s = o.timeout_s;
     pc.recompute = o.recompute;
@@ -101,7 +101,7 @@ static const BenchRow* baseline(const BenchResult& r) {
 void print_bench(const BenchResult& r, const BenchOptions& o, std::ostream& os) {
   if (!r.report) return;
   os << "model " << o.model.name << " (" << o.model.num_parameters() << " parameters, " << dtype_name(o.dtype)
-     << "), batch " << o.batch << " x " << o.seq_len << " tokens, P=" << o.stages << ", M=" << o.microbatches
+     << " on " << device_name(o.device) << "), batch " << o.batch << " x " << o.seq_len << " tokens, P=" << o.stages << ", M=" << o.microbatches
      << ", " << o.transport << " transport, " << (o.recompute ? "full recomputation, " : "") << o.warmup_steps << " warm-up + " << o.steps << " timed steps\n";
   const BenchRow* base = baseline(r);
   char line[512];
@@ -132,6 +132,7 @@ void write_bench_json(const BenchResult& r, const BenchOptions& o, const std::st
   nlohmann::json j;
   j["model"] = o.model.to_json();
   j["dtype"] = dtype_name(o.dtype);
+  j["device"] = device_name(o.device);
   j["batch"] = o.batch, j["seq_len"] = o.seq_len, j["stages"] = o.stages, j["microbatches"] = o.microbatches;
   j["transport"] = o.transport, j["recompute"] = o.recompute, j["warmup_steps"] = o.warmup_steps, j["steps"] = o.steps;
   const BenchRow* base = baseline(r);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/allocator.h"
+#include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
 #include "train/data.h"
@@ -18,6 +19,7 @@ namespace stateflow {
 struct BenchOptions {
   ModelConfig model = model_preset("small");
   DType dtype = DType::F32;
+  Device device = Device::CPU;
   DataConfig data;
   int64_t batch = 8, seq_len = 256;
   int stages = 2, microbatches = 8;

@@ -3,6 +3,8 @@
 #include <cmath>
 #include <set>
 
+#include "train/device_ops.h"
+
 namespace stateflow {
 
 void AdamWConfig::validate() const {
@@ -27,8 +29,8 @@ AdamW::AdamW(std::vector<Param*> params, AdamWConfig cfg) : params_(std::move(pa
     SF_CHECK(p->grad.shape() == p->value.shape() && p->grad.dtype() == p->value.dtype(), "parameter ", p->name,
              ": grad ", shape_str(p->grad.shape()), " ", dtype_name(p->grad.dtype()), " does not match value ",
              shape_str(p->value.shape()), " ", dtype_name(p->value.dtype()));
-    m_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), MemCategory::Optimizer));
-    v_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), MemCategory::Optimizer));
+    m_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), MemCategory::Optimizer, p->value.device()));
+    v_.push_back(Tensor::zeros(p->value.shape(), p->value.dtype(), MemCategory::Optimizer, p->value.device()));
   }
 }
 
@@ -54,6 +56,10 @@ void AdamW::step(double lr) {
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
     double decay = takes_weight_decay(p) ? cfg_.weight_decay : 0.0;
+    if (!p.value.on_host()) {
+      adamw_update_device(p, m_[i], v_[i], lr, decay, cfg_, steps_);
+      continue;
+    }
     dispatch_float(p.value.dtype(), [&](auto z) {
       using T = decltype(z);
       adamw_update<T>(p.value.data<T>(), p.grad.data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.value.numel(), lr,
@@ -69,22 +75,32 @@ void AdamW::set_steps(int64_t steps) {
 
 double grad_sq_sum(const std::vector<Param*>& params) {
   double sum = 0;
-  for (const Param* p : params)
+  for (const Param* p : params) {
+    if (!p->grad.on_host()) {
+      sum += sq_sum_device(p->grad);
+      continue;
+    }
     dispatch_float(p->grad.dtype(), [&](auto z) {
       using T = decltype(z);
       const T* g = p->grad.data<T>();
       for (int64_t i = 0; i < p->grad.numel(); ++i) sum += static_cast<double>(g[i]) * static_cast<double>(g[i]);
     });
+  }
   return sum;
 }
 
 void scale_grads(std::vector<Param*>& params, double factor) {
-  for (Param* p : params)
+  for (Param* p : params) {
+    if (!p->grad.on_host()) {
+      scale_device(p->grad, factor);
+      continue;
+    }
     dispatch_float(p->grad.dtype(), [&](auto z) {
       using T = decltype(z);
       T* g = p->grad.data<T>();
       for (int64_t i = 0; i < p->grad.numel(); ++i) g[i] = static_cast<T>(g[i] * factor);
     });
+  }
 }
 
 double clip_grad_norm(std::vector<Param*>& params, double max_norm) {

@@ -15,6 +15,7 @@ namespace stateflow {
 struct TrainOptions {
   ModelConfig model = model_preset("small");
   DType dtype = DType::F32;
+  Device device = Device::CPU;
   DataConfig data;
   // Defaults: the CPU demo, which learns associative recall in a few minutes on 2 cores.
   int64_t steps = 500;  // total optimizer steps of the run (a resumed run continues up to it)

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
 #include "train/data.h"
@@ -16,6 +17,7 @@ namespace stateflow {
 struct VerifyOptions {
   ModelConfig model = model_preset("tiny");
   DType dtype = DType::F64;
+  Device device = Device::CPU;
   DataConfig data;
   int64_t batch = 2;
   int64_t seq_len = 45;  // not a multiple of the tiny preset's block size 8
@@ -26,7 +28,7 @@ struct VerifyOptions {
   double timeout_s = 120;
   bool recompute = false;
   std::vector<std::vector<int64_t>> chunkings;  // empty: the built-in set
-  double tolerance = 0;                         // 0: 1e-10 for f64, 1e-4 for f32
+  double tolerance = 0;                         // 0: 1e-10 for f64, 1e-4 for f32, 5e-2 on the GPU (bf16)
 };
 
 struct VerifyColumn {

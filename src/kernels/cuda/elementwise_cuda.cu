@@ -1,0 +1,75 @@
+#include "kernels/cuda/elementwise_cuda.h"
+
+#include <cuda_bf16.h>
+
+#include <algorithm>
+
+#include "kernels/cuda/cuda_check.h"
+
+namespace stateflow {
+
+namespace {
+template <class A>
+__global__ void add_inplace_kernel(A* y, const A* x, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = A(float(y[i]) + float(x[i]));
+}
+
+constexpr int kSumBlocks = 264;  // fixed, so the reduction order never changes
+constexpr int kSumThreads = 256;
+
+__global__ void sum_squares_kernel(const float* x, int64_t n, double* partials) {
+  __shared__ double part[kSumThreads];
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t(kSumThreads) + threadIdx.x; i < n; i += int64_t(kSumBlocks) * kSumThreads)
+    s += double(x[i]) * double(x[i]);
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kSumThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
+}
+
+__global__ void scale_inplace_kernel(float* x, double factor, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = float(double(x[i]) * factor);
+}
+}  // namespace
+
+template <class A>
+void add_inplace_cuda(A* y, const A* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const int threads = 256;
+  const int64_t blocks = std::min<int64_t>((n + threads - 1) / threads, 65536);
+  add_inplace_kernel<A><<<unsigned(blocks), threads, 0, stream>>>(y, x, n);
+  cuda_check_launch("add_inplace_kernel");
+}
+
+double sum_squares_cuda(const float* x, int64_t n, cudaStream_t stream) {
+  if (n == 0) return 0;
+  double* partials = nullptr;
+  cuda_check(cudaMallocAsync(&partials, kSumBlocks * sizeof(double), stream), "cudaMallocAsync");
+  sum_squares_kernel<<<kSumBlocks, kSumThreads, 0, stream>>>(x, n, partials);
+  cuda_check_launch("sum_squares_kernel");
+  double host[kSumBlocks];
+  cuda_check(cudaMemcpyAsync(host, partials, sizeof host, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+  cuda_check(cudaFreeAsync(partials, stream), "cudaFreeAsync");
+  cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+  double sum = 0;
+  for (double p : host) sum += p;
+  return sum;
+}
+
+void scale_inplace_cuda(float* x, double factor, int64_t n, cudaStream_t stream) {
+  if (n == 0) return;
+  const int64_t blocks = std::min<int64_t>((n + 255) / 256, 65536);
+  scale_inplace_kernel<<<unsigned(blocks), 256, 0, stream>>>(x, factor, n);
+  cuda_check_launch("scale_inplace_kernel");
+}
+
+template void add_inplace_cuda<float>(float*, const float*, int64_t, cudaStream_t);
+template void add_inplace_cuda<__nv_bfloat16>(__nv_bfloat16*, const __nv_bfloat16*, int64_t, cudaStream_t);
+
+}  // namespace stateflow

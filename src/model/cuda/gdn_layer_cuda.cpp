@@ -1,0 +1,170 @@
+// GatedDeltaNet on the GPU: the CPU forward_impl/backward_impl as kernel calls, bf16
+// activations and GEMM weights, fp32 gates, norm statistics and weight gradients. Boundary
+// state: S fp32 (the core keeps it fp32), conv prefixes bf16 (the conv's input type, so
+// carrying them is exact); the state gradients are all fp32.
+#include <cmath>
+
+#include "kernels/cuda/gdn_core_cuda.h"
+#include "kernels/cuda/gdn_gates_cuda.h"
+#include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/norms_cuda.h"
+#include "kernels/cuda/short_conv_cuda.h"
+#include "model/cuda/layer_cuda.h"
+#include "model/gdn_layer.h"
+
+namespace stateflow {
+
+namespace {
+constexpr double kL2Eps = 1e-6;  // as the CPU path
+
+struct GdnCudaStash : Stash {
+  Tensor x;
+  Tensor qp, kp, vp;
+  Tensor a, b, z;
+  State state_in;
+  Tensor q, rq, k, rk, v;
+  Tensor g, beta;
+  Tensor o, rstd_o, y;
+};
+}  // namespace
+
+Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                                   std::unique_ptr<Stash>& stash) {
+  SF_CHECK(state_in.empty() || state_in.size() == kStateSize, "gdn: boundary state has ", state_in.size(),
+           " tensors, expected ", int(kStateSize));
+  const int64_t rows = x.dim(0), B = ctx.batch, L = rows / B;
+  SF_CHECK(B * L == rows && L == ctx.len, "gdn: input has ", rows, " rows, expected batch ", B, " x len ", ctx.len);
+  const int64_t HK = H_ * dk_, HV = H_ * dv_;
+  const CublasGemm& gemm = cublas_for_thread();
+  const cudaStream_t st = gemm.stream();
+  auto s = std::make_unique<GdnCudaStash>();
+  s->x = x;
+  s->state_in = state_in;
+  auto proj = [&](const Param& W, int64_t out) {
+    Tensor y = bf16_zeros({rows, out});
+    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
+    return y;
+  };
+  s->qp = proj(Wq_, HK), s->kp = proj(Wk_, HK), s->vp = proj(Wv_, HV);
+  s->a = proj(Wa_, H_), s->b = proj(Wb_, H_), s->z = proj(Wg_, HV);
+
+  state_out.assign(kStateSize, Tensor());
+  {
+    CategoryScope boundary(MemCategory::BoundaryState);
+    state_out[kS] = f32_zeros({B, H_, dv_, dk_});
+    state_out[kPrefixQ] = bf16_zeros({B, K_ - 1, HK});
+    state_out[kPrefixK] = bf16_zeros({B, K_ - 1, HK});
+    state_out[kPrefixV] = bf16_zeros({B, K_ - 1, HV});
+  }
+  Tensor qc = bf16_zeros({rows, HK}), kc = bf16_zeros({rows, HK});
+  s->v = bf16_zeros({rows, HV});
+  auto conv = [&](const Tensor& in, int i, const Param& w, const Tensor& out, int64_t ch) {
+    short_conv_forward_cuda<bf16>(bf16_ptr(in), bf16_or_null(state_at(state_in, i)), f32_ptr(w.value), bf16_ptr(out),
+                                  bf16_ptr(state_out[i]), B, L, ch, K_, st);
+  };
+  conv(s->qp, kPrefixQ, conv_q_, qc, HK), conv(s->kp, kPrefixK, conv_k_, kc, HK), conv(s->vp, kPrefixV, conv_v_, s->v, HV);
+
+  s->q = bf16_zeros({rows, HK}), s->k = bf16_zeros({rows, HK});
+  s->rq = f32_zeros({rows * H_}), s->rk = f32_zeros({rows * H_});
+  l2norm_forward_cuda<bf16>(bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq), rows * H_, dk_, kL2Eps, st);
+  l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
+
+  s->g = f32_zeros({rows, H_}), s->beta = f32_zeros({rows, H_});
+  gdn_gates_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
+                               f32_ptr(s->g), f32_ptr(s->beta), rows, H_, st);
+
+  const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
+  s->o = bf16_zeros({rows, HV});
+  {
+    DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
+    gdn_chunk_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
+                           f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
+  }
+
+  s->rstd_o = f32_zeros({rows * H_}), s->y = bf16_zeros({rows, HV});
+  gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), bf16_ptr(s->z), f32_ptr(out_norm_.value), bf16_ptr(s->y),
+                                   f32_ptr(s->rstd_o), rows * H_, dv_, norm_eps_, st);
+  Tensor out = bf16_zeros({rows, D_});
+  linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_);
+  stash = std::move(s);
+  return out;
+}
+
+Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const State& dstate_out,
+                                    State& dstate_in, Stash& stash) {
+  SF_CHECK(dstate_out.empty() || dstate_out.size() == kStateSize, "gdn: boundary-state gradient has ",
+           dstate_out.size(), " tensors, expected ", int(kStateSize));
+  auto& s = static_cast<GdnCudaStash&>(stash);
+  const int64_t rows = dout.dim(0), B = ctx.batch, L = rows / B;
+  const int64_t HK = H_ * dk_, HV = H_ * dv_;
+  const CublasGemm& gemm = cublas_for_thread();
+  const cudaStream_t st = gemm.stream();
+
+  // output projection and gated norm
+  linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_);
+  Tensor dy = bf16_zeros({rows, HV});
+  linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV, D_);
+  Tensor do_ = bf16_zeros({rows, HV}), dz = bf16_zeros({rows, HV});
+  {
+    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * H_, dv_));
+    gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), bf16_ptr(s.z), f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
+                                      bf16_ptr(dy), bf16_ptr(do_), bf16_ptr(dz), f32_ptr(out_norm_.grad), rows * H_,
+                                      dv_, ws.get(), st);
+  }
+
+  // core: gradients of q, k, v, beta, g and of the state that entered the chunk
+  dstate_in.assign(kStateSize, Tensor());
+  {
+    CategoryScope boundary(MemCategory::BoundaryState);
+    dstate_in[kS] = f32_zeros({B, H_, dv_, dk_});
+    dstate_in[kPrefixQ] = f32_zeros({B, K_ - 1, HK});
+    dstate_in[kPrefixK] = f32_zeros({B, K_ - 1, HK});
+    dstate_in[kPrefixV] = f32_zeros({B, K_ - 1, HV});
+  }
+  const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
+  Tensor dq = bf16_zeros({rows, HK}), dk = bf16_zeros({rows, HK}), dv = bf16_zeros({rows, HV});
+  Tensor dbeta = f32_zeros({rows, H_}), dg = f32_zeros({rows, H_});
+  {
+    DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
+    gdn_chunk_backward_cuda(d, bf16_ptr(s.q), bf16_ptr(s.k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
+                            f32_or_null(state_at(s.state_in, kS)), bf16_ptr(do_), f32_or_null(state_at(dstate_out, kS)),
+                            bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), f32_ptr(dbeta), f32_ptr(dg),
+                            f32_ptr(dstate_in[kS]), ws.get(), st);
+  }
+
+  // gates
+  Tensor da = bf16_zeros({rows, H_}), db = bf16_zeros({rows, H_});
+  {
+    DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, H_));
+    gdn_gates_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
+                                  f32_ptr(dg), f32_ptr(dbeta), bf16_ptr(da), bf16_ptr(db), f32_ptr(A_log_.grad),
+                                  f32_ptr(dt_bias_.grad), rows, H_, ws.get(), st);
+  }
+
+  // L2 norms, then the convs (which also route the next chunk's prefix gradient)
+  Tensor dqc = bf16_zeros({rows, HK}), dkc = bf16_zeros({rows, HK});
+  l2norm_backward_cuda<bf16>(bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc), rows * H_, dk_, st);
+  l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
+  Tensor dqp = bf16_zeros({rows, HK}), dkp = bf16_zeros({rows, HK}), dvp = bf16_zeros({rows, HV});
+  auto conv_back = [&](const Tensor& in, int i, Param& w, const Tensor& dconv, const Tensor& dinput, int64_t ch) {
+    DeviceBuffer ws = cuda_scratch(short_conv_backward_workspace_bytes(B, L, ch, K_));
+    short_conv_backward_cuda<bf16>(bf16_ptr(in), bf16_or_null(state_at(s.state_in, i)), f32_ptr(w.value),
+                                   bf16_ptr(dconv), f32_or_null(state_at(dstate_out, i)), bf16_ptr(dinput),
+                                   f32_ptr(dstate_in[i]), f32_ptr(w.grad), B, L, ch, K_, ws.get(), st);
+  };
+  conv_back(s.qp, kPrefixQ, conv_q_, dqc, dqp, HK);
+  conv_back(s.kp, kPrefixK, conv_k_, dkc, dkp, HK);
+  conv_back(s.vp, kPrefixV, conv_v_, dv, dvp, HV);
+
+  // input projections
+  Tensor dx = bf16_zeros({rows, D_});
+  auto proj_back = [&](Param& W, const Tensor& dY, int64_t out) {
+    linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out);
+    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out);
+  };
+  proj_back(Wq_, dqp, HK), proj_back(Wk_, dkp, HK), proj_back(Wv_, dvp, HV);
+  proj_back(Wa_, da, H_), proj_back(Wb_, db, H_), proj_back(Wg_, dz, HV);
+  return dx;
+}
+
+}  // namespace stateflow

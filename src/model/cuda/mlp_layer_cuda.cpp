@@ -1,0 +1,48 @@
+// SwiGluMlp on the GPU: the CPU forward_impl/backward_impl with bf16 activations and GEMM
+// weights, fp32 weight gradients.
+#include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/swiglu_cuda.h"
+#include "model/cuda/layer_cuda.h"
+#include "model/mlp_layer.h"
+
+namespace stateflow {
+
+namespace {
+struct MlpCudaStash : Stash {
+  Tensor x, a, b, h;
+};
+}  // namespace
+
+Tensor SwiGluMlp::forward_cuda(const Tensor& x, std::unique_ptr<Stash>& stash) {
+  const int64_t rows = x.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
+  const CublasGemm& g = cublas_for_thread();
+  auto s = std::make_unique<MlpCudaStash>();
+  s->x = x;
+  s->a = bf16_zeros({rows, F}), s->b = bf16_zeros({rows, F}), s->h = bf16_zeros({rows, F});
+  Tensor y = bf16_zeros({rows, D});
+  linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, F);
+  linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w3_.value_bf16), bf16_ptr(s->b), rows, D, F);
+  swiglu_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), bf16_ptr(s->h), rows * F, g.stream());
+  linear_forward_cuda<bf16, bf16>(g, bf16_ptr(s->h), bf16_ptr(w2_.value_bf16), bf16_ptr(y), rows, F, D);
+  stash = std::move(s);
+  return y;
+}
+
+Tensor SwiGluMlp::backward_cuda(const Tensor& dy, Stash& stash) {
+  auto& s = static_cast<MlpCudaStash&>(stash);
+  const int64_t rows = dy.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
+  const CublasGemm& g = cublas_for_thread();
+  Tensor dh = bf16_zeros({rows, F}), da = bf16_zeros({rows, F}), db = bf16_zeros({rows, F});
+  Tensor dx = bf16_zeros({rows, D});
+  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.h), bf16_ptr(dy), f32_ptr(w2_.grad), rows, F, D);
+  linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D);
+  swiglu_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), bf16_ptr(dh), bf16_ptr(da), bf16_ptr(db), rows * F,
+                             g.stream());
+  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(da), f32_ptr(w1_.grad), rows, D, F);
+  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(db), f32_ptr(w3_.grad), rows, D, F);
+  linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, F);
+  linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
+  return dx;
+}
+
+}  // namespace stateflow

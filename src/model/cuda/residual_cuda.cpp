@@ -1,0 +1,45 @@
+// PreNormResidual on the GPU: bf16 stream x, fp32 norm weight and rstd; y = x + inner(norm(x)).
+#include "kernels/cuda/elementwise_cuda.h"
+#include "kernels/cuda/norms_cuda.h"
+#include "model/cuda/layer_cuda.h"
+#include "model/residual.h"
+
+namespace stateflow {
+
+namespace {
+struct ResidualCudaStash : Stash {
+  Tensor x, rstd;
+  std::unique_ptr<Stash> inner;
+};
+}  // namespace
+
+Tensor PreNormResidual::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                                     std::unique_ptr<Stash>& stash) {
+  auto s = std::make_unique<ResidualCudaStash>();
+  const int64_t rows = x.dim(0), D = x.dim(1);
+  s->x = x;
+  s->rstd = f32_zeros({rows});
+  Tensor h = bf16_zeros({rows, D});
+  rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(h), f32_ptr(s->rstd), rows, D, eps_,
+                             layer_stream());
+  Tensor y = inner_->forward(ctx, h, state_in, state_out, s->inner);
+  add_inplace_cuda<bf16>(bf16_ptr(y), bf16_ptr(x), y.numel(), layer_stream());
+  stash = std::move(s);
+  return y;
+}
+
+Tensor PreNormResidual::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out,
+                                      State& dstate_in, Stash& stash) {
+  auto& s = static_cast<ResidualCudaStash&>(stash);
+  Tensor dh = inner_->backward(ctx, dy, dstate_out, dstate_in, *s.inner);
+  s.inner.reset();  // release the inner activations before allocating dx
+  const int64_t rows = dy.dim(0), D = dy.dim(1);
+  Tensor dx = bf16_zeros({rows, D});
+  DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D));
+  rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dh), bf16_ptr(dx),
+                              f32_ptr(norm_.grad), rows, D, ws.get(), layer_stream());
+  add_inplace_cuda<bf16>(bf16_ptr(dx), bf16_ptr(dy), dx.numel(), layer_stream());
+  return dx;
+}
+
+}  // namespace stateflow

@@ -1,0 +1,16 @@
+// CPU-only builds: no parameter lives on a GPU, so these are unreachable; they name the fix.
+#include "train/device_ops.h"
+
+namespace stateflow {
+
+[[noreturn]] static void no_cuda() { fail("this build has no CUDA support: rebuild with nvcc found by CMake"); }
+
+void init_device(Device d) {
+  if (d != Device::CPU) no_cuda();
+}
+
+void adamw_update_device(Param&, Tensor&, Tensor&, double, double, const AdamWConfig&, int64_t) { no_cuda(); }
+double sq_sum_device(const Tensor&) { no_cuda(); }
+void scale_device(Tensor&, double) { no_cuda(); }
+
+}  // namespace stateflow
