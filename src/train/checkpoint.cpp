@@ -272,7 +272,7 @@ static StagePart read_stage_part(const std::string& step_dir, const CheckpointMa
            f.meta("stage"), " of ", f.meta("stages"), ", but the manifest lists it as stage ", i, " of ",
            m.files.size(), ": the stage files do not belong together");
   SF_CHECK(json::parse(f.meta("model"), nullptr, false) == m.state.options.at("model") &&
-               f.meta("dtype") == m.state.options.at("dtype"),
+               f.meta("dtype") == m.state.options.at("dtype").get<std::string>(),
            path, " holds another model or dtype than the manifest: the stage files do not belong together");
   const std::string& layers = f.meta("layers");
   SF_CHECK(std::sscanf(layers.c_str(), "%d,%d", &part.begin, &part.end) == 2 && part.begin < part.end, path,
