@@ -241,10 +241,10 @@ TEST(Pipeline, BadAllocOnAStageThreadBecomesAnErrorNamingTheStage) {
   PipelineConfig pc;
   pc.model = model_preset("tiny");
   pc.stages = 2, pc.chunk_lengths = {4};
-  auto hub = std::make_shared<LocalHub>(2, 5.0);
   std::vector<std::unique_ptr<Transport>> endpoints;
+  auto hub = std::make_shared<LocalHub>(2, 5.0);  // owned by the endpoints alone, as in a real run
   endpoints.push_back(std::make_unique<LocalTransport>(hub, 0));
-  endpoints.push_back(std::make_unique<OutOfMemoryTransport>(hub, 1));
+  endpoints.push_back(std::make_unique<OutOfMemoryTransport>(std::move(hub), 1));
   Pipeline pipe(pc, std::move(endpoints));
   Rng rng(fresh_seed());
   expect_error([&] { pipe.forward_backward(random_batch(rng, 1, 4, pc.model.vocab_size)); },

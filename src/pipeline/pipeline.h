@@ -49,8 +49,10 @@ class Pipeline {
   // Runs fn(stage i) for every local stage concurrently; rethrows the root-cause error.
   void run_all(const std::function<void(int)>& fn);
   PipelineConfig cfg_;
-  std::vector<std::unique_ptr<Transport>> endpoints_;
+  // Declared before the endpoints so that it is destroyed after them: messages a failed step
+  // left in a transport hold memory charged to a stage's tracker.
   std::vector<std::unique_ptr<Stage>> stages_;
+  std::vector<std::unique_ptr<Transport>> endpoints_;
 };
 
 // The in-process pipeline: all stages, one thread each, local transport.
