@@ -92,7 +92,8 @@ TEST(Safetensors, RoundTripsEveryDtypeAndMetadata) {
   const std::string path = dir / "t.safetensors";
   FileDigest d = write_safetensors(path,
                                    {st_ref("blocks.0.mixer.Wq", f32), st_ref("f64", f64), st_ref("i32", i32),
-                                    {"u8", StDtype::U8, {int64_t(u8.size())}, u8.data()}, {"i64", StDtype::I64, {}, &i64}},
+                                    {"u8", StDtype::U8, {int64_t(u8.size())}, u8.data()},
+                                    {"i64", StDtype::I64, {}, &i64}},
                                    meta);
   SafetensorsFile f = SafetensorsFile::read(path);
   EXPECT_EQ(d.bytes, std::filesystem::file_size(path));

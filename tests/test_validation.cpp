@@ -87,7 +87,8 @@ TEST(Validation, ModelConfigJsonAndFiles) {
   expect_error([] { ModelConfig::from_json(json::array()); }, "model config must be a JSON object");
   expect_error([] { ModelConfig::from_json({{"preset", "tiny"}, {"d_modle", 3}}); },
                "model config: unknown field 'd_modle'");
-  expect_error([] { ModelConfig::from_json({{"d_model", "wide"}}); }, "model config: field 'd_model' has the wrong type");
+  expect_error([] { ModelConfig::from_json({{"d_model", "wide"}}); },
+               "model config: field 'd_model' has the wrong type: expected an integer, got string");
   expect_error([] { ModelConfig::from_json({{"n_heads", -1}}); }, "n_heads = -1 is out of range; accepted: 1..1024");
   expect_error([] { model_preset("huge"); }, "unknown model preset 'huge'; available: tiny, small, gdn-1.3b");
   TempDir dir;
@@ -103,7 +104,8 @@ TEST(Validation, TrainingOptionsNameTheFlagAndRange) {
       {"seq_len", [](TrainOptions& o) { o.seq_len = 0; }, "--seq-len must be at least 1, got 0"},
       {"tokens per step", [](TrainOptions& o) { o.batch = int64_t(1) << 40; },
        "--batch 1099511627776 x --seq-len 24 tokens per step is more than the 2147483648 accepted"},
-      {"microbatches", [](TrainOptions& o) { o.microbatches = 3; }, "--microbatches 3 must be at least 1 and divide --batch 4"},
+      {"microbatches", [](TrainOptions& o) { o.microbatches = 3; },
+       "--microbatches 3 must be at least 1 and divide --batch 4"},
       {"microbatches 0", [](TrainOptions& o) { o.microbatches = 0; }, "--microbatches 0 must be at least 1"},
       {"lr", [](TrainOptions& o) { o.lr = 1.5; }, "--lr must be in (0, 1), got 1.5"},
       {"lr 0", [](TrainOptions& o) { o.lr = 0; }, "--lr must be in (0, 1), got 0"},
@@ -172,7 +174,8 @@ TEST(Validation, DataSettingsNameTheFix) {
        "unknown data kind 'csv': use recall, text, tokens-u16 or tokens-u32"},
       {"recall with a path", [](TrainOptions& o) { o.data.path = "x.txt"; },
        "recall data is generated, but a data path was given (x.txt)"},
-      {"text without a path", [](TrainOptions& o) { o.data.kind = "text"; }, "text data needs a file: pass --data-path"},
+      {"text without a path", [](TrainOptions& o) { o.data.kind = "text"; },
+       "text data needs a file: pass --data-path"},
       {"tokens without vocab", [](TrainOptions& o) { o.data.kind = "tokens-u16", o.data.path = "t.bin"; },
        "tokens-u16 data needs the tokenizer's vocab size: pass --data-vocab"},
       {"negative vocab", [](TrainOptions& o) { o.data.vocab_size = -1; }, "vocab size -1 must be >= 0"},

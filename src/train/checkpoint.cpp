@@ -105,7 +105,8 @@ CheckpointManifest read_manifest(const std::string& step_dir) {
     return v;
   };
   try {
-    SF_CHECK(j.is_object() && j.value("format", "") == kCheckpointFormat, path, " is not a stateflow checkpoint manifest");
+    SF_CHECK(j.is_object() && j.value("format", "") == kCheckpointFormat, path,
+             " is not a stateflow checkpoint manifest");
     const int64_t version = integer(j.at("version"), "version").get<int64_t>();
     SF_CHECK(version == kCheckpointVersion, path, ": checkpoint version ", version,
              " is not supported (this stateflow reads version ", kCheckpointVersion, ")");
