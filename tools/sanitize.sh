@@ -29,13 +29,8 @@ for target in safetensors model_config schedule_text; do
   echo "fuzz_$target: $(grep -o 'Done [0-9]* runs in [0-9]* second(s)' "$log"), no crash"
 done
 
-<<<<<<< HEAD
-cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DSTATEFLOW_SANITIZE=thread -DSTATEFLOW_MPI=OFF -DSTATEFLOW_CUDA=OFF \
-  -DSTATEFLOW_TEST_FILTER='test_pipeline|sanitizer_options' >/dev/null
-=======
 cmake -S . -B build-tsan -G Ninja -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O1 -DSTATEFLOW_SANITIZE=thread \
-  -DSTATEFLOW_MPI=OFF -DSTATEFLOW_TEST_FILTER='test_pipeline|sanitizer_options' >/dev/null
->>>>>>> reliab
+  -DSTATEFLOW_MPI=OFF -DSTATEFLOW_CUDA=OFF -DSTATEFLOW_TEST_FILTER='test_pipeline|sanitizer_options' >/dev/null
 cmake --build build-tsan -j "$jobs" --target stateflow_tests
 # One BLAS thread: OpenBLAS's own (uninstrumented) worker handoffs would read as races.
 OPENBLAS_NUM_THREADS=1 ./build-tsan/stateflow_tests --gtest_filter='Pipeline*'
