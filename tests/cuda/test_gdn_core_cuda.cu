@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "kernels/cpu/gdn_core.h"
 #include "kernels/cuda/gdn_core_cuda.h"
+#include "cuda_test_util.h"
 #include "test_util.h"
 
 namespace stateflow {
@@ -25,21 +26,6 @@ using bf16 = __nv_bfloat16;
 using Vec = std::vector<double>;
 
 constexpr int64_t DK = 128, DV = 128, C = 64;
-
-std::string gpu_missing() {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) return std::string("no CUDA device: ") + cudaGetErrorString(e);
-  if (n == 0) return "no CUDA device";
-  return "";
-}
-
-#define SKIP_WITHOUT_GPU()                                          \
-  do {                                                              \
-    const std::string why = gpu_missing();                          \
-    if (!why.empty()) GTEST_SKIP() << why << " (GPU test skipped)"; \
-  } while (0)
-
 
 // Device copy of a host vector (converted to bf16 or float), freed at scope end.
 template <class T>
