@@ -31,12 +31,7 @@ void add_bench_command(CLI::App& root) {
   app->add_option("--json", *json, "Also write the results as JSON to this file");
   app->callback([=]() {
     BenchOptions o = *opts;
-    o.model = model->resolve();
-    o.dtype = parse_dtype(model->dtype);
-    o.device = model->resolve_device();
-    o.data = data->data;
-    o.stages = pipe->stages, o.microbatches = pipe->microbatches;
-    o.transport = pipe->transport, o.timeout_s = pipe->timeout_s, o.recompute = pipe->recompute_full();
+    apply_common_options(o, *model, *data, *pipe);
     o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
     o.schedules.clear();
     std::stringstream ss(*schedules);

@@ -88,12 +88,8 @@ void add_train_command(CLI::App& root) {
                 "Skip steps whose loss or gradient is NaN/Inf (no update, a warning) instead of stopping");
   app->callback([=]() {
     TrainOptions o = *opts;
-    o.model = model->resolve();
-    o.dtype = parse_dtype(model->dtype);
-    o.device = model->resolve_device();
-    o.data = data->data;
-    o.stages = pipe->stages, o.microbatches = pipe->microbatches, o.schedule = pipe->schedule;
-    o.transport = pipe->transport, o.timeout_s = pipe->timeout_s, o.recompute = pipe->recompute_full();
+    apply_common_options(o, *model, *data, *pipe);
+    o.schedule = pipe->schedule;
     if (!o.resume.empty()) o = resumed_options(*app, o);
     if (o.resume.empty() || app->count("--chunks") || app->count("--chunk-lengths"))
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);

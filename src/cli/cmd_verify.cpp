@@ -27,12 +27,8 @@ void add_verify_command(CLI::App& root) {
   app->add_option("--tolerance", opts->tolerance, "Max relative difference allowed (default 1e-10 f64, 1e-4 f32)");
   app->callback([=]() {
     VerifyOptions o = *opts;
-    o.model = model->resolve();
-    o.dtype = parse_dtype(model->dtype);
-    o.device = model->resolve_device();
-    o.data = data->data;
-    o.stages = pipe->stages, o.microbatches = pipe->microbatches, o.schedule = pipe->schedule;
-    o.transport = pipe->transport, o.timeout_s = pipe->timeout_s, o.recompute = pipe->recompute_full();
+    apply_common_options(o, *model, *data, *pipe);
+    o.schedule = pipe->schedule;
     if (pipe->chunks > 0 || !pipe->chunk_lengths.empty()) o.chunkings.push_back(pipe->resolve_chunks(o.seq_len));
     VerifyResult r = run_verify(o);
     print_verify(r, std::cout);

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/dtype.h"
 #include "model/config.h"
 #include "train/data.h"
 
@@ -40,5 +41,17 @@ struct DataOptions {
   DataConfig data;
   void add(CLI::App& app);
 };
+
+// Copies what train, verify and bench share (model, precision, device, data, pipeline shape)
+// into their option struct.
+template <class Options>
+void apply_common_options(Options& o, const ModelOptions& m, const DataOptions& d, const PipelineOptions& p) {
+  o.model = m.resolve();
+  o.dtype = parse_dtype(m.dtype);
+  o.device = m.resolve_device();
+  o.data = d.data;
+  o.stages = p.stages, o.microbatches = p.microbatches;
+  o.transport = p.transport, o.timeout_s = p.timeout_s, o.recompute = p.recompute_full();
+}
 
 }  // namespace stateflow::cli
