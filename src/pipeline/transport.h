@@ -25,6 +25,9 @@ class Transport {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   virtual std::string name() const = 0;
+  // The GPU (CUDA device index) this rank's stage must run on, or -1 where the transport does
+  // not place stages (local and MPI transports: the stage uses the process's current device).
+  virtual int cuda_device() const { return -1; }
   // Asynchronous: returns at once; the tensor must not be modified afterwards.
   virtual void send(int peer, const MessageTag& tag, const Tensor& t) = 0;
   // Blocks until the tagged message from `peer` arrives (allocated on the receiver, charged
