@@ -90,8 +90,8 @@ void* allocate_bytes(size_t bytes, MemCategory c, MemoryTracker& t) {
   size_t rounded = (bytes + 63) / 64 * 64;
   void* p = rounded ? std::aligned_alloc(64, rounded) : nullptr;
   if (rounded && !p)
-    fail("out of host memory allocating ", format_bytes(static_cast<int64_t>(bytes)), " for ",
-         mem_category_name(c), " on ", t.name(), ": ", memory_advice(c));
+    throw OutOfMemoryError(cat("out of host memory allocating ", format_bytes(static_cast<int64_t>(bytes)), " for ",
+                               mem_category_name(c), " on ", t.name(), ": ", memory_advice(c)));
   if (p) std::memset(p, 0, rounded);
   t.add(c, static_cast<int64_t>(bytes));
   return p;

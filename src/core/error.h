@@ -11,6 +11,12 @@ struct Error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// Host or device memory ran out: callers that sweep settings (the benchmark) mark the run as
+// out of memory and go on; everyone else sees an Error whose message names what to change.
+struct OutOfMemoryError : Error {
+  using Error::Error;
+};
+
 template <class... Args>
 std::string cat(const Args&... args) {
   std::ostringstream os;

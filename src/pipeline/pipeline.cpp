@@ -27,8 +27,9 @@ void Pipeline::run_all(const std::function<void(int)>& fn) {
         fn(i);
       } catch (const std::bad_alloc&) {
         // Containers, unlike tensors, fail this way: say which settings shrink memory.
-        fail("stage ", endpoints_[i]->rank(), " ran out of host memory: use more chunks (--chunks), fewer ",
-             "microbatches (--microbatches), a smaller --batch or --seq-len, or a smaller model");
+        throw OutOfMemoryError(cat("stage ", endpoints_[i]->rank(),
+                                   " ran out of host memory: use more chunks (--chunks), fewer microbatches ",
+                                   "(--microbatches), a smaller --batch or --seq-len, or a smaller model"));
       }
     } catch (const std::exception& e) {
       std::lock_guard<std::mutex> lock(mu);

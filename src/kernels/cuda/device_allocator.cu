@@ -43,12 +43,13 @@ void* DeviceAllocator::device_malloc(size_t size, size_t requested, MemCategory 
     cudaGetLastError();
     size_t free_b = 0, total_b = 0;
     cudaMemGetInfo(&free_b, &total_b);
-    fail("out of GPU memory allocating ", format_bytes(int64_t(requested)), " for ", mem_category_name(c), " (",
-         format_bytes(stats_.in_use), " in use by this stage's allocator, ", format_bytes(int64_t(total_b - free_b)),
-         " of ", format_bytes(int64_t(total_b)),
-         " used on the device): use more chunks per sequence (--chunks) so each chunk's activations are smaller, "
-         "fewer microbatches (--microbatches) in flight per stage, or recompute activations in backward instead of "
-         "keeping them");
+    throw OutOfMemoryError(
+        cat("out of GPU memory allocating ", format_bytes(int64_t(requested)), " for ", mem_category_name(c), " (",
+            format_bytes(stats_.in_use), " in use by this stage's allocator, ", format_bytes(int64_t(total_b - free_b)),
+            " of ", format_bytes(int64_t(total_b)),
+            " used on the device): use more chunks per sequence (--chunks) so each chunk's activations are smaller, "
+            "fewer microbatches (--microbatches) in flight per stage, or recompute activations in backward instead "
+            "of keeping them (--recompute full)"));
   }
   cuda_check(e, "cudaMalloc");
   ++stats_.device_mallocs;
