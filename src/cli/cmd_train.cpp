@@ -12,8 +12,8 @@
 namespace stateflow::cli {
 
 // With --resume, every option not given on this command line is the checkpoint's, so that
-// `stateflow train --resume DIR` continues the run as it was. How stages talk (--transport,
-// --timeout) and --trace always come from this command line.
+// `stateflow train --resume DIR` continues the run as it was. Where it runs (--device), how
+// stages talk (--transport, --timeout) and --trace always come from this command line.
 static TrainOptions resumed_options(const CLI::App& app, const TrainOptions& given) {
   const std::string dir = find_checkpoint(given.resume);
   TrainOptions o = TrainOptions::from_json(read_manifest(dir).state.options);
@@ -46,7 +46,8 @@ static TrainOptions resumed_options(const CLI::App& app, const TrainOptions& giv
   keep_given({"--skip-nonfinite"}, o.skip_nonfinite, given.skip_nonfinite);
   // Keep saving beside the checkpoint resumed from, wherever that directory is now.
   o.save_dir = app.count("--save-dir") ? given.save_dir : std::filesystem::path(dir).parent_path().string();
-  o.transport = given.transport, o.timeout_s = given.timeout_s, o.trace_path = given.trace_path;
+  o.device = given.device, o.transport = given.transport, o.timeout_s = given.timeout_s;
+  o.trace_path = given.trace_path;
   o.resume = given.resume;
   return o;
 }

@@ -146,14 +146,22 @@ CheckpointManifest read_manifest(const std::string& step_dir) {
 
 // ---------------------------------------------------------------- saving
 
+// t itself on the host; a host copy of a device tensor (the bytes a file gets).
+static Tensor host_copy_of(const Tensor& t) { return t.on_host() ? t : t.to(Device::CPU, MemCategory::Other); }
+
 static FileDigest save_stage(Stage& s, const PipelineConfig& pc, const fs::path& dir, int64_t step) {
   std::vector<Param*> params = s.model().params();
   AdamW& opt = s.optimizer();
-  std::vector<StTensorRef> tensors;
-  for (Param* p : params) tensors.push_back(st_ref(p->name, p->value));
-  for (size_t i = 0; i < params.size(); ++i) tensors.push_back(st_ref(kMomentPrefix + params[i]->name, opt.exp_avg(i)));
+  // On a GPU only the fp32 masters and moments are saved: the bf16 GEMM copies are re-cast from
+  // the masters on loading. The host copies live until the file is written.
+  std::vector<std::pair<std::string, Tensor>> host;
+  for (Param* p : params) host.emplace_back(p->name, host_copy_of(p->value));
   for (size_t i = 0; i < params.size(); ++i)
-    tensors.push_back(st_ref(kSquarePrefix + params[i]->name, opt.exp_avg_sq(i)));
+    host.emplace_back(kMomentPrefix + params[i]->name, host_copy_of(opt.exp_avg(i)));
+  for (size_t i = 0; i < params.size(); ++i)
+    host.emplace_back(kSquarePrefix + params[i]->name, host_copy_of(opt.exp_avg_sq(i)));
+  std::vector<StTensorRef> tensors;
+  for (const auto& [name, t] : host) tensors.push_back(st_ref(name, t));
   std::map<std::string, std::string> meta = {
       {"format", kCheckpointFormat},
       {"version", std::to_string(kCheckpointVersion)},
@@ -163,7 +171,8 @@ static FileDigest save_stage(Stage& s, const PipelineConfig& pc, const fs::path&
       {"layers", cat(s.model().begin(), ",", s.model().end())},
       {"optimizer_steps", std::to_string(opt.steps())},
       {"model", pc.model.to_json().dump()},
-      {"dtype", dtype_name(pc.dtype)}};
+      {"dtype", dtype_name(pc.dtype)},
+      {"device", device_name(pc.device)}};  // where it was trained; informative, loading ignores it
   return write_safetensors((dir / stage_file_name(s.rank(), pc.stages)).string(), tensors, meta);
 }
 
@@ -202,6 +211,8 @@ std::string save_checkpoint(Pipeline& pipeline, const std::string& save_dir, con
     fsync_directory(save_dir);
   }
   pipeline.sum_over_processes(0);  // every process sees the directory from here on
+  // The GPU runs asynchronously: the last step's updates must have landed before they are copied.
+  if (pc.device != Device::CPU) device_backend(pc.device).synchronize();
   std::vector<FileDigest> digests(pc.stages);
   for (Stage* s : pipeline.stages()) digests.at(s->rank()) = save_stage(*s, pc, dir, state.step);
   CheckpointManifest m{state, {}};
@@ -282,6 +293,15 @@ static StagePart read_stage_part(const std::string& step_dir, const CheckpointMa
   return part;
 }
 
+// Copies tensor `name` of f into dst, through a host buffer when dst is on a device; returns
+// the host tensor that holds the loaded values (dst itself, or that buffer).
+static Tensor load_tensor(const SafetensorsFile& f, const std::string& name, Tensor& dst) {
+  Tensor host = dst.on_host() ? dst : Tensor::zeros(dst.shape(), dst.dtype(), MemCategory::Other);
+  f.copy_to(name, host);
+  if (!dst.on_host()) dst.copy_from(host);
+  return host;
+}
+
 CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir) {
   const CheckpointManifest m = read_manifest(step_dir);
   const PipelineConfig& pc = pipeline.config();
@@ -290,6 +310,8 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
   SF_CHECK(diff.empty(), "checkpoint ", step_dir, " was made with another model (checkpoint vs this run: ", diff,
            "); resume with the checkpoint's model, or start a new run");
   const std::string saved_dtype = m.state.options.at("dtype").get<std::string>();
+  SF_CHECK(pc.device == Device::CPU || saved_dtype == dtype_name(DType::F32), "checkpoint ", step_dir, " holds ",
+           saved_dtype, " weights, but GPU runs keep f32 master weights: resume it on the CPU (--device cpu)");
   SF_CHECK(saved_dtype == dtype_name(pc.dtype), "checkpoint ", step_dir, " holds ", saved_dtype,
            " weights but this run is ", dtype_name(pc.dtype), ": pass --dtype ", saved_dtype);
 
@@ -331,9 +353,11 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
       SF_CHECK(it != owner.end(), "checkpoint ", step_dir, " has no parameter ", p.name, " (stage ", s->rank(),
                " of this run needs it)");
       const SafetensorsFile& f = parts[it->second].file;
-      f.copy_to(p.name, p.value);
-      f.copy_to(kMomentPrefix + p.name, opt.exp_avg(i));
-      f.copy_to(kSquarePrefix + p.name, opt.exp_avg_sq(i));
+      const Tensor master = load_tensor(f, p.name, p.value);
+      // The GEMMs' bf16 copy, from the loaded master, rounded as the GPU's AdamW rounds it.
+      if (p.value_bf16.defined()) p.value_bf16.copy_from(master.cast(DType::BF16));
+      load_tensor(f, kMomentPrefix + p.name, opt.exp_avg(i));
+      load_tensor(f, kSquarePrefix + p.name, opt.exp_avg_sq(i));
       ++loaded;
     }
     opt.set_steps(parts[0].optimizer_steps);

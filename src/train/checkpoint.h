@@ -8,6 +8,8 @@
 //
 // Every file is written atomically, so a directory with a manifest is complete. Loading
 // matches parameters by name, so a checkpoint resumes under any stage split and chunking.
+// GPU runs write and read the same files: their fp32 masters and moments go through host
+// copies, and their bf16 GEMM copies are re-cast from the masters after loading.
 #pragma once
 #include <cstdint>
 #include <string>

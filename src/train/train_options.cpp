@@ -54,8 +54,6 @@ void TrainOptions::validate() const {
   SF_CHECK(save_every >= 0, "--save-every must be >= 0 (0: save only at the end and when stopped), got ",
            save_every);
   SF_CHECK(save_every == 0 || !save_dir.empty(), "--save-every ", save_every, " needs --save-dir DIR to save into");
-  SF_CHECK(device == Device::CPU || (save_dir.empty() && resume.empty()),
-           "--save-dir and --resume work on the CPU only for now; drop them or use --device cpu");
   SF_CHECK(keep >= 0, "--keep must be >= 0 (0 keeps every checkpoint), got ", keep);
   adamw.validate();
   parse_schedule_kind(schedule);
