@@ -1,12 +1,15 @@
 // Benchmark of the CUDA building blocks other than the GDN core: the bf16 GEMM ceiling
 // through cuBLAS (the denominator of the model's MFU), and each fused kernel's time and
 // achieved bandwidth at T tokens x D model width, against a device-to-device copy.
-// CUDA events, warm-up, median of repeats; random data (never zeros).
+// CUDA events, warm-up, median of repeats; random data (never zeros). Then whole training
+// steps of gdn-1.3b on one sequence of T tokens (train/cuda/train_step_bench.h): tokens/s,
+// model TFLOP/s and MFU against the GEMM ceiling measured above and the datasheet figure.
 //
-//   kernels_bench [--tokens 32768] [--dim 2048] [--reps 20]
+//   kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] [--train-warmup 1]
 //
 // Bytes are the fewest each kernel must move (every input read once, every output written
 // once; parameters and per-row scalars included); GB/s = those bytes / median time.
+// --train-steps 0 leaves the training steps out.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -28,6 +31,7 @@
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/short_conv_cuda.h"
 #include "kernels/cuda/swiglu_cuda.h"
+#include "train/cuda/train_step_bench.h"
 
 namespace {
 
@@ -132,11 +136,92 @@ void report(const std::string& kernel, const std::string& shape, double ms, doub
 std::string dims(int64_t a, int64_t b) { return std::to_string(a) + " x " + std::to_string(b); }
 std::string dims(int64_t a, int64_t b, int64_t c) { return dims(a, b) + " x " + std::to_string(c); }
 
+// H100/H200 SXM datasheet: dense bf16 tensor-core peak, TFLOP/s.
+constexpr double kDatasheetTflops = 989.0;
+
+double gib(int64_t bytes) { return double(bytes) / 1073741824.0; }
+
+// Whole training steps of gdn-1.3b on one sequence of T tokens; MFU against the best and the
+// mean of the GEMMs measured at T rows (gemm_tflops) and against the datasheet.
+void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vector<double>& gemm_tflops) {
+  TrainStepBenchOptions o;
+  o.seq_len = T, o.warmup_steps = warmup, o.steps = steps;
+  const ModelConfig& m = o.model;
+  const ModelFlops flops = model_flops_per_token(m);
+  std::printf("\ntraining step: %s (%.3f B parameters, width %lld, %lld GDN blocks of %lld heads x %lld, MLP %lld, "
+              "vocab %lld), batch %lld x %lld tokens, one stage, one chunk; fp32 master weights, bf16 GEMMs and "
+              "activations; %d warm-up + %d timed steps\n",
+              m.name.c_str(), double(m.num_parameters()) / 1e9, (long long)m.d_model, (long long)m.n_layers,
+              (long long)m.n_heads, (long long)m.head_dv, (long long)m.mlp_hidden, (long long)m.vocab_size,
+              (long long)o.batch, (long long)o.seq_len, warmup, steps);
+  if (D != m.d_model)
+    std::printf("  (note: --dim %lld is not the model's width %lld: the GEMM ceiling was measured at other shapes)\n",
+                (long long)D, (long long)m.d_model);
+  std::printf("  a step: zero grads, forward + backward, global grad norm, clip, AdamW + bf16 re-cast of the GEMM "
+              "weights; the device synchronised after each phase; batches drawn before timing\n");
+  std::printf("  FLOPs per token, fwd + bwd, as MATH.md section 9 counts them (matrix products only, multiply-add = 2; "
+              "6 per weight of the GDN projections, MLPs and LM head; GDN core with full C x C tiles; not counted: "
+              "embedding lookup, the LM head's recomputed logits in backward, element-wise work, the optimizer): "
+              "%.3f GFLOP = %.3f dense + %.3f GDN core\n",
+              flops.total() / 1e9, flops.dense / 1e9, flops.gdn_core / 1e9);
+  std::fflush(stdout);
+
+  const TrainStepBenchResult r = bench_training_steps(o);
+  const int n = int(r.steps.size());
+  auto mean_of = [&](double StepPhases::*field) {
+    double sum = 0;
+    for (const StepPhases& s : r.steps) sum += s.*field;
+    return sum / n;
+  };
+  const double mean = mean_of(&StepPhases::total), fwd_bwd = mean_of(&StepPhases::forward_backward);
+  const double norm = mean_of(&StepPhases::grad_norm), update = mean_of(&StepPhases::update);
+  double lo = r.steps[0].total, hi = lo, var = 0;
+  for (const StepPhases& s : r.steps)
+    lo = std::min(lo, s.total), hi = std::max(hi, s.total), var += (s.total - mean) * (s.total - mean);
+  const double sd = n > 1 ? std::sqrt(var / (n - 1)) : 0.0;
+  const double tokens_per_s = double(o.batch * o.seq_len) / mean;
+  const double tflops = flops.total() * tokens_per_s / 1e12;
+  double best = 0, sum = 0;
+  for (double t : gemm_tflops) best = std::max(best, t), sum += t;
+  const double gemm_mean = gemm_tflops.empty() ? 0.0 : sum / double(gemm_tflops.size());
+  auto pct = [](double part, double whole) { return whole > 0 ? 100.0 * part / whole : 0.0; };
+
+  std::printf("  step               %.4f s mean over %d (min %.4f, max %.4f, std %.4f; (max-min)/mean %.1f %%)\n", mean,
+              n, lo, hi, sd, pct(hi - lo, mean));
+  std::printf("    fwd + bwd        %.4f s  %5.1f %%\n", fwd_bwd, pct(fwd_bwd, mean));
+  std::printf("    grad norm        %.4f s  %5.1f %%\n", norm, pct(norm, mean));
+  std::printf("    clip + AdamW     %.4f s  %5.1f %%  (with the bf16 re-cast)\n", update, pct(update, mean));
+  std::printf("    optimizer share  %5.1f %%  (grad norm + clip + AdamW)\n", pct(norm + update, mean));
+  std::printf("  tokens/s           %.0f\n", tokens_per_s);
+  std::printf("  model TFLOP/s      %.1f\n", tflops);
+  std::printf("  MFU                %.1f %% of the best GEMM measured above (%.0f TFLOP/s), %.1f %% of their mean "
+              "(%zu GEMMs at %lld rows: %.0f TFLOP/s), %.1f %% of the datasheet's %.0f TFLOP/s\n",
+              pct(tflops, best), best, pct(tflops, gemm_mean), gemm_tflops.size(), (long long)T, gemm_mean,
+              pct(tflops, kDatasheetTflops), kDatasheetTflops);
+  std::printf("  losses of the timed steps:");
+  for (double l : r.losses) std::printf(" %.4f", l);
+  std::printf("\n  peak memory, our allocator (requested bytes by category):");
+  for (int c = 0; c < kNumMemCategories; ++c)
+    if (r.tracked.peak[c])
+      std::printf(" %s %s", mem_category_name(MemCategory(c)), format_bytes(r.tracked.peak[c]).c_str());
+  std::printf(" | total %.2f GiB; reserved after the steps (in use + cached): %.2f GiB\n", gib(r.tracked.total_peak),
+              gib(r.allocator_reserved));
+  std::printf("  peak memory, the driver (cudaMemGetInfo, whole device): %.2f GiB in use, %.2f GiB before the model "
+              "was built\n", gib(r.driver_used_peak), gib(r.driver_used_before));
+  std::printf("\n| tokens/s | step mean (min-max) | optimizer share | model TFLOP/s | of best GEMM (%.0f) | of mean GEMM "
+              "(%.0f) | of datasheet (%.0f) | peak memory (allocator / driver) |\n"
+              "|---:|---:|---:|---:|---:|---:|---:|---:|\n",
+              best, gemm_mean, kDatasheetTflops);
+  std::printf("| %.0f | %.3f s (%.3f-%.3f) | %.1f %% | %.1f | %.1f %% | %.1f %% | %.1f %% | %.1f / %.1f GiB |\n",
+              tokens_per_s, mean, lo, hi, pct(norm + update, mean), tflops, pct(tflops, best), pct(tflops, gemm_mean),
+              pct(tflops, kDatasheetTflops), gib(r.tracked.total_peak), gib(r.driver_used_peak));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t T = 32768, D = 2048;
-  int reps = 20;
+  int reps = 20, train_steps = 5, train_warmup = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] {
@@ -146,8 +231,15 @@ int main(int argc, char** argv) {
     if (a == "--tokens") T = next();
     else if (a == "--dim") D = next();
     else if (a == "--reps") reps = int(next());
-    else std::fprintf(stderr, "usage: kernels_bench [--tokens 32768] [--dim 2048] [--reps 20]\n"), std::exit(2);
+    else if (a == "--train-steps") train_steps = int(next());
+    else if (a == "--train-warmup") train_warmup = int(next());
+    else
+      std::fprintf(stderr, "usage: kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] "
+                           "[--train-warmup 1]\n"),
+          std::exit(2);
   }
+  if (T < 1 || D < 1 || reps < 1 || train_steps < 0 || train_warmup < 0)
+    std::fprintf(stderr, "--tokens, --dim, --reps must be >= 1; --train-steps, --train-warmup >= 0\n"), std::exit(2);
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, %.0f MiB; T = %lld, D = %lld, median of %d\n", prop.name, prop.multiProcessorCount,
@@ -166,6 +258,7 @@ int main(int argc, char** argv) {
 
   // GEMM ceiling: bf16 operands, fp32 accumulation, as the layers call them.
   CublasGemm g;
+  std::vector<double> gemm_tflops_at_T;  // every GEMM of T rows: the MFU denominators
   for (const auto& shape : {std::pair<int64_t, int64_t>{D, D}, {D, F}, {F, D}})
     for (int64_t rows : {T / 4, T / 2, T}) {
       const int64_t in = shape.first, out = shape.second;
@@ -187,6 +280,9 @@ int main(int argc, char** argv) {
              2.0 * double(rows * in + rows * out) + 8.0 * double(in * out), flops);
       CK(cudaDeviceSynchronize());
       for (int k = 0; k < 5; ++k) cudaFree(g_buffers.back()), g_buffers.pop_back();
+      if (rows == T)
+        for (size_t k = g_rows.size() - 3; k < g_rows.size(); ++k)
+          gemm_tflops_at_T.push_back(g_rows[k].flops / g_rows[k].ms / 1e9);
     }
 
   // Fused kernels at T x D (bf16 activations, fp32 parameters and gradients).
@@ -321,5 +417,14 @@ int main(int argc, char** argv) {
                 r.flops > 0 ? std::to_string(int(r.flops / r.ms / 1e9 + 0.5)).c_str() : "");
   }
   for (void* p : g_buffers) cudaFree(p);
+  g_buffers.clear();
+  if (train_steps > 0) {
+    try {
+      bench_training(T, D, train_warmup, train_steps, gemm_tflops_at_T);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "training step: %s\n", e.what());
+      return 1;
+    }
+  }
   return 0;
 }

@@ -1,0 +1,68 @@
+// The training-step benchmark of kernels_bench: its FLOP count is the one of MATH.md section 9
+// (the numbers reference/cost_model.py gives), and on the GPU it times whole steps of a small
+// model: every timed step, phases that add up to the step, finite losses, memory counted.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_test_util.h"
+#include "test_util.h"
+#include "train/cuda/train_step_bench.h"
+
+namespace stateflow {
+namespace {
+
+using testing::fresh_seed;
+
+ModelConfig small_gpu_model() {
+  ModelConfig c;
+  c.vocab_size = 512, c.d_model = 256, c.n_layers = 2, c.n_heads = 2, c.head_dk = c.head_dv = 128;
+  c.block_size = 64, c.mlp_hidden = 512;
+  return c;
+}
+
+TEST(TrainStepBench, FlopsPerTokenAreThoseOfTheCostModel) {
+  // reference/cost_model.py: L x (dense_linear of the GDN in- and out-projections and the three
+  // MLP matrices) + dense_linear(D, V), and L x gdn_core(H, dk, dv, C), fwd + bwd.
+  const ModelFlops big = model_flops_per_token(model_preset("gdn-1.3b"));
+  EXPECT_DOUBLE_EQ(big.dense, 8405385216.0);
+  EXPECT_DOUBLE_EQ(big.gdn_core, 277872640.0);
+  EXPECT_DOUBLE_EQ(big.total(), 8405385216.0 + 277872640.0);
+  const ModelFlops small = model_flops_per_token(small_gpu_model());
+  EXPECT_DOUBLE_EQ(small.dense, 9449472.0);
+  EXPECT_NEAR(small.gdn_core, 2894506.6666666665, 1e-6);
+}
+
+TEST(TrainStepBench, TimesWholeStepsOfASmallModel) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  TrainStepBenchOptions o;
+  o.model = small_gpu_model();
+  o.model.seed = seed;
+  o.batch = 2, o.seq_len = 128, o.warmup_steps = 1, o.steps = 3;
+  const TrainStepBenchResult r = bench_training_steps(o);
+  ASSERT_EQ(r.steps.size(), 3u);
+  ASSERT_EQ(r.losses.size(), 3u);
+  for (size_t i = 0; i < r.steps.size(); ++i) {
+    const StepPhases& s = r.steps[i];
+    EXPECT_GT(s.forward_backward, 0) << i;
+    EXPECT_GT(s.grad_norm, 0) << i;
+    EXPECT_GT(s.update, 0) << i;
+    EXPECT_NEAR(s.total, s.forward_backward + s.grad_norm + s.update, 1e-9) << i;
+    EXPECT_TRUE(std::isfinite(r.losses[i])) << i;
+  }
+  // fp32 weights (+ bf16 copies), grads, and AdamW's m and v: 8 bytes per parameter.
+  const int64_t params = o.model.num_parameters();
+  EXPECT_GE(r.tracked.peak_of(MemCategory::Weights), 4 * params);
+  EXPECT_GE(r.tracked.peak_of(MemCategory::Grads), 4 * params);
+  EXPECT_GE(r.tracked.peak_of(MemCategory::Optimizer), 8 * params);
+  EXPECT_GT(r.tracked.peak_of(MemCategory::Activations), 0);
+  EXPECT_GE(r.allocator_reserved, r.tracked.current_of(MemCategory::Weights));
+  // The driver sees every block of our allocator (and more: the context, other allocators).
+  EXPECT_GE(r.driver_used_peak, r.allocator_reserved);
+  EXPECT_GT(r.driver_used_before, 0);
+}
+
+}  // namespace
+}  // namespace stateflow
