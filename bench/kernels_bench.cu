@@ -201,9 +201,10 @@ void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vect
   std::printf("  losses of the timed steps:");
   for (double l : r.losses) std::printf(" %.4f", l);
   std::printf("\n  peak memory, our allocator (requested bytes by category):");
+  const char* sep = " ";
   for (int c = 0; c < kNumMemCategories; ++c)
     if (r.tracked.peak[c])
-      std::printf(" %s %s", mem_category_name(MemCategory(c)), format_bytes(r.tracked.peak[c]).c_str());
+      std::printf("%s%s %s", sep, mem_category_name(MemCategory(c)), format_bytes(r.tracked.peak[c]).c_str()), sep = ", ";
   std::printf(" | total %.2f GiB; reserved after the steps (in use + cached): %.2f GiB\n", gib(r.tracked.total_peak),
               gib(r.allocator_reserved));
   std::printf("  peak memory, the driver (cudaMemGetInfo, whole device): %.2f GiB in use, %.2f GiB before the model "
