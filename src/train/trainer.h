@@ -41,7 +41,8 @@ class Trainer {
   std::string save_checkpoint();
   // Restores weights, optimizer state, step, data position from a save dir (its newest
   // complete checkpoint) or a step directory. The pipeline shape may differ from the run
-  // that saved it; the model and dtype must not.
+  // that saved it, and so may the device (an f32 checkpoint moves between CPU and GPU); the
+  // model and dtype must not.
   void load_checkpoint(const std::string& path);
 
   Pipeline& pipeline() { return *pipeline_; }
