@@ -148,6 +148,8 @@ TEST(Checkpoint, AnyStageSplitLoadsWhatAnotherSaved) {
     const std::string step_dir = save_checkpoint(*src, dir.path.string(), state, 0);
     EXPECT_EQ(fs::path(step_dir).filename().string(), checkpoint_dir_name(state.step));
     EXPECT_TRUE(fs::exists(fs::path(step_dir) / stage_file_name(saved_stages - 1, saved_stages)));
+    EXPECT_EQ(SafetensorsFile::read((fs::path(step_dir) / stage_file_name(0, saved_stages)).string()).meta("device"),
+              "cpu");
     const auto want = all_state(*src);
     for (int stages : {1, 2, 3}) {
       SCOPED_TRACE(::testing::Message() << "saved with " << saved_stages << " stages, loaded with " << stages);
