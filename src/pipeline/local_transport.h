@@ -42,7 +42,7 @@ class LocalTransport : public Transport {
   int world_size() const override { return hub_->world_size(); }
   std::string name() const override { return "local"; }
   void send(int peer, const MessageTag& tag, const Tensor& t) override;
-  Tensor recv(int peer, const MessageTag& tag) override;
+  Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override;
   double all_reduce_sum(double value) override;
   double all_reduce_max(double value) override;
   void flush() override {}

@@ -9,11 +9,17 @@
 // rank promptly with a non-zero status (it does not return).
 #pragma once
 #include <memory>
+#include <string>
 
 #include "pipeline/transport.h"
 
 namespace stateflow {
 
 std::unique_ptr<Transport> make_mpi_transport(double timeout_s);
+
+// Rank 0's bytes on every rank of MPI_COMM_WORLD (how the NCCL id travels under mpirun), MPI
+// initialised as for the transport; `rank` (found in the environment) must be MPI's rank.
+// Every rank passes as many bytes. Gives up after timeout_s.
+std::string mpi_broadcast_from_rank0(const std::string& bytes, int rank, double timeout_s);
 
 }  // namespace stateflow
