@@ -49,8 +49,8 @@ TEST(Rendezvous, EveryRankGetsRankZerosBytes) {
   std::string id(128, '\0');  // NCCL's id size; zero bytes included
   for (char& c : id) c = char(rng.below(256));
   const std::string address = "127.0.0.1:" + std::to_string(free_port());
-  std::vector<std::string> got(size_t(world));
-  std::vector<std::string> errors(size_t(world));
+  std::vector<std::string> got(static_cast<size_t>(world));
+  std::vector<std::string> errors(static_cast<size_t>(world));
   std::vector<std::thread> ranks;
   for (int r = world - 1; r >= 0; --r)  // rank 0 last: the others must retry until it listens
     ranks.emplace_back([&, r] {

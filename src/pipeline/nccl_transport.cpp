@@ -70,8 +70,8 @@ struct NcclProcess {
 
   // Waits until no communicator is busy setting up (init, a group's lazy connections).
   // Returns "" or what went wrong; polls against the timeout.
-  std::string wait_ready(const std::vector<size_t>& which) {
-    const auto deadline = deadline_after(timeout_s);
+  std::string wait_ready(const std::vector<size_t>& which, double seconds) {
+    const auto deadline = deadline_after(seconds);
     auto pause = std::chrono::microseconds(10);
     while (true) {
       bool busy = false;
@@ -84,7 +84,7 @@ struct NcclProcess {
         else if (state != ncclSuccess) return nccl_error(state, comms[i]);
       }
       if (!busy) return "";
-      if (Clock::now() >= deadline) return cat("no answer within ", timeout_s, " s");
+      if (Clock::now() >= deadline) return cat("no answer within ", seconds, " s");
       backoff(pause);
     }
   }
@@ -99,7 +99,8 @@ struct NcclProcess {
         ncclCommFinalize(comms[i]);
         live.push_back(i);
       }
-    const bool settled = wait_ready(live).empty();
+    // At the end of a run every rank gets here at about the same time: a short bound.
+    const bool settled = wait_ready(live, std::min(timeout_s, 10.0)).empty();
     for (size_t i : live) {
       if (!comms[i]) continue;
       cudaSetDevice(devices[i]);
@@ -150,7 +151,7 @@ class NcclTransport : public Transport {
     batch_open_ = false;
     call([&](ncclComm_t) { return ncclGroupEnd(); }, cat("ncclGroupEnd (", batch_.what, ")"));
     // A non-blocking communicator may still be connecting to the peers here.
-    if (std::string why = process_->wait_ready({index_}); !why.empty())
+    if (std::string why = process_->wait_ready({index_}, process_->timeout_s); !why.empty())
       stop(cat("stage ", rank_, " could not start the transfer of the ", batch_.what, ": ", why));
     batch_.done = take_event();
     cuda_check(cudaEventRecord(batch_.done, comm_stream_), "cudaEventRecord (transfer done)");
@@ -305,7 +306,7 @@ class NcclTransport : public Transport {
     call([&](ncclComm_t c) { return ncclAllReduce(reduce_device_, reduce_device_, 1, ncclFloat64, op, c, comm_stream_); },
          "ncclAllReduce");
     const std::string what = "all-reduce of the other stage(s)";
-    if (std::string why = process_->wait_ready({index_}); !why.empty())
+    if (std::string why = process_->wait_ready({index_}, process_->timeout_s); !why.empty())
       stop(cat("stage ", rank_, " could not start an all-reduce: ", why));
     cuda_check(cudaMemcpyAsync(reduce_host_, reduce_device_, sizeof(double), cudaMemcpyDeviceToHost, comm_stream_),
                "cudaMemcpyAsync (all-reduce result)");
@@ -348,7 +349,7 @@ void init_communicators(NcclProcess& process, const ncclUniqueId& id, int first_
     all.push_back(i);
   }
   nccl_check(ncclGroupEnd(), nullptr, "ncclGroupEnd (init)");
-  if (std::string why = process.wait_ready(all); !why.empty()) {
+  if (std::string why = process.wait_ready(all, process.timeout_s); !why.empty()) {
     process.abort_all(why);
     fail("NCCL: starting the communicator of ", world_size, " rank(s) failed: ", why,
          "; check that every rank runs (and reached the same rendezvous), or raise --timeout; NCCL_DEBUG=INFO "
