@@ -13,6 +13,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
 #include "layer_testing.h"
 #include "pipeline/local_transport.h"
 #include "pipeline/stage.h"
@@ -60,7 +61,7 @@ PipelineConfig two_layer_config(uint64_t seed, int stages, int microbatches) {
   return pc;
 }
 
-struct Run {
+struct StageRuns {
   double loss = 0;
   std::map<std::string, std::vector<float>> grads;  // fp32 master gradients, on the host
   std::vector<std::string> errors;                  // by stage ("" = none)
@@ -69,8 +70,8 @@ struct Run {
 
 // Thread per stage on its transport's GPU, as the pipeline runs them; a stage that throws
 // aborts its transport (so the others stop) and its message is kept.
-Run run_stages(const PipelineConfig& pc, std::vector<std::unique_ptr<Transport>>& endpoints, const Batch& b) {
-  Run run;
+StageRuns run_stages(const PipelineConfig& pc, std::vector<std::unique_ptr<Transport>>& endpoints, const Batch& b) {
+  StageRuns run;
   run.errors.resize(endpoints.size());
   std::mutex mu;
   const auto t0 = std::chrono::steady_clock::now();
@@ -100,13 +101,13 @@ Run run_stages(const PipelineConfig& pc, std::vector<std::unique_ptr<Transport>>
   return run;
 }
 
-Run one_gpu(uint64_t seed, int microbatches, const Batch& b) {
+StageRuns one_gpu(uint64_t seed, int microbatches, const Batch& b) {
   auto endpoints = make_local_transports(1, 20);
   return run_stages(two_layer_config(seed, 1, microbatches), endpoints, b);
 }
 
 #ifdef STATEFLOW_HAVE_NCCL
-Run two_gpus(uint64_t seed, int microbatches, const Batch& b) {
+StageRuns two_gpus(uint64_t seed, int microbatches, const Batch& b) {
   auto endpoints = make_nccl_transports(2, 20);
   EXPECT_EQ(endpoints[0]->cuda_device(), 0);
   EXPECT_EQ(endpoints[1]->cuda_device(), 1);
@@ -121,7 +122,7 @@ double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return den > 0 ? num / den : num;
 }
 
-void compare(const Run& got, const Run& ref, bool bitwise) {
+void compare(const StageRuns& got, const StageRuns& ref, bool bitwise) {
   for (const auto& e : got.errors) ASSERT_EQ(e, "");
   for (const auto& e : ref.errors) ASSERT_EQ(e, "");
   ASSERT_EQ(got.grads.size(), ref.grads.size()) << "the stages together must own every parameter once";
@@ -135,7 +136,9 @@ void compare(const Run& got, const Run& ref, bool bitwise) {
   for (const auto& [name, g] : ref.grads) {
     const std::vector<float>& h = got.grads.at(name);
     ASSERT_EQ(h.size(), g.size()) << name;
-    if (bitwise) EXPECT_TRUE(testing::bitwise_equal(h, g)) << name << ": rel diff " << rel_diff(h, g);
+    if (bitwise) {
+      EXPECT_TRUE(testing::bitwise_equal(h, g)) << name << ": rel diff " << rel_diff(h, g);
+    }
     if (const double d = rel_diff(h, g); d >= worst) worst = d, where = name;
   }
   std::printf("[ NCCL 2 GPUs vs 1 GPU ] loss %.9g vs %.9g, worst gradient rel diff %.2e (%s)\n", got.loss, ref.loss,
@@ -202,7 +205,7 @@ TEST(NcclTransportCuda, StageThatFailsBeforeSendingStopsTheOther) {
   const Batch b = random_batch(rng, 2, 128, 512);
   auto endpoints = make_nccl_transports(2, 20);
   endpoints[0] = std::make_unique<FailingFirstSend>(std::move(endpoints[0]));
-  const Run r = run_stages(two_layer_config(seed, 2, 1), endpoints, b);
+  const StageRuns r = run_stages(two_layer_config(seed, 2, 1), endpoints, b);
   std::printf("[ stage 0 fails ] stage 1 stopped after %.2f s: %s\n", r.seconds, r.errors[1].c_str());
   EXPECT_NE(r.errors[0].find("planted failure"), std::string::npos) << r.errors[0];
   EXPECT_NE(r.errors[1].find("stage 0"), std::string::npos) << r.errors[1];
