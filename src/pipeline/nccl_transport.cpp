@@ -62,10 +62,13 @@ struct NcclProcess {
       std::lock_guard<std::mutex> l(failure_mu);
       if (failure.empty()) failure = reason;
     }
+    int caller_device = 0;  // aborting may switch GPUs
+    cudaGetDevice(&caller_device);
     for (size_t i = 0; i < comms.size(); ++i) {
       std::lock_guard<std::mutex> l(*locks[i]);
       if (comms[i]) ncclCommAbort(comms[i]), comms[i] = nullptr;
     }
+    cudaSetDevice(caller_device);
   }
 
   // Waits until no communicator is busy setting up (init, a group's lazy connections).
@@ -92,6 +95,8 @@ struct NcclProcess {
   // Every healthy communicator is finalised together (finalize waits for the peers' to be
   // quiescent), then destroyed; one that does not settle in time is aborted.
   ~NcclProcess() {
+    int caller_device = 0;
+    cudaGetDevice(&caller_device);
     std::vector<size_t> live;
     for (size_t i = 0; i < comms.size(); ++i)
       if (comms[i]) {
@@ -106,6 +111,7 @@ struct NcclProcess {
       cudaSetDevice(devices[i]);
       settled ? ncclCommDestroy(comms[i]) : ncclCommAbort(comms[i]);
     }
+    cudaSetDevice(caller_device);
   }
 };
 
@@ -369,6 +375,8 @@ std::vector<std::unique_ptr<Transport>> make_nccl_transports(int world_size, dou
   const int gpus = cuda_device_count();
   SF_CHECK(world_size <= gpus, "--stages ", world_size, " needs ", world_size, " GPUs, found ", gpus, ": use --stages ",
            std::max(gpus, 1), ", or --transport local to run every stage on GPU 0");
+  int caller_device = 0;  // set again at the end: the caller keeps its GPU
+  cuda_check(cudaGetDevice(&caller_device), "cudaGetDevice");
   auto process = std::make_shared<NcclProcess>(world_size, timeout_s);
   for (int i = 0; i < world_size; ++i) process->devices[size_t(i)] = i;
   ncclUniqueId id;
@@ -376,6 +384,7 @@ std::vector<std::unique_ptr<Transport>> make_nccl_transports(int world_size, dou
   init_communicators(*process, id, 0, world_size);
   std::vector<std::unique_ptr<Transport>> out;
   for (int i = 0; i < world_size; ++i) out.push_back(std::make_unique<NcclTransport>(process, size_t(i), i, world_size));
+  cuda_check(cudaSetDevice(caller_device), "cudaSetDevice (back to the caller's GPU)");
   return out;
 }
 

@@ -24,10 +24,12 @@ namespace stateflow {
 
 int cuda_device_count();
 
-// One process drives GPUs 0..world_size-1, one endpoint (stage) each.
+// One process drives GPUs 0..world_size-1, one endpoint (stage) each; fewer GPUs is an error
+// naming the fix. The calling thread keeps its current GPU.
 std::vector<std::unique_ptr<Transport>> make_nccl_transports(int world_size, double timeout_s);
 
-// One process per GPU: this process is `rank` of `world_size` on GPU `device`.
+// One process per GPU: this process is `rank` of `world_size` on GPU `device`, which becomes
+// the calling thread's current GPU.
 // share_id(bytes) must return rank 0's bytes on every rank (MPI broadcast or TCP rendezvous).
 std::unique_ptr<Transport> make_nccl_transport(int rank, int world_size, int device, double timeout_s,
                                                const std::function<std::string(const std::string&)>& share_id);
