@@ -278,7 +278,10 @@ class NcclTransport : public Transport {
     }
   }
 
+  // Gives up: when another stage failed first (and aborted our communicator), that is the
+  // cause to report; else this failure aborts every communicator of the process.
   [[noreturn]] void stop(const std::string& why) {
+    if (std::string f = process_->failed(); !f.empty()) fail("stage ", rank_, " stopped because ", f);
     process_->abort_all(why);
     fail(why);
   }
@@ -336,6 +339,53 @@ class NcclTransport : public Transport {
   std::vector<cudaEvent_t> spare_events_;
 };
 
+// NCCL connects two ranks lazily, at their first transfer, and a connection needs both
+// sides. A batch that sends to a peer and receives from it would then wait for the peer to
+// connect its send, which it only reaches after computing on this very batch's data: a
+// deadlock. One exchange between every pair of ranks at start-up connects them all.
+void connect_all_peers(NcclProcess& process, int first_rank, int world_size) {
+  const size_t bytes = size_t(1) << 20;
+  const size_t n = process.comms.size();
+  std::vector<cudaStream_t> streams(n, nullptr);
+  std::vector<char*> buffers(n, nullptr);  // one block to send, then one per peer to receive into
+  for (size_t i = 0; i < n; ++i) {
+    cuda_check(cudaSetDevice(process.devices[i]), "cudaSetDevice (NCCL connect)");
+    cuda_check(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking), "cudaStreamCreate (NCCL connect)");
+    cuda_check(cudaMalloc(&buffers[i], bytes * size_t(1 + world_size)), "cudaMalloc (NCCL connect)");
+  }
+  nccl_check(ncclGroupStart(), nullptr, "ncclGroupStart (connect)");
+  for (size_t i = 0; i < n; ++i)
+    for (int peer = 0; peer < world_size; ++peer) {
+      if (peer == first_rank + int(i)) continue;
+      nccl_check(ncclSend(buffers[i], bytes, ncclUint8, peer, process.comms[i], streams[i]), process.comms[i],
+                 "ncclSend (connect)");
+      nccl_check(ncclRecv(buffers[i] + bytes * size_t(1 + peer), bytes, ncclUint8, peer, process.comms[i], streams[i]),
+                 process.comms[i], "ncclRecv (connect)");
+    }
+  nccl_check(ncclGroupEnd(), nullptr, "ncclGroupEnd (connect)");
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  std::string why = process.wait_ready(all, process.timeout_s);
+  const auto deadline = deadline_after(process.timeout_s);
+  auto pause = std::chrono::microseconds(10);
+  for (size_t i = 0; i < n && why.empty(); ++i) {
+    cudaError_t r;
+    while ((r = cudaStreamQuery(streams[i])) == cudaErrorNotReady && Clock::now() < deadline) backoff(pause);
+    if (r != cudaSuccess) why = r == cudaErrorNotReady ? cat("no answer within ", process.timeout_s, " s")
+                                                       : std::string(cudaGetErrorString(r));
+  }
+  if (!why.empty()) process.abort_all(why);  // stops the exchange before its buffers go
+  for (size_t i = 0; i < n; ++i) {
+    cudaSetDevice(process.devices[i]);
+    cudaStreamSynchronize(streams[i]);
+    cudaFree(buffers[i]);
+    cudaStreamDestroy(streams[i]);
+  }
+  if (!why.empty())
+    fail("NCCL: connecting the ", world_size, " ranks failed: ", why,
+         "; check that every rank runs, or raise --timeout; NCCL_DEBUG=INFO says more");
+}
+
 ncclConfig_t non_blocking_config() {
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // a dead peer must never block the host inside NCCL
@@ -361,6 +411,7 @@ void init_communicators(NcclProcess& process, const ncclUniqueId& id, int first_
          "; check that every rank runs (and reached the same rendezvous), or raise --timeout; NCCL_DEBUG=INFO "
          "says more");
   }
+  connect_all_peers(process, first_rank, world_size);
 }
 
 }  // namespace

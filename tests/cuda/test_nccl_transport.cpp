@@ -208,7 +208,7 @@ TEST(NcclTransportCuda, StageThatFailsBeforeSendingStopsTheOther) {
   const StageRuns r = run_stages(two_layer_config(seed, 2, 1), endpoints, b);
   std::printf("[ stage 0 fails ] stage 1 stopped after %.2f s: %s\n", r.seconds, r.errors[1].c_str());
   EXPECT_NE(r.errors[0].find("planted failure"), std::string::npos) << r.errors[0];
-  EXPECT_NE(r.errors[1].find("stage 0"), std::string::npos) << r.errors[1];
+  EXPECT_NE(r.errors[1].find("stopped because stage 0 failed"), std::string::npos) << r.errors[1];
   EXPECT_LT(r.seconds, 20.0) << "stage 1 should stop when stage 0 aborts, not at its timeout";
 #endif
 }
