@@ -1,7 +1,7 @@
 // The TCP rendezvous between threads on 127.0.0.1 (a free port each time): every rank gets
 // rank 0's bytes; a rank with no rank 0 to reach, and a rank 0 nobody joins, fail with an
-// Error naming the address within the timeout; a rank with another world size is refused;
-// malformed addresses are rejected.
+// Error naming the address within the timeout; a busy port, a rank with another world size
+// and malformed addresses are refused with the fix named.
 #include "pipeline/rendezvous.h"
 
 #include <gtest/gtest.h>
@@ -79,6 +79,20 @@ TEST(Rendezvous, RankZeroAloneTimesOut) {
   const auto t0 = std::chrono::steady_clock::now();
   expect_error([&] { rendezvous_broadcast(address, 0, 3, "id", 0.3); }, "only 0 of the 2 other rank(s) connected");
   EXPECT_LT(seconds_since(t0), 3.0);
+}
+
+TEST(Rendezvous, BusyPortNamesTheFix) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);  // someone else listens on the port
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  socklen_t len = sizeof a;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string address = "127.0.0.1:" + std::to_string(ntohs(a.sin_port));
+  expect_error([&] { rendezvous_broadcast(address, 0, 2, "id", 0.3); }, "choose a free port with --rendezvous");
+  ::close(fd);
 }
 
 TEST(Rendezvous, MismatchedWorldSizeIsRefused) {

@@ -81,32 +81,40 @@ struct Hello {
 };
 constexpr uint32_t kMagic = 0x53465244;  // "SFRD"
 
-std::string serve(const HostPort& at, const std::string& address, int world_size, const std::string& payload,
-                  Clock::time_point deadline, double timeout_s) {
-  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);  // dual-stack: IPv4 and IPv6 clients
-  const bool v6 = fd >= 0;
-  if (!v6) fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  Socket listener(fd);
-  SF_CHECK(listener.fd >= 0, "rendezvous: cannot open a socket: ", std::strerror(errno));
+// A socket listening on `port` of every local address: dual-stack IPv6 where the host has
+// it, else IPv4. -1 on failure (errno says why).
+int listen_on(int port) {
   const int one = 1, zero = 0;
-  ::setsockopt(listener.fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  int bound;
-  if (v6) {
-    ::setsockopt(listener.fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
+  int fd = ::socket(AF_INET6, SOCK_STREAM, 0);
+  if (fd >= 0) {
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+    ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof zero);
     sockaddr_in6 a{};
     a.sin6_family = AF_INET6;
     a.sin6_addr = in6addr_any;
-    a.sin6_port = htons(uint16_t(at.port));
-    bound = ::bind(listener.fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  } else {
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_ANY);
-    a.sin_port = htons(uint16_t(at.port));
-    bound = ::bind(listener.fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
+    a.sin6_port = htons(uint16_t(port));
+    if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 64) == 0) return fd;
+    ::close(fd);
   }
-  SF_CHECK(bound == 0 && ::listen(listener.fd, 64) == 0, "rendezvous: rank 0 cannot listen on port ", at.port, " (",
-           std::strerror(errno), "); choose a free port with --rendezvous HOST:PORT (or MASTER_PORT)");
+  fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return -1;
+  ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_ANY);
+  a.sin_port = htons(uint16_t(port));
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 && ::listen(fd, 64) == 0) return fd;
+  const int err = errno;
+  ::close(fd);
+  errno = err;
+  return -1;
+}
+
+std::string serve(const HostPort& at, const std::string& address, int world_size, const std::string& payload,
+                  Clock::time_point deadline, double timeout_s) {
+  Socket listener(listen_on(at.port));
+  SF_CHECK(listener.fd >= 0, "rendezvous: rank 0 cannot listen on port ", at.port, " (", std::strerror(errno),
+           "); choose a free port with --rendezvous HOST:PORT (or MASTER_PORT)");
   std::vector<Socket> peers;
   std::vector<bool> seen(size_t(world_size), false);
   while (int(peers.size()) < world_size - 1) {
