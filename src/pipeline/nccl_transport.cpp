@@ -170,8 +170,7 @@ class NcclTransport : public Transport {
     SF_CHECK(t.device() == Device::CUDA, "NCCL transport: the ", describe(tag), " to stage ", peer,
              " is a host tensor; --transport nccl needs --device cuda");
     transfer(peer, tag, [&](ncclComm_t c) { return ncclSend(t.raw(), t.nbytes(), ncclUint8, peer, c, comm_stream_); },
-             true);
-    batch_.keep.push_back(t);
+             t);
   }
 
   Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override {
@@ -182,8 +181,7 @@ class NcclTransport : public Transport {
     // The transfer must not start before the zero-fill above, nor before queued compute work
     // that still uses a block the caching allocator just handed out again.
     transfer(peer, tag, [&](ncclComm_t c) { return ncclRecv(t.raw(), t.nbytes(), ncclUint8, peer, c, comm_stream_); },
-             false);
-    batch_.receives = true;
+             Tensor());
     return t;
   }
 
@@ -232,9 +230,11 @@ class NcclTransport : public Transport {
     nccl_check(f(c), c, what);
   }
 
-  // One send or receive, in the open batch or in a batch of its own.
+  // One send (of `sent`, kept alive until done) or receive (sent undefined), in the open batch
+  // or in a batch of its own.
   template <class F>
-  void transfer(int peer, const MessageTag& tag, F&& nccl_op, bool send) {
+  void transfer(int peer, const MessageTag& tag, F&& nccl_op, const Tensor& sent) {
+    const bool send = sent.defined();
     SF_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "stage ", rank_, ": bad peer ", peer);
     const bool own_batch = !batch_open_;
     if (own_batch) begin_batch();
@@ -243,6 +243,10 @@ class NcclTransport : public Transport {
     const std::string what = cat(describe(tag), send ? " to stage " : " from stage ", peer);
     batch_.what += (batch_.what.empty() ? "" : ", ") + what;
     call(nccl_op, cat(send ? "send" : "receive", " of the ", what));
+    if (send)
+      batch_.keep.push_back(sent);
+    else
+      batch_.receives = true;
     if (own_batch) end_batch();
   }
 

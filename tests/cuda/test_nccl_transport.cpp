@@ -2,7 +2,8 @@
 // loss and gradients of one stage on GPU 0 with the same chunking: bitwise with 1 microbatch
 // (the same kernels on the same rows, each layer accumulating in the same order), within 1e-5
 // with 2. A stage that fails before its first send makes the other fail with an Error, well
-// within the timeout. Skipped without 2 GPUs or without NCCL in this build.
+// within the timeout. Direct sends and receives outside a batch, and the all-reduces, are
+// exact. Skipped without 2 GPUs or without NCCL in this build.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -168,6 +169,56 @@ TEST(NcclTransportCuda, TwoGpusTwoMicrobatchesMatchOneGpu) {
   Rng rng(seed);
   const Batch b = random_batch(rng, 2, 128, 512);
   compare(two_gpus(seed, 2, b), one_gpu(seed, 2, b), /*bitwise=*/false);
+#endif
+}
+
+// Direct use, outside a batch: a random tensor sent from GPU 0 arrives bitwise on GPU 1 even
+// though the sender dropped it at once and reused its memory (the transport keeps it alive
+// until the transfer is done); all-reduces give the exact sum and max of both ranks' values.
+TEST(NcclTransportCuda, UnbatchedSendReceiveAndAllReduce) {
+  SKIP_WITHOUT_TWO_GPUS();
+#ifdef STATEFLOW_HAVE_NCCL
+  init_cuda_backend();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Shape shape{1 + int64_t(rng.below(300)), 1 + int64_t(rng.below(300))};
+  Tensor host = Tensor::zeros(shape, DType::F32);
+  for (int64_t i = 0; i < host.numel(); ++i) host.data<float>()[i] = float(rng.normal());
+  const double values[2] = {rng.normal(), rng.normal()};
+  auto endpoints = make_nccl_transports(2, 20);
+  const MessageTag tag{Payload::Activation, 0, 0};
+  Tensor received;
+  double sums[2] = {0, 0}, maxes[2] = {0, 0};
+  std::string errors[2];
+  auto rank = [&](int r) {
+    try {
+      cuda_check(cudaSetDevice(r), "cudaSetDevice");
+      if (r == 0) {
+        endpoints[0]->send(1, tag, host.to(Device::CUDA));  // the only reference is the transport's
+        Tensor reuse = host.to(Device::CUDA);                // may get a just-freed block
+        cuda_check(cudaMemset(reuse.raw(), 0xff, reuse.nbytes()), "cudaMemset");
+      } else {
+        received = endpoints[1]->recv(0, tag, {shape, DType::F32, Device::CUDA}).to(Device::CPU);
+      }
+      sums[r] = endpoints[size_t(r)]->all_reduce_sum(values[r]);
+      maxes[r] = endpoints[size_t(r)]->all_reduce_max(values[r]);
+      endpoints[size_t(r)]->flush();
+    } catch (const std::exception& e) {
+      endpoints[size_t(r)]->abort(e.what());
+      errors[r] = e.what();
+    }
+  };
+  std::thread t0(rank, 0), t1(rank, 1);
+  t0.join(), t1.join();
+  ASSERT_EQ(errors[0], "");
+  ASSERT_EQ(errors[1], "");
+  ASSERT_TRUE(received.defined());
+  EXPECT_EQ(std::memcmp(received.raw(), host.raw(), host.nbytes()), 0) << "the message changed on its way";
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(sums[r], values[0] + values[1]);
+    EXPECT_EQ(maxes[r], std::max(values[0], values[1]));
+  }
 #endif
 }
 
