@@ -1,6 +1,7 @@
 // In-process transport: one thread per stage, messages handed over through a shared hub.
-// A received tensor is copied into the receiver's own memory (its tracker), as a real
-// transfer would, so per-stage memory accounting stays honest.
+// A received tensor is checked against the receiver's MessageSpec and copied into the
+// receiver's own memory (its tracker), as a real transfer would, so per-stage memory
+// accounting stays honest.
 #pragma once
 #include <condition_variable>
 #include <map>
