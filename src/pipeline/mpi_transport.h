@@ -3,8 +3,8 @@
 // build several pipelines (verify builds one per chunking). Only the calling (main) thread
 // talks to MPI. Nothing MPI-specific appears here, so callers compile without MPI headers.
 //
-// A received message is checked against the receiver's MessageSpec (shape and dtype; it
-// arrives on the host). Failure: every wait polls with short sleeps and gives up after timeout_s with an Error
+// A received message is checked against the receiver's MessageSpec (it arrives on the host).
+// Failure: every wait polls with short sleeps and gives up after timeout_s with an Error
 // naming the peer; abort() prints "error: stage r: <reason>" to stderr and calls
 // MPI_Abort(MPI_COMM_WORLD, 2), which ends this process and makes mpirun end every other
 // rank promptly with a non-zero status (it does not return).
