@@ -140,7 +140,7 @@ class StalledTransport : public Transport {
   int world_size() const override { return inner_->world_size(); }
   std::string name() const override { return "stalled"; }
   void send(int, const MessageTag&, const Tensor&) override {}
-  Tensor recv(int, const MessageTag&) override {
+  Tensor recv(int, const MessageTag&, const MessageSpec&) override {
     std::this_thread::sleep_for(std::chrono::duration<double>(3 * timeout_s_));
     fail("the stalled stage woke up");
   }
@@ -236,7 +236,7 @@ TEST(Pipeline, BadAllocOnAStageThreadBecomesAnErrorNamingTheStage) {
   // A transport whose receives fail as a container's allocation would.
   struct OutOfMemoryTransport : LocalTransport {
     using LocalTransport::LocalTransport;
-    Tensor recv(int, const MessageTag&) override { throw std::bad_alloc(); }
+    Tensor recv(int, const MessageTag&, const MessageSpec&) override { throw std::bad_alloc(); }
   };
   PipelineConfig pc;
   pc.model = model_preset("tiny");

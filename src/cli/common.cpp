@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include "core/error.h"
+#include "pipeline/launch.h"
 #include "train/chunking.h"
 #include "train/device_ops.h"
 
@@ -41,8 +42,19 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
   app.add_option("--schedule", schedule, "Pipeline schedule: stateflow (chunk-level 1F1B), 1f1b, gpipe")
       ->capture_default_str();
   app.add_option("--transport", transport,
-                 "Between stages: local (threads in this process) or mpi (one process per stage, mpirun -n P)")
+                 "Between stages: auto (nccl for --device cuda when there is a GPU per stage, else local), local "
+                 "(threads in this process; with cuda every stage on GPU 0), mpi (CPU, one process per stage, "
+                 "mpirun -n P) or nccl (GPUs: stage i on GPU i in this process, or one process per GPU when "
+                 "--rank or a launcher's variables give one)")
       ->capture_default_str();
+  app.add_option("--rank", rank,
+                 "NCCL, one process per GPU: this process's rank (default: torchrun's RANK, then Open MPI's "
+                 "OMPI_COMM_WORLD_RANK, then Slurm's SLURM_PROCID)");
+  app.add_option("--world-size", world_size, "NCCL, one process per GPU: number of processes (= --stages)");
+  app.add_option("--local-rank", local_rank, "NCCL, one process per GPU: this process's GPU (default: --rank)");
+  app.add_option("--rendezvous", rendezvous,
+                 "NCCL without mpirun: HOST:PORT where rank 0 hands out the NCCL id (default MASTER_ADDR:MASTER_PORT "
+                 "when set, else 127.0.0.1:29500)");
   app.add_option("--timeout", timeout_s, "Seconds to wait for a peer stage before failing the run")
       ->capture_default_str();
   app.add_option("--recompute", recompute,
@@ -53,6 +65,10 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
 bool PipelineOptions::recompute_full() const {
   SF_CHECK(recompute == "none" || recompute == "full", "--recompute '", recompute, "': use none or full");
   return recompute == "full";
+}
+
+void PipelineOptions::apply_launch_flags() const {
+  set_launch_flags({{rank, world_size, local_rank}, rendezvous});
 }
 
 std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {

@@ -28,11 +28,15 @@ struct PipelineOptions {
   int64_t chunks = 1;
   std::string chunk_lengths;
   std::string schedule = "stateflow";
-  std::string transport = "local";
+  std::string transport = "auto";
   double timeout_s = 120;
+  // One process per GPU (NCCL): this process's rank, when no launcher's variables give it.
+  int rank = -1, world_size = -1, local_rank = -1;
+  std::string rendezvous;
   std::string recompute = "none";
   void add(CLI::App& app, bool with_chunks = true);
   bool recompute_full() const;  // validates --recompute
+  void apply_launch_flags() const;  // hands --rank, --world-size, --local-rank, --rendezvous to launch
   // --chunk-lengths if given, else --chunks nearly-equal chunks of seq_len.
   std::vector<int64_t> resolve_chunks(int64_t seq_len) const;
 };
@@ -52,6 +56,7 @@ void apply_common_options(Options& o, const ModelOptions& m, const DataOptions& 
   o.data = d.data;
   o.stages = p.stages, o.microbatches = p.microbatches;
   o.transport = p.transport, o.timeout_s = p.timeout_s, o.recompute = p.recompute_full();
+  p.apply_launch_flags();
 }
 
 }  // namespace stateflow::cli

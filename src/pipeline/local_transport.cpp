@@ -5,11 +5,6 @@
 
 namespace stateflow {
 
-std::string describe(const MessageTag& t) {
-  return cat(t.payload == Payload::Activation ? "activation of F(" : "gradient of B(", t.microbatch, ",", t.chunk,
-             ")");
-}
-
 LocalHub::LocalHub(int world_size, double timeout_s) : world_size_(world_size), timeout_s_(timeout_s) {
   SF_CHECK(world_size >= 1, "local transport needs at least one stage");
   SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
@@ -29,7 +24,7 @@ void LocalTransport::send(int peer, const MessageTag& tag, const Tensor& t) {
   hub_->cv_.notify_all();
 }
 
-Tensor LocalTransport::recv(int peer, const MessageTag& tag) {
+Tensor LocalTransport::recv(int peer, const MessageTag& tag, const MessageSpec& spec) {
   std::unique_lock<std::mutex> lock(hub_->mu_);
   auto key = std::make_tuple(peer, rank_, tag);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(hub_->timeout_s());
@@ -40,6 +35,7 @@ Tensor LocalTransport::recv(int peer, const MessageTag& tag) {
       Tensor sent = std::move(it->second);
       hub_->mailbox_.erase(it);
       lock.unlock();
+      check_arrival(sent, spec, peer, tag);
       return sent.clone();  // now owned (and counted) by the receiving stage
     }
     if (hub_->cv_.wait_until(lock, deadline) == std::cv_status::timeout && !hub_->mailbox_.count(key)) {

@@ -1,6 +1,7 @@
 // In-process transport: one thread per stage, messages handed over through a shared hub.
-// A received tensor is copied into the receiver's own memory (its tracker), as a real
-// transfer would, so per-stage memory accounting stays honest.
+// A received tensor is checked against the receiver's MessageSpec and copied into the
+// receiver's own memory (its tracker), as a real transfer would, so per-stage memory
+// accounting stays honest.
 #pragma once
 #include <condition_variable>
 #include <map>
@@ -42,7 +43,7 @@ class LocalTransport : public Transport {
   int world_size() const override { return hub_->world_size(); }
   std::string name() const override { return "local"; }
   void send(int peer, const MessageTag& tag, const Tensor& t) override;
-  Tensor recv(int peer, const MessageTag& tag) override;
+  Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override;
   double all_reduce_sum(double value) override;
   double all_reduce_max(double value) override;
   void flush() override {}

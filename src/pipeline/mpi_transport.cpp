@@ -134,7 +134,7 @@ class MpiTransport : public Transport {
     complete_sends();
   }
 
-  Tensor recv(int peer, const MessageTag& tag) override {
+  Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override {
     SF_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "stage ", rank_, ": bad peer ", peer);
     const int mpi_tag = message_tag(tag, tag_ub_);
     const auto deadline = deadline_from_now();
@@ -157,7 +157,9 @@ class MpiTransport : public Transport {
     MPI_Request req;
     MPI_Imrecv(buf.raw(), bytes, MPI_BYTE, &message, &req);
     if (!poll_until([&] { return test(req); }, deadline)) timed_out();
-    return unpack(buf, size_t(bytes), describe(tag));
+    Tensor t = unpack(buf, size_t(bytes), describe(tag));
+    check_arrival(t, spec, peer, tag);
+    return t;
   }
 
   double all_reduce_sum(double value) override { return all_reduce(value, MPI_SUM); }
@@ -219,5 +221,20 @@ class MpiTransport : public Transport {
 }  // namespace
 
 std::unique_ptr<Transport> make_mpi_transport(double timeout_s) { return std::make_unique<MpiTransport>(timeout_s); }
+
+std::string mpi_broadcast_from_rank0(const std::string& bytes, int rank, double timeout_s) {
+  MpiSession::ensure();
+  int mpi_rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &mpi_rank);
+  SF_CHECK(mpi_rank == rank, "MPI says this process is rank ", mpi_rank, " but the launch environment says ", rank,
+           "; do not mix --rank flags with mpirun");
+  std::string out = bytes;
+  MPI_Request req;
+  MPI_Ibcast(out.data(), int(out.size()), MPI_BYTE, 0, MPI_COMM_WORLD, &req);
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(timeout_s));
+  SF_CHECK(poll_until([&] { return test(req); }, deadline), "rank ", rank, " waited ", timeout_s,
+           " s for the NCCL id from rank 0 over MPI; did every rank start? Raise --timeout if rank 0 is slow to start");
+  return out;
+}
 
 }  // namespace stateflow

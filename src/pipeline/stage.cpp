@@ -53,14 +53,26 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
   const auto t0 = std::chrono::steady_clock::now();
   auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
   CategoryScope activations(MemCategory::Activations);
-  for (const Action& a : lowered_.per_stage.at(rank_)) {
+  // A message of unit (m,c), activation or gradient alike: [rows of the microbatch's chunk,
+  // d_model] in the activation type (bf16 on the GPU) on the stage's device.
+  auto spec = [&](int c) {
+    return MessageSpec{{batch.batch / cfg_.microbatches * cfg_.chunk_lengths.at(c), cfg_.model.d_model},
+                       cfg_.device == Device::CPU ? cfg_.dtype : DType::BF16, cfg_.device};
+  };
+  const std::vector<Action>& actions = lowered_.per_stage.at(rank_);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
+    // A run of consecutive sends and receives goes out as one batch (one NCCL group).
+    const bool comm = !is_compute(a), batch_starts = comm && (i == 0 || is_compute(actions[i - 1])),
+               batch_ends = comm && (i + 1 == actions.size() || is_compute(actions[i + 1]));
+    if (batch_starts) transport_.begin_batch();
     const std::pair<int, int> key{a.microbatch, a.chunk};
     const MessageTag tag{a.payload, a.microbatch, a.chunk};
     const int p = a.payload == Payload::Activation ? 0 : 1;
     const double start = now();
     switch (a.op) {
       case Op::Recv:
-        received[p][key] = transport_.recv(a.peer, tag);
+        received[p][key] = transport_.recv(a.peer, tag, spec(a.chunk));
         break;
       case Op::Send:
         transport_.send(a.peer, tag, take(to_send[p], key));
@@ -83,6 +95,7 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
         break;
       }
     }
+    if (batch_ends) transport_.end_batch();
     r.timeline.push_back({a, start, now()});  // receives show how long a stage waited
     if (is_compute(a)) r.busy_s += r.timeline.back().end - start;
   }

@@ -1,6 +1,6 @@
 // How stages talk: point-to-point tensors keyed by what they carry, plus the two small
 // collectives a training step needs. One interface for in-process threads (local), CPU
-// processes (MPI) and later GPUs (NCCL). Every blocking call gives up after the transport's
+// processes (MPI) and GPUs (NCCL). Every blocking call gives up after the transport's
 // timeout with an Error that names the peer, so a dead or stalled stage never hangs a run.
 #pragma once
 #include <string>
@@ -19,6 +19,18 @@ struct MessageTag {
 };
 std::string describe(const MessageTag& t);
 
+// What the receiver expects a message to be. NCCL must post a receive of known size; the
+// other transports check the arriving tensor against it, so a sender and a receiver that
+// disagree fail at once instead of corrupting a later step.
+struct MessageSpec {
+  Shape shape;
+  DType dtype = DType::F32;
+  Device device = Device::CPU;
+};
+// Throws an Error naming the message, the peer and both shapes/dtypes/devices when t does not
+// match spec.
+void check_arrival(const Tensor& t, const MessageSpec& spec, int peer, const MessageTag& tag);
+
 class Transport {
  public:
   virtual ~Transport() = default;
@@ -30,9 +42,15 @@ class Transport {
   virtual int cuda_device() const { return -1; }
   // Asynchronous: returns at once; the tensor must not be modified afterwards.
   virtual void send(int peer, const MessageTag& tag, const Tensor& t) = 0;
-  // Blocks until the tagged message from `peer` arrives (allocated on the receiver, charged
-  // to the thread's current category), or throws after the timeout.
-  virtual Tensor recv(int peer, const MessageTag& tag) = 0;
+  // The tagged message from `peer`, which must match `spec` (allocated on the receiver,
+  // charged to the thread's current category); throws after the timeout. Host transports
+  // block until it has arrived; on a GPU it may return at once with the data still arriving,
+  // ordered before any later work on the stage's compute stream.
+  virtual Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) = 0;
+  // Bracket a run of consecutive sends and receives that may be issued together (NCCL: one
+  // group, so two stages sending to each other at the same time cannot deadlock).
+  virtual void begin_batch() {}
+  virtual void end_batch() {}
   // Sum of `value` over all ranks, returned on every rank.
   virtual double all_reduce_sum(double value) = 0;
   virtual double all_reduce_max(double value) = 0;

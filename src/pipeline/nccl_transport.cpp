@@ -1,0 +1,465 @@
+#include "pipeline/nccl_transport.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <algorithm>
+#include <chrono>
+#include <deque>
+#include <mutex>
+#include <thread>
+
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+
+namespace stateflow {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string nccl_error(ncclResult_t r, ncclComm_t comm) {
+  return cat(ncclGetErrorString(r), " (", ncclGetLastError(comm), ")");
+}
+
+// ncclInProgress is how a non-blocking communicator says "queued, still working".
+void nccl_check(ncclResult_t r, ncclComm_t comm, const std::string& what) {
+  SF_CHECK(r == ncclSuccess || r == ncclInProgress, "NCCL: ", what, " failed: ", nccl_error(r, comm));
+}
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// Short, growing sleeps: a waiting stage must not take a core from one that computes.
+void backoff(std::chrono::microseconds& pause) {
+  std::this_thread::sleep_for(pause);
+  pause = std::min(pause * 2, std::chrono::microseconds(1000));
+}
+
+// The communicators of this process's endpoints and the failure that stops them all. An NCCL
+// call on a communicator holds its lock, so abort_all() may run on any thread (the failed
+// stage's) while the others use theirs; it also stops the GPU kernels that wait for a peer.
+struct NcclProcess {
+  double timeout_s = 0;
+  std::vector<ncclComm_t> comms;  // by endpoint; nullptr once aborted
+  std::vector<int> devices;
+  std::vector<std::unique_ptr<std::mutex>> locks;
+  std::mutex failure_mu;
+  std::string failure;
+
+  NcclProcess(int endpoints, double timeout)
+      : timeout_s(timeout), comms(size_t(endpoints), nullptr), devices(size_t(endpoints), -1) {
+    for (int i = 0; i < endpoints; ++i) locks.push_back(std::make_unique<std::mutex>());
+  }
+
+  std::string failed() {
+    std::lock_guard<std::mutex> l(failure_mu);
+    return failure;
+  }
+
+  void abort_all(const std::string& reason) {
+    {
+      std::lock_guard<std::mutex> l(failure_mu);
+      if (failure.empty()) failure = reason;
+    }
+    int caller_device = 0;  // aborting may switch GPUs
+    cudaGetDevice(&caller_device);
+    for (size_t i = 0; i < comms.size(); ++i) {
+      std::lock_guard<std::mutex> l(*locks[i]);
+      if (comms[i]) ncclCommAbort(comms[i]), comms[i] = nullptr;
+    }
+    cudaSetDevice(caller_device);
+  }
+
+  // Waits until no communicator is busy setting up (init, a group's lazy connections).
+  // Returns "" or what went wrong; polls against the timeout.
+  std::string wait_ready(const std::vector<size_t>& which, double seconds) {
+    const auto deadline = deadline_after(seconds);
+    auto pause = std::chrono::microseconds(10);
+    while (true) {
+      bool busy = false;
+      for (size_t i : which) {
+        std::lock_guard<std::mutex> l(*locks[i]);
+        if (!comms[i]) return "the communicator was aborted";
+        ncclResult_t state = ncclSuccess;
+        ncclCommGetAsyncError(comms[i], &state);
+        if (state == ncclInProgress) busy = true;
+        else if (state != ncclSuccess) return nccl_error(state, comms[i]);
+      }
+      if (!busy) return "";
+      if (Clock::now() >= deadline) return cat("no answer within ", seconds, " s");
+      backoff(pause);
+    }
+  }
+
+  // Every healthy communicator is finalised together (finalize waits for the peers' to be
+  // quiescent), then destroyed; one that does not settle in time is aborted.
+  ~NcclProcess() {
+    int caller_device = 0;
+    cudaGetDevice(&caller_device);
+    std::vector<size_t> live;
+    for (size_t i = 0; i < comms.size(); ++i)
+      if (comms[i]) {
+        cudaSetDevice(devices[i]);
+        ncclCommFinalize(comms[i]);
+        live.push_back(i);
+      }
+    // At the end of a run every rank gets here at about the same time: a short bound.
+    const bool settled = wait_ready(live, std::min(timeout_s, 10.0)).empty();
+    for (size_t i : live) {
+      if (!comms[i]) continue;
+      cudaSetDevice(devices[i]);
+      settled ? ncclCommDestroy(comms[i]) : ncclCommAbort(comms[i]);
+    }
+    cudaSetDevice(caller_device);
+  }
+};
+
+class NcclTransport : public Transport {
+ public:
+  NcclTransport(std::shared_ptr<NcclProcess> process, size_t index, int rank, int world_size)
+      : process_(std::move(process)), index_(index), rank_(rank), world_size_(world_size),
+        device_(process_->devices[index]) {
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice (NCCL transport)");
+    cuda_check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate (comm stream)");
+    cuda_check(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming), "cudaEventCreate");
+    cuda_check(cudaMalloc(&reduce_device_, sizeof(double)), "cudaMalloc (all-reduce buffer)");
+    cuda_check(cudaMallocHost(&reduce_host_, sizeof(double)), "cudaMallocHost (all-reduce buffer)");
+  }
+
+  ~NcclTransport() override {
+    cudaSetDevice(device_);
+    if (process_->failed().empty()) cudaStreamSynchronize(comm_stream_);  // an aborted one has stopped
+    for (Batch& b : in_flight_) cudaEventDestroy(b.done);
+    for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
+    cudaEventDestroy(compute_ready_);
+    cudaFree(reduce_device_);
+    cudaFreeHost(reduce_host_);
+    cudaStreamDestroy(comm_stream_);
+  }
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  std::string name() const override { return "nccl"; }
+  int cuda_device() const override { return device_; }
+
+  void begin_batch() override {
+    SF_CHECK(!batch_open_, "NCCL transport: begin_batch() twice without end_batch()");
+    enter();
+    complete_batches();
+    call([&](ncclComm_t) { return ncclGroupStart(); }, "ncclGroupStart");
+    batch_open_ = true;
+    batch_ = Batch{};
+  }
+
+  void end_batch() override {
+    SF_CHECK(batch_open_, "NCCL transport: end_batch() without begin_batch()");
+    batch_open_ = false;
+    call([&](ncclComm_t) { return ncclGroupEnd(); }, cat("ncclGroupEnd (", batch_.what, ")"));
+    // A non-blocking communicator may still be connecting to the peers here.
+    if (std::string why = process_->wait_ready({index_}, process_->timeout_s); !why.empty())
+      stop(cat("stage ", rank_, " could not start the transfer of the ", batch_.what, ": ", why));
+    batch_.done = take_event();
+    cuda_check(cudaEventRecord(batch_.done, comm_stream_), "cudaEventRecord (transfer done)");
+    if (batch_.receives)  // the stage's next kernels read the data
+      cuda_check(cudaStreamWaitEvent(compute_stream(), batch_.done, 0), "cudaStreamWaitEvent (receive)");
+    in_flight_.push_back(std::move(batch_));
+  }
+
+  void send(int peer, const MessageTag& tag, const Tensor& t) override {
+    SF_CHECK(t.device() == Device::CUDA, "NCCL transport: the ", describe(tag), " to stage ", peer,
+             " is a host tensor; --transport nccl needs --device cuda");
+    transfer(peer, tag, [&](ncclComm_t c) { return ncclSend(t.raw(), t.nbytes(), ncclUint8, peer, c, comm_stream_); },
+             t);
+  }
+
+  Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override {
+    SF_CHECK(spec.device == Device::CUDA, "NCCL transport: the ", describe(tag), " from stage ", peer,
+             " is expected on the host; --transport nccl needs --device cuda");
+    enter();
+    Tensor t = Tensor::zeros(spec.shape, spec.dtype, current_category(), Device::CUDA);
+    // The transfer must not start before the zero-fill above, nor before queued compute work
+    // that still uses a block the caching allocator just handed out again.
+    transfer(peer, tag, [&](ncclComm_t c) { return ncclRecv(t.raw(), t.nbytes(), ncclUint8, peer, c, comm_stream_); },
+             Tensor());
+    return t;
+  }
+
+  double all_reduce_sum(double value) override { return all_reduce(value, ncclSum); }
+  double all_reduce_max(double value) override { return all_reduce(value, ncclMax); }
+
+  void flush() override {
+    enter();
+    while (!in_flight_.empty()) {
+      const Batch& b = in_flight_.front();
+      wait_for([&] { return done(b.done); }, b.what);
+      complete_batches();
+    }
+  }
+
+  void abort(const std::string& reason) override {
+    // Called on this stage's thread: a group left open by a failed batch must not outlive it.
+    if (batch_open_) ncclGroupEnd(), batch_open_ = false;
+    process_->abort_all(reason.rfind("stage ", 0) == 0 ? reason : cat("stage ", rank_, " failed: ", reason));
+  }
+
+ private:
+  // One NCCL group's transfers: what they were (for errors), the sent tensors kept alive,
+  // and the event that fires when all of them are done.
+  struct Batch {
+    std::string what;
+    std::vector<Tensor> keep;
+    bool receives = false;
+    cudaEvent_t done = nullptr;
+  };
+
+  static cudaStream_t compute_stream() { return cublas_for_thread().stream(); }
+
+  // Every call starts here: this thread on our GPU, and no failure elsewhere in the process.
+  void enter() {
+    cuda_check(cudaSetDevice(device_), "cudaSetDevice (NCCL transport)");
+    if (std::string f = process_->failed(); !f.empty()) fail("stage ", rank_, " stopped because ", f);
+  }
+
+  // An NCCL call on our communicator, under its lock.
+  template <class F>
+  void call(F&& f, const std::string& what) {
+    std::lock_guard<std::mutex> l(*process_->locks[index_]);
+    ncclComm_t c = process_->comms[index_];
+    if (!c) fail("stage ", rank_, " stopped because ", process_->failed());
+    nccl_check(f(c), c, what);
+  }
+
+  // One send (of `sent`, kept alive until done) or receive (sent undefined), in the open batch
+  // or in a batch of its own.
+  template <class F>
+  void transfer(int peer, const MessageTag& tag, F&& nccl_op, const Tensor& sent) {
+    const bool send = sent.defined();
+    SF_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "stage ", rank_, ": bad peer ", peer);
+    const bool own_batch = !batch_open_;
+    if (own_batch) begin_batch();
+    cuda_check(cudaEventRecord(compute_ready_, compute_stream()), "cudaEventRecord (compute ready)");
+    cuda_check(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0), "cudaStreamWaitEvent (comm stream)");
+    const std::string what = cat(describe(tag), send ? " to stage " : " from stage ", peer);
+    batch_.what += (batch_.what.empty() ? "" : ", ") + what;
+    call(nccl_op, cat(send ? "send" : "receive", " of the ", what));
+    if (send)
+      batch_.keep.push_back(sent);
+    else
+      batch_.receives = true;
+    if (own_batch) end_batch();
+  }
+
+  static bool done(cudaEvent_t e) {
+    const cudaError_t r = cudaEventQuery(e);
+    if (r == cudaErrorNotReady) return false;
+    cuda_check(r, "cudaEventQuery (transfer)");
+    return true;
+  }
+
+  // Polls done() against the timeout, the communicator's async error and failures elsewhere;
+  // gives up by aborting every communicator of the process and throwing.
+  template <class Done>
+  void wait_for(Done&& is_done, const std::string& what) {
+    const auto deadline = deadline_after(process_->timeout_s);
+    auto pause = std::chrono::microseconds(10);
+    while (true) {
+      enter();
+      std::string error;
+      {
+        std::lock_guard<std::mutex> l(*process_->locks[index_]);
+        ncclComm_t c = process_->comms[index_];
+        ncclResult_t state = ncclSuccess;
+        if (c) ncclCommGetAsyncError(c, &state);
+        if (state != ncclSuccess && state != ncclInProgress) error = nccl_error(state, c);
+      }
+      if (!error.empty()) stop(cat("stage ", rank_, ": NCCL failed while waiting for the ", what, ": ", error));
+      if (is_done()) return;
+      if (Clock::now() >= deadline)
+        stop(cat("stage ", rank_, " waited ", process_->timeout_s, " s for the ", what,
+                 ", which stalled or died; raise --timeout if its steps are legitimately that slow"));
+      backoff(pause);
+    }
+  }
+
+  // Gives up: when another stage failed first (and aborted our communicator), that is the
+  // cause to report; else this failure aborts every communicator of the process.
+  [[noreturn]] void stop(const std::string& why) {
+    if (std::string f = process_->failed(); !f.empty()) fail("stage ", rank_, " stopped because ", f);
+    process_->abort_all(why);
+    fail(why);
+  }
+
+  // Drops the batches whose transfers are done (their sent tensors go back to the stage).
+  void complete_batches() {
+    while (!in_flight_.empty() && done(in_flight_.front().done)) {
+      spare_events_.push_back(in_flight_.front().done);
+      in_flight_.pop_front();
+    }
+  }
+
+  cudaEvent_t take_event() {
+    if (!spare_events_.empty()) {
+      cudaEvent_t e = spare_events_.back();
+      spare_events_.pop_back();
+      return e;
+    }
+    cudaEvent_t e = nullptr;
+    cuda_check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate (transfer)");
+    return e;
+  }
+
+  // On the comm stream, after every transfer queued before it; blocks the host (with the timeout).
+  double all_reduce(double value, ncclRedOp_t op) {
+    SF_CHECK(!batch_open_, "NCCL transport: an all-reduce inside a batch of sends and receives");
+    enter();
+    *reduce_host_ = value;
+    cuda_check(cudaMemcpyAsync(reduce_device_, reduce_host_, sizeof(double), cudaMemcpyHostToDevice, comm_stream_),
+               "cudaMemcpyAsync (all-reduce input)");
+    call([&](ncclComm_t c) { return ncclAllReduce(reduce_device_, reduce_device_, 1, ncclFloat64, op, c, comm_stream_); },
+         "ncclAllReduce");
+    const std::string what = "all-reduce of the other stage(s)";
+    if (std::string why = process_->wait_ready({index_}, process_->timeout_s); !why.empty())
+      stop(cat("stage ", rank_, " could not start an all-reduce: ", why));
+    cuda_check(cudaMemcpyAsync(reduce_host_, reduce_device_, sizeof(double), cudaMemcpyDeviceToHost, comm_stream_),
+               "cudaMemcpyAsync (all-reduce result)");
+    cudaEvent_t e = take_event();
+    cuda_check(cudaEventRecord(e, comm_stream_), "cudaEventRecord (all-reduce)");
+    wait_for([&] { return done(e); }, what);
+    spare_events_.push_back(e);
+    return *reduce_host_;
+  }
+
+  std::shared_ptr<NcclProcess> process_;
+  size_t index_;
+  int rank_, world_size_, device_;
+  cudaStream_t comm_stream_ = nullptr;
+  cudaEvent_t compute_ready_ = nullptr;
+  double* reduce_device_ = nullptr;
+  double* reduce_host_ = nullptr;  // pinned
+  bool batch_open_ = false;
+  Batch batch_;
+  std::deque<Batch> in_flight_;
+  std::vector<cudaEvent_t> spare_events_;
+};
+
+// NCCL connects two ranks lazily, at their first transfer, and a connection needs both
+// sides. A batch that sends to a peer and receives from it would then wait for the peer to
+// connect its send, which it only reaches after computing on this very batch's data: a
+// deadlock. One exchange between every pair of ranks at start-up connects them all.
+void connect_all_peers(NcclProcess& process, int first_rank, int world_size) {
+  const size_t bytes = size_t(1) << 20;
+  const size_t n = process.comms.size();
+  std::vector<cudaStream_t> streams(n, nullptr);
+  std::vector<char*> buffers(n, nullptr);  // one block to send, then one per peer to receive into
+  for (size_t i = 0; i < n; ++i) {
+    cuda_check(cudaSetDevice(process.devices[i]), "cudaSetDevice (NCCL connect)");
+    cuda_check(cudaStreamCreateWithFlags(&streams[i], cudaStreamNonBlocking), "cudaStreamCreate (NCCL connect)");
+    cuda_check(cudaMalloc(&buffers[i], bytes * size_t(1 + world_size)), "cudaMalloc (NCCL connect)");
+  }
+  nccl_check(ncclGroupStart(), nullptr, "ncclGroupStart (connect)");
+  for (size_t i = 0; i < n; ++i)
+    for (int peer = 0; peer < world_size; ++peer) {
+      if (peer == first_rank + int(i)) continue;
+      nccl_check(ncclSend(buffers[i], bytes, ncclUint8, peer, process.comms[i], streams[i]), process.comms[i],
+                 "ncclSend (connect)");
+      nccl_check(ncclRecv(buffers[i] + bytes * size_t(1 + peer), bytes, ncclUint8, peer, process.comms[i], streams[i]),
+                 process.comms[i], "ncclRecv (connect)");
+    }
+  nccl_check(ncclGroupEnd(), nullptr, "ncclGroupEnd (connect)");
+  std::vector<size_t> all(n);
+  for (size_t i = 0; i < n; ++i) all[i] = i;
+  std::string why = process.wait_ready(all, process.timeout_s);
+  const auto deadline = deadline_after(process.timeout_s);
+  auto pause = std::chrono::microseconds(10);
+  for (size_t i = 0; i < n && why.empty(); ++i) {
+    cudaError_t r;
+    while ((r = cudaStreamQuery(streams[i])) == cudaErrorNotReady && Clock::now() < deadline) backoff(pause);
+    if (r != cudaSuccess) why = r == cudaErrorNotReady ? cat("no answer within ", process.timeout_s, " s")
+                                                       : std::string(cudaGetErrorString(r));
+  }
+  if (!why.empty()) process.abort_all(why);  // stops the exchange before its buffers go
+  for (size_t i = 0; i < n; ++i) {
+    cudaSetDevice(process.devices[i]);
+    cudaStreamSynchronize(streams[i]);
+    cudaFree(buffers[i]);
+    cudaStreamDestroy(streams[i]);
+  }
+  if (!why.empty())
+    fail("NCCL: connecting the ", world_size, " ranks failed: ", why,
+         "; check that every rank runs, or raise --timeout; NCCL_DEBUG=INFO says more");
+}
+
+ncclConfig_t non_blocking_config() {
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // a dead peer must never block the host inside NCCL
+  return config;
+}
+
+// Starts every endpoint's communicator of this process (one per GPU in `process->devices`)
+// as ranks first_rank.. of world_size, in one group, and waits until they are up.
+void init_communicators(NcclProcess& process, const ncclUniqueId& id, int first_rank, int world_size) {
+  ncclConfig_t config = non_blocking_config();
+  std::vector<size_t> all;
+  nccl_check(ncclGroupStart(), nullptr, "ncclGroupStart (init)");
+  for (size_t i = 0; i < process.comms.size(); ++i) {
+    cuda_check(cudaSetDevice(process.devices[i]), "cudaSetDevice (NCCL init)");
+    nccl_check(ncclCommInitRankConfig(&process.comms[i], world_size, id, first_rank + int(i), &config), nullptr,
+               cat("ncclCommInitRankConfig (rank ", first_rank + int(i), " on GPU ", process.devices[i], ")"));
+    all.push_back(i);
+  }
+  nccl_check(ncclGroupEnd(), nullptr, "ncclGroupEnd (init)");
+  if (std::string why = process.wait_ready(all, process.timeout_s); !why.empty()) {
+    process.abort_all(why);
+    fail("NCCL: starting the communicator of ", world_size, " rank(s) failed: ", why,
+         "; check that every rank runs (and reached the same rendezvous), or raise --timeout; NCCL_DEBUG=INFO "
+         "says more");
+  }
+  connect_all_peers(process, first_rank, world_size);
+}
+
+}  // namespace
+
+int cuda_device_count() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+std::vector<std::unique_ptr<Transport>> make_nccl_transports(int world_size, double timeout_s) {
+  SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
+  const int gpus = cuda_device_count();
+  SF_CHECK(world_size <= gpus, "--stages ", world_size, " needs ", world_size, " GPUs, found ", gpus, ": use --stages ",
+           std::max(gpus, 1), ", or --transport local to run every stage on GPU 0");
+  int caller_device = 0;  // set again at the end: the caller keeps its GPU
+  cuda_check(cudaGetDevice(&caller_device), "cudaGetDevice");
+  auto process = std::make_shared<NcclProcess>(world_size, timeout_s);
+  for (int i = 0; i < world_size; ++i) process->devices[size_t(i)] = i;
+  ncclUniqueId id;
+  nccl_check(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
+  init_communicators(*process, id, 0, world_size);
+  std::vector<std::unique_ptr<Transport>> out;
+  for (int i = 0; i < world_size; ++i) out.push_back(std::make_unique<NcclTransport>(process, size_t(i), i, world_size));
+  cuda_check(cudaSetDevice(caller_device), "cudaSetDevice (back to the caller's GPU)");
+  return out;
+}
+
+std::unique_ptr<Transport> make_nccl_transport(int rank, int world_size, int device, double timeout_s,
+                                               const std::function<std::string(const std::string&)>& share_id) {
+  SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
+  const int gpus = cuda_device_count();
+  SF_CHECK(device >= 0 && device < gpus, "rank ", rank, " has local rank ", device, " but this host has ", gpus,
+           " GPU(s); start at most one process per GPU on each host");
+  cuda_check(cudaSetDevice(device), "cudaSetDevice (this rank's GPU)");
+  ncclUniqueId id{};
+  if (rank == 0) nccl_check(ncclGetUniqueId(&id), nullptr, "ncclGetUniqueId");
+  const std::string shared = share_id(std::string(reinterpret_cast<const char*>(&id), sizeof id));
+  SF_CHECK(shared.size() == sizeof id, "NCCL: the id from rank 0 has ", shared.size(), " bytes, not ", sizeof id,
+           "; every rank must run the same stateflow");
+  std::copy(shared.begin(), shared.end(), reinterpret_cast<char*>(&id));
+  auto process = std::make_shared<NcclProcess>(1, timeout_s);
+  process->devices[0] = device;
+  init_communicators(*process, id, rank, world_size);
+  return std::make_unique<NcclTransport>(process, 0, rank, world_size);
+}
+
+}  // namespace stateflow

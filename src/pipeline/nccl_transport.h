@@ -1,0 +1,37 @@
+// NCCL transport (CUDA builds with NCCL): stages on GPUs, tensors sent device to device.
+// Each endpoint owns a non-blocking communicator on its GPU, a non-blocking comm stream and
+// events: a send or receive waits (on the GPU) for the work queued on the stage's compute
+// stream, runs on the comm stream, and a receive makes the compute stream wait for its data,
+// so the host never blocks on a transfer. Send/receive calls between begin_batch() and
+// end_batch() form one NCCL group. A sent tensor is kept alive until its transfer is done.
+//
+// Failure: every host wait polls (event/stream queries and the communicator's async error)
+// against the timeout and throws an Error naming the peer and what it waited for, after
+// aborting the communicator. In one process, abort() (or a timeout) aborts every endpoint's
+// communicator, which also stops GPU transfers that wait for a failed stage; with one
+// process per GPU the others fail at their own timeout.
+//
+// Nothing NCCL-specific appears here, so callers compile without NCCL headers.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "pipeline/transport.h"
+
+namespace stateflow {
+
+int cuda_device_count();
+
+// One process drives GPUs 0..world_size-1, one endpoint (stage) each; fewer GPUs is an error
+// naming the fix. The calling thread keeps its current GPU.
+std::vector<std::unique_ptr<Transport>> make_nccl_transports(int world_size, double timeout_s);
+
+// One process per GPU: this process is `rank` of `world_size` on GPU `device`, which becomes
+// the calling thread's current GPU.
+// share_id(bytes) must return rank 0's bytes on every rank (MPI broadcast or TCP rendezvous).
+std::unique_ptr<Transport> make_nccl_transport(int rank, int world_size, int device, double timeout_s,
+                                               const std::function<std::string(const std::string&)>& share_id);
+
+}  // namespace stateflow
