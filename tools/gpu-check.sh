@@ -38,6 +38,12 @@ if ((missing)) && compgen -G ".deps/*.deb" >/dev/null; then
   echo "gpu-check: using the packages unpacked from .deps/"
 fi
 
+# NCCL: the GPU image here ships it only inside the Python nvidia-nccl wheel, not beside CUDA.
+if [[ -z ${NCCL_ROOT:-} && ! -f /usr/include/nccl.h && ! -f /usr/local/cuda/include/nccl.h ]]; then
+  NCCL_ROOT=$(python3 -c 'import nvidia.nccl as n; print(n.__path__[0])' 2>/dev/null) && export NCCL_ROOT &&
+    echo "gpu-check: NCCL from $NCCL_ROOT"
+fi
+
 # shellcheck disable=SC2086
 { cmake "${cmake_args[@]}" && ninja -C "$BUILD" -j "$(nproc)" ${TARGETS:-}; } 2>&1 | tee "$LOG/build.log"
 status[build]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
