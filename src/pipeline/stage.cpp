@@ -14,7 +14,11 @@
 namespace stateflow {
 
 Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
-    : cfg_(cfg), rank_(rank), transport_(transport), tracker_("stage " + std::to_string(rank)) {
+    : cfg_(cfg),
+      rank_(rank),
+      transport_(transport),
+      tracker_("stage " + std::to_string(rank)),
+      device_memory_{tracker_, cfg.device} {
   SF_CHECK(transport.world_size() == cfg.stages, "the transport has ", transport.world_size(),
            " ranks but --stages is ", cfg.stages, "; launch one process per stage (mpirun -n ", cfg.stages, ")");
   if (const int gpu = transport.cuda_device(); gpu >= 0) {
@@ -36,12 +40,8 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
   if (cfg.device != Device::CPU) clock_ = device_backend(cfg.device).make_clock();
 }
 
-Stage::~Stage() {
-  // The device tensors go first, then their cached blocks, before the tracker they are keyed by.
-  optimizer_.reset();
-  executor_.reset();
-  model_.reset();
-  if (cfg_.device != Device::CPU) device_backend(cfg_.device).release_memory(tracker_);
+Stage::DeviceMemoryRelease::~DeviceMemoryRelease() {
+  if (device != Device::CPU && device_available(device)) device_backend(device).release_memory(tracker);
 }
 
 // The step's loss statistics that GPU loss layers added up on the device (one read per step).

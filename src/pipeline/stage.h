@@ -52,10 +52,9 @@ class Stage {
   // Builds the stage's layers under its own tracker, on the transport's GPU for this rank when
   // it names one (selected for the calling thread). The schedule is generated, checked and
   // lowered here; an invalid shape (P, M, N) throws with the checker's explanation.
+  // Destroying a stage returns its device memory to the driver: its tensors must all be gone
+  // by then, messages left in a transport too.
   Stage(const PipelineConfig& cfg, int rank, Transport& transport);
-  // Returns the stage's device memory to the driver (its tensors must all be gone by then:
-  // messages left in a transport too).
-  ~Stage();
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
   // Runs every action of one step for this stage. Grads accumulate (zero them before).
@@ -81,6 +80,14 @@ class Stage {
   int rank_;
   Transport& transport_;
   MemoryTracker tracker_;
+  // Gives the tracker's device memory back when the stage goes, also when its constructor
+  // fails: declared after the tracker and before every member holding tensors, so it runs
+  // after their destructors and before the tracker's.
+  struct DeviceMemoryRelease {
+    MemoryTracker& tracker;
+    Device device;
+    ~DeviceMemoryRelease();
+  } device_memory_;
   Schedule lowered_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<StageExecutor> executor_;

@@ -65,8 +65,8 @@ class CudaBackend final : public DeviceBackend {
       SF_CHECK(it != allocators_.end(), "CUDA backend: a device tensor of tracker '", t.name(),
                "' outlived the release of that tracker's device memory");
       // Usually one GPU per tracker; otherwise the allocator that handed p out.
-      for (auto& [gpu, a] : it->second)
-        if (it->second.size() == 1 || a->owns(p)) owner = a.get();
+      for (auto& per_gpu : it->second)
+        if (it->second.size() == 1 || per_gpu.second->owns(p)) owner = per_gpu.second.get();
     }
     SF_CHECK(owner != nullptr, "CUDA backend: pointer ", p, " was not allocated for tracker '", t.name(), "'");
     owner->free(p);
@@ -101,7 +101,7 @@ class CudaBackend final : public DeviceBackend {
   int allocator_count() {
     std::lock_guard<std::mutex> lock(mu_);
     int n = 0;
-    for (auto& [t, per_gpu] : allocators_) n += int(per_gpu.size());
+    for (auto& per_tracker : allocators_) n += int(per_tracker.second.size());
     return n;
   }
 
