@@ -62,13 +62,17 @@ Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transp
   SF_CHECK(!endpoints_.empty(), "a pipeline needs at least one stage to run");
   if (endpoints_.size() > 1) set_blas_threads(1);
   stages_.resize(endpoints_.size());
-  for (size_t i = 0; i < endpoints_.size(); ++i) threads_.push_back(std::make_unique<StageThread>());
+  // A lone stage that the transport does not place on a GPU stays on the caller's thread:
+  // MPI, initialised FUNNELED, must be called from the main thread.
+  if (endpoints_.size() > 1 || endpoints_[0]->cuda_device() >= 0)
+    for (size_t i = 0; i < endpoints_.size(); ++i) threads_.push_back(std::make_unique<StageThread>());
   run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
 }
 
 Pipeline::~Pipeline() {
   // The endpoints first: messages a failed step left there hold memory charged to a stage's
-  // tracker. Then each stage goes on its own thread, which drives its GPU.
+  // tracker. Then each stage goes on its own thread, which drives its GPU (a stage on the
+  // caller's thread goes with stages_).
   endpoints_.clear();
   for (size_t i = 0; i < threads_.size(); ++i) threads_[i]->start([this, i] { stages_[i].reset(); });
   for (auto& t : threads_) t->wait();
@@ -93,6 +97,7 @@ void Pipeline::run_all(const std::function<void(int)>& fn) {
       endpoints_[i]->abort(e.what());
     }
   };
+  if (threads_.empty()) guarded(0);
   for (int i = 0; i < int(threads_.size()); ++i) threads_[i]->start([&guarded, i] { guarded(i); });
   for (auto& t : threads_) t->wait();
   if (first) std::rethrow_exception(first);

@@ -2,7 +2,8 @@
 // transport, or one with MPI. A failure on any stage aborts the transport, so the others stop
 // waiting, and the first (root-cause) error is rethrown here. Each stage keeps its thread for
 // the pipeline's lifetime (built, run and destroyed there): a GPU stage's current device,
-// cuBLAS handle and streams are per-thread state.
+// cuBLAS handle and streams are per-thread state. A lone stage not placed on a GPU by its
+// transport (MPI) runs on the caller's thread instead.
 #pragma once
 #include <functional>
 #include <memory>
@@ -61,7 +62,7 @@ class Pipeline {
   // left in a transport hold memory charged to a stage's tracker.
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<Transport>> endpoints_;
-  std::vector<std::unique_ptr<StageThread>> threads_;  // one per local stage
+  std::vector<std::unique_ptr<StageThread>> threads_;  // one per local stage, or none
 };
 
 // The in-process pipeline: all stages, one thread each, local transport.
