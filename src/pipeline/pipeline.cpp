@@ -66,10 +66,17 @@ Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transp
   // MPI, initialised FUNNELED, must be called from the main thread.
   if (endpoints_.size() > 1 || endpoints_[0]->cuda_device() >= 0)
     for (size_t i = 0; i < endpoints_.size(); ++i) threads_.push_back(std::make_unique<StageThread>());
-  run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
+  try {
+    run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
+  } catch (...) {
+    destroy_stages();  // those that were built
+    throw;
+  }
 }
 
-Pipeline::~Pipeline() {
+Pipeline::~Pipeline() { destroy_stages(); }
+
+void Pipeline::destroy_stages() {
   // The endpoints first: messages a failed step left there hold memory charged to a stage's
   // tracker. Then each stage goes on its own thread, which drives its GPU (a stage on the
   // caller's thread goes with stages_).

@@ -57,6 +57,7 @@ class Pipeline {
   // Runs fn(i) on local stage i's thread, for every stage concurrently; rethrows the
   // root-cause error.
   void run_all(const std::function<void(int)>& fn);
+  void destroy_stages();
   PipelineConfig cfg_;
   // Declared before the endpoints so that it is destroyed after them: messages a failed step
   // left in a transport hold memory charged to a stage's tracker.
