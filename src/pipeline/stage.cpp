@@ -56,6 +56,19 @@ static LossStats read_device_loss_stats(const Tensor& sums, int64_t vocab) {
   return s;
 }
 
+// Replaces the host times of a step by the device's: marks[k] are the device marks around
+// action k of r.timeline, mark 0 is the step start and end_mark its end.
+static void take_device_times(DeviceClock& clock, const std::vector<std::pair<int, int>>& marks, int end_mark,
+                              StageStepResult& r) {
+  r.busy_s = 0;
+  for (size_t k = 0; k < marks.size(); ++k) {
+    TimedAction& t = r.timeline[k];
+    t.start = clock.seconds_between(0, marks[k].first), t.end = clock.seconds_between(0, marks[k].second);
+    if (is_compute(t.action)) r.busy_s += t.end - t.start;
+  }
+  r.wall_s = clock.seconds_between(0, end_mark);
+}
+
 void Stage::zero_grads() {
   TrackerScope scope(tracker_);
   std::vector<Param*> p = model_->params();
@@ -135,13 +148,7 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
     // marks give the times of the work rather than of its launch.
     const int end_mark = clock_->mark();
     device_backend(cfg_.device).synchronize();
-    r.busy_s = 0;
-    for (size_t k = 0; k < marks.size(); ++k) {
-      TimedAction& t = r.timeline[k];
-      t.start = clock_->seconds_between(0, marks[k].first), t.end = clock_->seconds_between(0, marks[k].second);
-      if (is_compute(t.action)) r.busy_s += t.end - t.start;
-    }
-    r.wall_s = clock_->seconds_between(0, end_mark);
+    take_device_times(*clock_, marks, end_mark, r);
     if (last) {
       stats = read_device_loss_stats(device_stats, cfg_.model.vocab_size);
       r.loss = stats.loss_sum * plan.loss_scale();
