@@ -8,10 +8,10 @@
 // block is at most 12.5 % larger than asked. Free lists are last-in-first-out: the same
 // sequence of calls gets the same blocks. All methods may be called from any thread.
 //
-// An allocator belongs to the GPU current when it was made; it returns blocks to that GPU's
-// driver from any thread. A freed block may be handed out again at once. That is safe for work ordered on one stream
-// (the usual case: a stage's kernels run on its stream); a caller that frees memory still in
-// use on another stream must synchronise first.
+// An allocator belongs to the GPU current when it was made, and returns blocks to that GPU
+// from any thread. A freed block may be handed out again at once. That is safe for work
+// ordered on one stream (the usual case: a stage's kernels run on its stream); a caller that
+// frees memory still in use on another stream must synchronise first.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -50,7 +50,6 @@ class DeviceAllocator {
   };
   Stats stats() const;
   MemoryTracker& tracker() const { return tracker_; }
-  int device() const { return device_; }
 
   static size_t size_class(size_t bytes);
 
