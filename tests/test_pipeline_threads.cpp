@@ -129,3 +129,17 @@ TEST(PipelineThreads, AFailedStageAbortsItsPeersAndTheFirstErrorWins) {
   // The threads survive a failed step: the next job runs (and fails fast on the aborted transport).
   EXPECT_THROW(pipe.forward_backward(random_batch(rng, 1, 8, pc.model.vocab_size)), Error);
 }
+
+TEST(PipelineThreads, AStagePlacedOnAGpuNeedsTheCudaDevice) {
+  // The local transport, placing stage i on GPU i as the NCCL transport does.
+  struct PlacedTransport : LocalTransport {
+    using LocalTransport::LocalTransport;
+    int cuda_device() const override { return rank(); }
+  };
+  PipelineConfig pc = small_config(2);  // device cpu
+  auto hub = std::make_shared<LocalHub>(2, 5.0);
+  std::vector<std::unique_ptr<Transport>> endpoints;
+  for (int r = 0; r < 2; ++r) endpoints.push_back(std::make_unique<PlacedTransport>(hub, r));
+  hub.reset();
+  expect_error([&] { Pipeline pipe(pc, std::move(endpoints)); }, ": use --device cuda");
+}
