@@ -3,6 +3,7 @@
 // core, and everything CPU-only, builds and runs without CUDA.
 #pragma once
 #include <cstddef>
+#include <memory>
 #include <string>
 
 #include "core/allocator.h"
@@ -14,8 +15,23 @@ enum class Device { CPU, CUDA };
 const char* device_name(Device d);
 Device parse_device(const std::string& s);
 
+// Timestamps of the work queued on the calling thread's device stream, to time work that
+// runs asynchronously to the host. The marks of one clock are reused after clear(); a clock
+// belongs to the thread (and device) that made it.
+class DeviceClock {
+ public:
+  virtual ~DeviceClock() = default;
+  // Queues a timestamp behind the work queued so far; returns its index (0, 1, ... since clear()).
+  virtual int mark() = 0;
+  // Seconds from mark `from` to mark `to`; waits until the work before `to` is done.
+  virtual double seconds_between(int from, int to) = 0;
+  // Forgets the marks: the next mark() is index 0 again.
+  virtual void clear() = 0;
+};
+
 // Memory operations of one non-host device. Device memory is charged to a MemoryTracker
-// category exactly as host memory is.
+// category exactly as host memory is. Device work goes to the calling thread's current
+// device (use_device), so each pipeline stage's thread can drive its own GPU.
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
@@ -25,8 +41,14 @@ class DeviceBackend {
   virtual void zero(void* p, size_t bytes) = 0;
   // Copies between host and device or within the device; returns when dst holds the bytes.
   virtual void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) = 0;
-  // Waits for all work queued on the device (kernels run asynchronously to the host).
+  // Waits for all work queued on the calling thread's device (kernels run asynchronously).
   virtual void synchronize() = 0;
+  // Makes device `index` the calling thread's device: its allocations and kernels go there.
+  virtual void use_device(int index) = 0;
+  // Returns every block of device memory charged to t (cached or not) to the driver; call it
+  // when t's device tensors are gone, before t itself goes (a new tracker may reuse its address).
+  virtual void release_memory(MemoryTracker& t) = 0;
+  virtual std::unique_ptr<DeviceClock> make_clock() = 0;
 };
 
 // Installs `b` for device d (not CPU); b must outlive every tensor on d.

@@ -18,6 +18,14 @@
 
 namespace stateflow {
 
+// Loss statistics as GPU loss layers add them up on the device, in the layout of
+// LossStatsCuda (kernels/cuda/cross_entropy_cuda.h); read on the host after a step.
+struct DeviceLossStats {
+  double loss_sum;
+  uint64_t correct, counted;
+  uint64_t bad_targets;  // targets outside [-1, vocab): an error
+};
+
 // Where a unit sits: which microbatch and chunk, and the chunk's span of the sequence.
 struct ChunkCtx {
   int microbatch = 0;
@@ -31,6 +39,10 @@ struct ChunkCtx {
   Tensor targets;
   double loss_scale = 1.0;
   LossStats* stats = nullptr;
+  // GPU loss layers: when set (device memory), they add the unit's statistics there and return
+  // no loss tensor, instead of filling `stats` and returning the loss, which would make the
+  // host wait for the GPU at every chunk. The caller reads the sums once, after the step.
+  DeviceLossStats* device_stats = nullptr;
 };
 
 // Layer-defined boundary state: e.g. GDN = {S, conv prefix q, k, v}; empty when stateless.

@@ -1,5 +1,6 @@
 #include "pipeline/pipeline.h"
 
+#include <condition_variable>
 #include <exception>
 #include <mutex>
 #include <new>
@@ -10,12 +11,78 @@
 
 namespace stateflow {
 
+// A thread that runs one stage's jobs, one at a time, until it is destroyed.
+class StageThread {
+ public:
+  StageThread() : thread_([this] { loop(); }) {}
+  ~StageThread() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  // Hands the thread a job, which must not throw, and returns at once.
+  void start(std::function<void()> job) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      job_ = std::move(job);
+    }
+    cv_.notify_all();
+  }
+  // Returns when the job handed over last is done.
+  void wait() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return !job_; });
+  }
+
+ private:
+  void loop() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return job_ || stop_; });
+      if (!job_) return;
+      lock.unlock();
+      job_();  // nobody else changes job_ until it is cleared
+      lock.lock();
+      job_ = nullptr;
+      cv_.notify_all();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::function<void()> job_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members it uses exist
+};
+
 Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints)
     : cfg_(cfg), endpoints_(std::move(endpoints)) {
   SF_CHECK(!endpoints_.empty(), "a pipeline needs at least one stage to run");
   if (endpoints_.size() > 1) set_blas_threads(1);
   stages_.resize(endpoints_.size());
-  run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
+  // A lone stage that the transport does not place on a GPU stays on the caller's thread:
+  // MPI, initialised FUNNELED, must be called from the main thread.
+  if (endpoints_.size() > 1 || endpoints_[0]->cuda_device() >= 0)
+    for (size_t i = 0; i < endpoints_.size(); ++i) threads_.push_back(std::make_unique<StageThread>());
+  try {
+    run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
+  } catch (...) {
+    destroy_stages();  // those that were built
+    throw;
+  }
+}
+
+Pipeline::~Pipeline() { destroy_stages(); }
+
+void Pipeline::destroy_stages() {
+  // The endpoints first: messages a failed step left there hold memory charged to a stage's
+  // tracker. Then each stage goes on its own thread, which drives its GPU (a stage on the
+  // caller's thread goes with stages_).
+  endpoints_.clear();
+  for (size_t i = 0; i < threads_.size(); ++i) threads_[i]->start([this, i] { stages_[i].reset(); });
+  for (auto& t : threads_) t->wait();
 }
 
 void Pipeline::run_all(const std::function<void(int)>& fn) {
@@ -37,13 +104,9 @@ void Pipeline::run_all(const std::function<void(int)>& fn) {
       endpoints_[i]->abort(e.what());
     }
   };
-  if (endpoints_.size() == 1) {
-    guarded(0);
-  } else {
-    std::vector<std::thread> threads;
-    for (int i = 0; i < int(endpoints_.size()); ++i) threads.emplace_back(guarded, i);
-    for (auto& t : threads) t.join();
-  }
+  if (threads_.empty()) guarded(0);
+  for (int i = 0; i < int(threads_.size()); ++i) threads_[i]->start([&guarded, i] { guarded(i); });
+  for (auto& t : threads_) t->wait();
   if (first) std::rethrow_exception(first);
 }
 
@@ -86,7 +149,7 @@ double Pipeline::sum_over_processes(double v) {
 }
 
 void Pipeline::zero_grads() {
-  for (auto& s : stages_) s->zero_grads();
+  run_all([&](int i) { stages_[i]->zero_grads(); });
 }
 
 std::vector<Stage*> Pipeline::stages() {

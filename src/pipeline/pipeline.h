@@ -1,6 +1,9 @@
 // The stages this process runs, each on its own thread: all P of them with the in-process
 // transport, or one with MPI. A failure on any stage aborts the transport, so the others stop
-// waiting, and the first (root-cause) error is rethrown here.
+// waiting, and the first (root-cause) error is rethrown here. Each stage keeps its thread for
+// the pipeline's lifetime (built, run and destroyed there): a GPU stage's current device,
+// cuBLAS handle and streams are per-thread state. A lone stage not placed on a GPU by its
+// transport (MPI) runs on the caller's thread instead.
 #pragma once
 #include <functional>
 #include <memory>
@@ -19,10 +22,15 @@ struct PipelineStepResult {
   double bubble_fraction = 0;           // 1 - sum(busy) / (P * makespan), all stages
 };
 
+class StageThread;
+
 class Pipeline {
  public:
   // endpoints: one transport per stage run here (their ranks say which stages).
   Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints);
+  ~Pipeline();
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
   PipelineStepResult forward_backward(const Batch& batch);
   // Global gradient norm over all stages: NaN or Inf when any grad is.
   double grad_norm();
@@ -46,13 +54,16 @@ class Pipeline {
   double sum_over_processes(double v);
 
  private:
-  // Runs fn(stage i) for every local stage concurrently; rethrows the root-cause error.
+  // Runs fn(i) on local stage i's thread, for every stage concurrently; rethrows the
+  // root-cause error.
   void run_all(const std::function<void(int)>& fn);
+  void destroy_stages();
   PipelineConfig cfg_;
   // Declared before the endpoints so that it is destroyed after them: messages a failed step
   // left in a transport hold memory charged to a stage's tracker.
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<Transport>> endpoints_;
+  std::vector<std::unique_ptr<StageThread>> threads_;  // one per local stage, or none
 };
 
 // The in-process pipeline: all stages, one thread each, local transport.

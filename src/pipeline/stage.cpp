@@ -2,19 +2,31 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <map>
 
 #include "pipeline/check.h"
 #include "pipeline/lower.h"
 #include "pipeline/partition.h"
+#include "train/device_ops.h"
 #include "train/units.h"
 
 namespace stateflow {
 
 Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
-    : cfg_(cfg), rank_(rank), transport_(transport), tracker_("stage " + std::to_string(rank)) {
+    : cfg_(cfg),
+      rank_(rank),
+      transport_(transport),
+      tracker_("stage " + std::to_string(rank)),
+      device_memory_{tracker_, cfg.device} {
   SF_CHECK(transport.world_size() == cfg.stages, "the transport has ", transport.world_size(),
            " ranks but --stages is ", cfg.stages, "; launch one process per stage (mpirun -n ", cfg.stages, ")");
+  if (const int gpu = transport.cuda_device(); gpu >= 0) {
+    SF_CHECK(cfg.device == Device::CUDA, "the ", transport.name(), " transport runs stage ", rank, " on GPU ", gpu,
+             ": use --device cuda");
+    init_device(Device::CUDA);
+    device_backend(Device::CUDA).use_device(gpu);  // before anything of the stage is allocated
+  }
   const int N = static_cast<int>(cfg.chunk_lengths.size());
   Schedule s = make_schedule(cfg.schedule, cfg.stages, cfg.microbatches, N);
   CheckResult check = check_schedule(s);
@@ -25,9 +37,40 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
   model_ = std::make_unique<Model>(cfg.model, cfg.dtype, begin, end, cfg.device);
   executor_ = std::make_unique<StageExecutor>(model_->layers(), begin, cfg.recompute);
   optimizer_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
+  if (cfg.device != Device::CPU) clock_ = device_backend(cfg.device).make_clock();
+}
+
+Stage::DeviceMemoryRelease::~DeviceMemoryRelease() {
+  if (device != Device::CPU && device_available(device)) device_backend(device).release_memory(tracker);
+}
+
+// The step's loss statistics that GPU loss layers added up on the device (one read per step).
+static LossStats read_device_loss_stats(const Tensor& sums, int64_t vocab) {
+  DeviceLossStats d;
+  const Tensor host = sums.to(Device::CPU);
+  std::memcpy(&d, host.raw(), sizeof d);
+  SF_CHECK(d.bad_targets == 0, "cross_entropy: ", d.bad_targets, " targets are outside [0, ", vocab,
+           ") and are not the ignore value -1 (check the tokenizer against the model's vocab_size)");
+  LossStats s;
+  s.loss_sum = d.loss_sum, s.correct = int64_t(d.correct), s.counted = int64_t(d.counted);
+  return s;
+}
+
+// Replaces the host times of a step by the device's: marks[k] are the device marks around
+// action k of r.timeline, mark 0 is the step start and end_mark its end.
+static void take_device_times(DeviceClock& clock, const std::vector<std::pair<int, int>>& marks, int end_mark,
+                              StageStepResult& r) {
+  r.busy_s = 0;
+  for (size_t k = 0; k < marks.size(); ++k) {
+    TimedAction& t = r.timeline[k];
+    t.start = clock.seconds_between(0, marks[k].first), t.end = clock.seconds_between(0, marks[k].second);
+    if (is_compute(t.action)) r.busy_s += t.end - t.start;
+  }
+  r.wall_s = clock.seconds_between(0, end_mark);
 }
 
 void Stage::zero_grads() {
+  TrackerScope scope(tracker_);
   std::vector<Param*> p = model_->params();
   stateflow::zero_grads(p);
 }
@@ -49,9 +92,19 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
     return t;
   };
 
+  // On a GPU the loss layer adds the loss statistics up on the device: no wait per chunk.
+  const bool gpu = cfg_.device != Device::CPU;
+  static_assert(sizeof(DeviceLossStats) % sizeof(double) == 0);
+  const int64_t stats_words = sizeof(DeviceLossStats) / sizeof(double);
+  const Tensor device_stats =
+      gpu && last ? Tensor::zeros({stats_words}, DType::F64, MemCategory::Other, cfg_.device) : Tensor();
+  // The GPU is idle when the stages line up, so its first mark is the step start.
+  if (gpu) device_backend(cfg_.device).synchronize();
   transport_.all_reduce_sum(0);  // line the stages up so their clocks start together
   const auto t0 = std::chrono::steady_clock::now();
   auto now = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); };
+  std::vector<std::pair<int, int>> marks;  // GPU: the device marks around each action
+  if (gpu) clock_->clear(), clock_->mark();
   CategoryScope activations(MemCategory::Activations);
   // A message of unit (m,c), activation or gradient alike: [rows of the microbatch's chunk,
   // d_model] in the activation type (bf16 on the GPU) on the stage's device.
@@ -70,6 +123,7 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
     const MessageTag tag{a.payload, a.microbatch, a.chunk};
     const int p = a.payload == Payload::Activation ? 0 : 1;
     const double start = now();
+    const int start_mark = gpu ? clock_->mark() : -1;
     switch (a.op) {
       case Op::Recv:
         received[p][key] = transport_.recv(a.peer, tag, spec(a.chunk));
@@ -79,11 +133,12 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
         break;
       case Op::Forward: {
         Unit& u = units[key] = plan.make_unit(a.microbatch, a.chunk, &stats);
+        if (device_stats.defined()) u.ctx.device_stats = reinterpret_cast<DeviceLossStats*>(device_stats.raw());
         Tensor y = executor_->forward(u.ctx, first ? u.tokens : take(received[0], key));
-        if (last)
-          r.loss += y.item();
-        else
+        if (!last)
           to_send[0][key] = y;
+        else if (!gpu)
+          r.loss += y.item();  // a GPU adds it up on the device
         break;
       }
       case Op::Backward: {
@@ -97,12 +152,23 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
     }
     if (batch_ends) transport_.end_batch();
     r.timeline.push_back({a, start, now()});  // receives show how long a stage waited
+    if (gpu) marks.emplace_back(start_mark, clock_->mark());
     if (is_compute(a)) r.busy_s += r.timeline.back().end - start;
   }
   transport_.flush();
-  // Device kernels run asynchronously: the step ends when they are done.
-  if (cfg_.device != Device::CPU) device_backend(cfg_.device).synchronize();
-  r.wall_s = now();
+  if (gpu) {
+    // Device kernels run asynchronously: the step ends when they are done, and the device
+    // marks give the times of the work rather than of its launch.
+    const int end_mark = clock_->mark();
+    device_backend(cfg_.device).synchronize();
+    take_device_times(*clock_, marks, end_mark, r);
+    if (last) {
+      stats = read_device_loss_stats(device_stats, cfg_.model.vocab_size);
+      r.loss = stats.loss_sum * plan.loss_scale();
+    }
+  } else {
+    r.wall_s = now();
+  }
   SF_CHECK(executor_->units_in_flight() == 0, "engine: stage ", rank_, " ended the step with units in flight");
   // Only the last stage computed the loss; every stage reports the step's totals.
   r.loss = transport_.all_reduce_sum(r.loss);
@@ -116,6 +182,7 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
 }
 
 double Stage::grad_norm() {
+  TrackerScope scope(tracker_);  // device reductions take scratch memory
   return std::sqrt(transport_.all_reduce_sum(grad_sq_sum(model_->params())));
 }
 
@@ -130,9 +197,10 @@ static bool all_finite(const Tensor& t) {
 }
 
 std::string Stage::last_nonfinite_grad() {
+  TrackerScope scope(tracker_);
   std::vector<Param*> params = model_->params();
   for (auto it = params.rbegin(); it != params.rend(); ++it)
-    if (!all_finite((*it)->grad)) return (*it)->name;
+    if (!all_finite((*it)->grad.on_host() ? (*it)->grad : (*it)->grad.to(Device::CPU))) return (*it)->name;
   return "";
 }
 

@@ -1,6 +1,7 @@
 // One pipeline stage: it builds and owns its slice of the model (weights, grads, optimizer
 // state, all counted on its own memory tracker), and interprets its lowered action list for
-// a step: receive, forward, send, backward, in the order the schedule gives.
+// a step: receive, forward, send, backward, in the order the schedule gives. On a GPU a stage
+// lives on one thread, which drives its GPU: build it, run it and destroy it there.
 #pragma once
 #include <memory>
 #include <string>
@@ -31,11 +32,14 @@ struct PipelineConfig {
   bool recompute = false;    // full recomputation per layer (keep layer inputs, not stashes)
 };
 
+// On a GPU the times are the device's (CUDA events on the compute stream around every action,
+// seconds from an event at the step start): kernels run asynchronously, so host clocks would
+// time their launches. A stage waiting for data then shows up as time before its next compute.
 struct StageStepResult {
   double loss = 0;  // the step's mean loss (all stages agree: it is all-reduced)
   LossStats stats;  // all-reduced
   std::vector<TimedAction> timeline;  // this stage's actions (sends/receives too), seconds from step start
-  double busy_s = 0;                  // time in compute actions
+  double busy_s = 0;                  // time in compute actions (sum of their durations)
   double wall_s = 0;                  // from the step start to this stage's last action end
   double makespan_s = 0;              // max wall_s over all stages (all-reduced)
   double total_busy_s = 0;            // sum of busy_s over all stages (all-reduced)
@@ -45,9 +49,14 @@ struct StageStepResult {
 
 class Stage {
  public:
-  // Builds the stage's layers under its own tracker. The schedule is generated, checked and
+  // Builds the stage's layers under its own tracker, on the transport's GPU for this rank when
+  // it names one (selected for the calling thread). The schedule is generated, checked and
   // lowered here; an invalid shape (P, M, N) throws with the checker's explanation.
+  // Destroying a stage returns its device memory to the driver: its tensors must all be gone
+  // by then, messages left in a transport too.
   Stage(const PipelineConfig& cfg, int rank, Transport& transport);
+  Stage(const Stage&) = delete;
+  Stage& operator=(const Stage&) = delete;
   // Runs every action of one step for this stage. Grads accumulate (zero them before).
   StageStepResult forward_backward(const Batch& batch);
   // Global gradient norm over all stages (all-reduced): NaN or Inf when any grad is.
@@ -71,10 +80,19 @@ class Stage {
   int rank_;
   Transport& transport_;
   MemoryTracker tracker_;
+  // Gives the tracker's device memory back when the stage goes, also when its constructor
+  // fails: declared after the tracker and before every member holding tensors, so it runs
+  // after their destructors and before the tracker's.
+  struct DeviceMemoryRelease {
+    MemoryTracker& tracker;
+    Device device;
+    ~DeviceMemoryRelease();
+  } device_memory_;
   Schedule lowered_;
   std::unique_ptr<Model> model_;
   std::unique_ptr<StageExecutor> executor_;
   std::unique_ptr<AdamW> optimizer_;
+  std::unique_ptr<DeviceClock> clock_;  // GPU stages: times the actions
 };
 
 }  // namespace stateflow

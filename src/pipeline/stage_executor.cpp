@@ -30,7 +30,7 @@ Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
     if (!last_chunk && !out.empty()) states_.put(id, ctx.microbatch, ctx.chunk, std::move(out));
   }
   const int64_t bytes = current_tracker().snapshot().current_of(MemCategory::Activations) - before -
-                        (h.category() == MemCategory::Activations ? int64_t(h.nbytes()) : 0);
+                        (h.defined() && h.category() == MemCategory::Activations ? int64_t(h.nbytes()) : 0);
   unit.bytes = bytes;
   stash_[key] = std::move(unit);
   stash_bytes_ += bytes;
@@ -45,6 +45,7 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
   UnitStash& unit = it->second;
   ChunkCtx again = ctx;
   again.stats = nullptr;  // a recomputed forward must not count the loss twice
+  again.device_stats = nullptr;
   Tensor g = dy;
   for (size_t j = layers_.size(); j-- > 0;) {
     const int id = first_layer_ + static_cast<int>(j);

@@ -23,7 +23,8 @@ class StageExecutor {
   // layers: this stage's slice; first_layer: its index in the whole model (state keys).
   StageExecutor(std::vector<Layer*> layers, int first_layer, bool recompute = false);
   // x: token ids on the first stage, hidden states otherwise. Returns the hidden states for
-  // the next stage, or the unit's loss (1 element) on the last stage.
+  // the next stage, or the unit's loss (1 element) on the last stage (nothing when the loss
+  // layer adds it to ctx.device_stats instead).
   Tensor forward(const ChunkCtx& ctx, const Tensor& x);
   // dy: gradient of this stage's output (ignored on the last stage, where the loss starts
   // backprop). Returns the gradient of the stage input (undefined on the first stage).

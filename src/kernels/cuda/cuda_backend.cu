@@ -2,9 +2,11 @@
 
 #include <cuda_runtime.h>
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
+#include <vector>
 
 #include "core/device.h"
 #include "kernels/cuda/cuda_check.h"
@@ -13,6 +15,40 @@ namespace stateflow {
 
 namespace {
 
+int current_gpu() {
+  int d = 0;
+  cuda_check(cudaGetDevice(&d), "cudaGetDevice");
+  return d;
+}
+
+// CUDA events on the thread's compute stream, created on first use and reused after clear().
+class CudaClock final : public DeviceClock {
+ public:
+  ~CudaClock() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);  // destructors must not throw
+  }
+  int mark() override {
+    if (used_ == events_.size()) {
+      cudaEvent_t e = nullptr;
+      cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+      events_.push_back(e);
+    }
+    cuda_check(cudaEventRecord(events_[used_], cublas_for_thread().stream()), "cudaEventRecord");
+    return int(used_++);
+  }
+  double seconds_between(int from, int to) override {
+    cuda_check(cudaEventSynchronize(events_.at(to)), "cudaEventSynchronize");
+    float ms = 0;
+    cuda_check(cudaEventElapsedTime(&ms, events_.at(from), events_.at(to)), "cudaEventElapsedTime");
+    return ms * 1e-3;
+  }
+  void clear() override { used_ = 0; }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+  size_t used_ = 0;
+};
+
 class CudaBackend final : public DeviceBackend {
  public:
   void* allocate(size_t bytes, MemCategory c, MemoryTracker& t) override {
@@ -20,24 +56,58 @@ class CudaBackend final : public DeviceBackend {
     if (p) cuda_check(cudaMemset(p, 0, bytes), "cudaMemset (zero-fill of a new device tensor)");
     return p;
   }
-  void free(void* p, size_t, MemCategory, MemoryTracker& t) override { allocator_for(t).free(p); }
+  void free(void* p, size_t, MemCategory, MemoryTracker& t) override {
+    if (!p) return;
+    DeviceAllocator* owner = nullptr;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = allocators_.find(&t);
+      SF_CHECK(it != allocators_.end(), "CUDA backend: a device tensor of tracker '", t.name(),
+               "' outlived the release of that tracker's device memory");
+      // Usually one GPU per tracker; otherwise the allocator that handed p out.
+      for (auto& per_gpu : it->second)
+        if (it->second.size() == 1 || per_gpu.second->owns(p)) owner = per_gpu.second.get();
+    }
+    SF_CHECK(owner != nullptr, "CUDA backend: pointer ", p, " was not allocated for tracker '", t.name(), "'");
+    owner->free(p);
+  }
   void zero(void* p, size_t bytes) override { cuda_check(cudaMemset(p, 0, bytes), "cudaMemset"); }
   void copy(void* dst, Device, const void* src, Device, size_t bytes) override {
-    // Unified addressing tells the direction from the pointers.
+    // Unified addressing tells the direction (and the GPUs) from the pointers.
     cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy (tensor copy)");
   }
   void synchronize() override { cuda_check(cudaDeviceSynchronize(), "cudaDeviceSynchronize"); }
+  void use_device(int index) override { use_cuda_device(index); }
+  void release_memory(MemoryTracker& t) override {
+    std::map<int, std::unique_ptr<DeviceAllocator>> released;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = allocators_.find(&t);
+      if (it == allocators_.end()) return;
+      released = std::move(it->second);
+      allocators_.erase(it);
+    }
+    // Destroyed outside the lock: each returns its blocks to the driver of its own GPU.
+  }
+  std::unique_ptr<DeviceClock> make_clock() override { return std::make_unique<CudaClock>(); }
 
   DeviceAllocator& allocator_for(MemoryTracker& t) {
+    const int gpu = current_gpu();
     std::lock_guard<std::mutex> lock(mu_);
-    auto& a = allocators_[&t];
+    auto& a = allocators_[&t][gpu];
     if (!a) a = std::make_unique<DeviceAllocator>(t);
     return *a;
+  }
+  int allocator_count() {
+    std::lock_guard<std::mutex> lock(mu_);
+    int n = 0;
+    for (auto& per_tracker : allocators_) n += int(per_tracker.second.size());
+    return n;
   }
 
  private:
   std::mutex mu_;
-  std::unordered_map<MemoryTracker*, std::unique_ptr<DeviceAllocator>> allocators_;
+  std::unordered_map<MemoryTracker*, std::map<int, std::unique_ptr<DeviceAllocator>>> allocators_;
 };
 
 // Never destroyed: tensors held by static objects may be released after main() returns, and
@@ -59,16 +129,30 @@ void init_cuda_backend() {
   });
 }
 
+void use_cuda_device(int gpu) {
+  init_cuda_backend();
+  int n = 0;
+  cuda_check(cudaGetDeviceCount(&n), "cudaGetDeviceCount");
+  SF_CHECK(gpu >= 0 && gpu < n, "GPU ", gpu, " was asked for, but this machine has ", n,
+           " (0 to ", n - 1, "): run one stage per GPU, with at most as many stages as GPUs");
+  cuda_check(cudaSetDevice(gpu), "cudaSetDevice");
+}
+
 DeviceAllocator& cuda_allocator_for(MemoryTracker& t) {
   SF_CHECK(g_backend != nullptr, "cuda_allocator_for: call init_cuda_backend() first");
   return g_backend->allocator_for(t);
 }
 
+int cuda_allocator_count() { return g_backend ? g_backend->allocator_count() : 0; }
+
 DeviceBuffer cuda_scratch(size_t bytes) { return DeviceBuffer(cuda_allocator_for(current_tracker()), bytes, MemCategory::Other); }
 
 const CublasGemm& cublas_for_thread() {
-  thread_local CublasGemm gemm(nullptr);
-  return gemm;
+  // One handle per GPU the thread has used: a handle and its workspace belong to one GPU.
+  thread_local std::map<int, std::unique_ptr<CublasGemm>> per_gpu;
+  auto& g = per_gpu[current_gpu()];
+  if (!g) g = std::make_unique<CublasGemm>(nullptr);
+  return *g;
 }
 
 }  // namespace stateflow

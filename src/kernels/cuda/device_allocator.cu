@@ -12,7 +12,27 @@ constexpr size_t kSmallLimit = size_t(1) << 20;
 constexpr int kClassesPerDoubling = 8;
 
 size_t round_up(size_t x, size_t step) { return (x + step - 1) / step * step; }
+
+// Makes `gpu` current for a scope, so that blocks go back to the GPU they came from whichever
+// thread releases them. Errors are ignored: destructors use it.
+class GpuScope {
+ public:
+  explicit GpuScope(int gpu) : gpu_(gpu) {
+    cudaGetDevice(&prev_);
+    if (prev_ != gpu_) cudaSetDevice(gpu_);
+  }
+  ~GpuScope() {
+    if (prev_ != gpu_) cudaSetDevice(prev_);
+  }
+
+ private:
+  int gpu_, prev_ = 0;
+};
 }  // namespace
+
+DeviceAllocator::DeviceAllocator(MemoryTracker& tracker) : tracker_(tracker), device_(0) {
+  cuda_check(cudaGetDevice(&device_), "cudaGetDevice");
+}
 
 size_t DeviceAllocator::size_class(size_t bytes) {
   if (bytes <= kSmallLimit) return round_up(bytes, kSmallStep);
@@ -23,6 +43,7 @@ size_t DeviceAllocator::size_class(size_t bytes) {
 
 DeviceAllocator::~DeviceAllocator() {
   // Destructors must not throw: errors here (e.g. a context already torn down) are ignored.
+  GpuScope on(device_);
   for (auto& [p, b] : live_) {
     cudaFree(p);
     tracker_.sub(b.category, int64_t(b.requested));
@@ -100,10 +121,16 @@ void DeviceAllocator::release_cached() {
 }
 
 void DeviceAllocator::release_cached_locked() {
+  GpuScope on(device_);
   for (auto& [size, blocks] : free_)
     for (void* p : blocks) cuda_check(cudaFree(p), "cudaFree");
   free_.clear();
   stats_.cached = 0;
+}
+
+bool DeviceAllocator::owns(void* p) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return live_.count(p) > 0;
 }
 
 DeviceAllocator::Stats DeviceAllocator::stats() const {

@@ -8,9 +8,10 @@
 // block is at most 12.5 % larger than asked. Free lists are last-in-first-out: the same
 // sequence of calls gets the same blocks. All methods may be called from any thread.
 //
-// A freed block may be handed out again at once. That is safe for work ordered on one stream
-// (the usual case: a stage's kernels run on its stream); a caller that frees memory still in
-// use on another stream must synchronise first.
+// An allocator belongs to the GPU current when it was made, and returns blocks to that GPU
+// from any thread. A freed block may be handed out again at once. That is safe for work
+// ordered on one stream (the usual case: a stage's kernels run on its stream); a caller that
+// frees memory still in use on another stream must synchronise first.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -25,7 +26,7 @@ namespace stateflow {
 
 class DeviceAllocator {
  public:
-  explicit DeviceAllocator(MemoryTracker& tracker) : tracker_(tracker) {}
+  explicit DeviceAllocator(MemoryTracker& tracker);
   ~DeviceAllocator();  // returns every block, cached or not, to the driver
   DeviceAllocator(const DeviceAllocator&) = delete;
   DeviceAllocator& operator=(const DeviceAllocator&) = delete;
@@ -38,6 +39,8 @@ class DeviceAllocator {
   void free(void* p);
   // Returns every cached (free) block to the driver.
   void release_cached();
+  // Whether p is a block this allocator handed out and that is not freed yet.
+  bool owns(void* p) const;
 
   struct Stats {
     int64_t in_use = 0;          // bytes of blocks handed out (whole size classes)
@@ -61,6 +64,7 @@ class DeviceAllocator {
   void release_cached_locked();
 
   MemoryTracker& tracker_;
+  int device_;  // the GPU the blocks live on
   mutable std::mutex mu_;
   std::unordered_map<void*, Block> live_;
   std::map<size_t, std::vector<void*>> free_;  // size class -> free blocks
