@@ -42,10 +42,10 @@ class LoggingTransport : public LocalTransport {
     log_.record(rank());
     LocalTransport::send(peer, tag, t);
   }
-  Tensor recv(int peer, const MessageTag& tag) override {
+  Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override {
     log_.record(rank());
     if (fail_receives) fail("injected receive failure on stage ", rank());
-    return LocalTransport::recv(peer, tag);
+    return LocalTransport::recv(peer, tag, spec);
   }
   double all_reduce_sum(double v) override {
     log_.record(rank());
