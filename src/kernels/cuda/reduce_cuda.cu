@@ -5,33 +5,33 @@
 namespace stateflow {
 namespace {
 
-constexpr int kCols = 32;    // columns per block (one warp wide: coalesced rows of partials)
-constexpr int kGroups = 16;  // groups of parts per column; fixed, so the order never changes
+constexpr int kThreads = 128;  // one column per thread: coalesced rows of partials
 
-__global__ void add_partial_sums_kernel(const float* partials, int64_t parts, int64_t width, float* out) {
-  __shared__ float group_sum[kGroups][kCols];
-  const int64_t j = int64_t(blockIdx.x) * kCols + threadIdx.x;
-  const int64_t per_group = (parts + kGroups - 1) / kGroups;
-  const int64_t p0 = threadIdx.y * per_group, p1 = min(parts, p0 + per_group);
-  float s = 0.f;
-  if (j < width)
-    for (int64_t p = p0; p < p1; ++p) s += partials[p * width + j];
-  group_sum[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < width) {
-    float total = 0.f;
-    for (int g = 0; g < kGroups; ++g) total += group_sum[g][threadIdx.x];
-    out[j] += total;
-  }
+// The walk over the blocks is sequential per column (that is the point: one fixed order of
+// additions); the loads do not depend on the sum, so they run ahead of it.
+__global__ void add_token_block_partials_kernel(const float* partials, int64_t batch, int64_t blocks,
+                                                int64_t seq_stride, int64_t segs, int64_t width, float* out) {
+  const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (j >= width) return;
+  float acc = out[j];
+  for (int64_t k = blocks - 1; k >= 0; --k)
+    for (int64_t b = batch - 1; b >= 0; --b) {
+      const float* p = partials + (b * seq_stride + k) * segs * width + j;
+      float s = 0.f;
+      for (int64_t q = 0; q < segs; ++q) s += p[q * width];
+      acc += s;
+    }
+  out[j] = acc;
 }
 
 }  // namespace
 
-void add_partial_sums_cuda(const float* partials, int64_t parts, int64_t width, float* out, cudaStream_t stream) {
-  if (width == 0 || parts == 0) return;
-  const dim3 block(kCols, kGroups), grid(unsigned((width + kCols - 1) / kCols));
-  add_partial_sums_kernel<<<grid, block, 0, stream>>>(partials, parts, width, out);
-  cuda_check_launch("add_partial_sums_kernel");
+void add_token_block_partials_cuda(const float* partials, int64_t batch, int64_t blocks, int64_t seq_stride,
+                                   int64_t segs, int64_t width, float* out, cudaStream_t stream) {
+  if (width == 0 || batch == 0 || blocks == 0) return;
+  add_token_block_partials_kernel<<<unsigned((width + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      partials, batch, blocks, seq_stride, segs, width, out);
+  cuda_check_launch("add_token_block_partials_kernel");
 }
 
 }  // namespace stateflow
