@@ -27,7 +27,8 @@ TYPED_TEST(GdnGatesCuda, MatchesCpuAndIsRepeatable) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  for (const auto& [rows, heads, batch] : {std::tuple<int64_t, int64_t, int64_t>{2500, 16, 2}, {77, 3, 1}}) {
+  for (const auto& shape : {std::tuple<int64_t, int64_t, int64_t>{2500, 16, 2}, {77, 3, 1}}) {
+    const int64_t rows = std::get<0>(shape), heads = std::get<1>(shape), batch = std::get<2>(shape);
     SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads));
     const int64_t n = rows * heads;
     const Vec a = rounded<A>(normal_vec(rng, n, 2.0)), b = rounded<A>(normal_vec(rng, n, 2.0));

@@ -86,7 +86,10 @@ TEST(ModelCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
 
 std::string lengths_name(const std::vector<int64_t>& lengths) {
   std::string s;
-  for (int64_t l : lengths) s += (s.empty() ? "" : "+") + std::to_string(l);
+  for (int64_t l : lengths) {
+    if (!s.empty()) s += '+';
+    s += std::to_string(l);
+  }
   return s;
 }
 
