@@ -182,9 +182,14 @@ int main(int argc, char** argv) {
              time_ms([&] { linear_forward_cuda<bf16, bf16>(g, x, W, y, rows, in, out); }, reps), 2 * elems, flops);
       report("gemm bwd  dx += dy W^T (bf16)", s,
              time_ms([&] { linear_backward_data_cuda<bf16, bf16>(g, y, W, dx, rows, in, out); }, reps), 2 * elems + 2 * rows * in, flops);
-      report("gemm bwd  dW += x^T dy (fp32, token order)", s,
-             time_ms([&] { linear_backward_weight_cuda<bf16>(g, x, y, dW, rows, in, out, 1); }, reps),
-             2.0 * double(rows * in + rows * out) + 8.0 * double(in * out), flops);
+      const WeightGradOperands<bf16> ops{x, in, rows * in, y, out, rows * out};
+      for (const auto& variant : {std::pair{"gemm bwd  dW += x^T dy (token order, 128x256)", WeightGradTile::Wide},
+                                  std::pair{"gemm bwd  dW += x^T dy (token order, 128x128)", WeightGradTile::Narrow}}) {
+        const WeightGradTile tile = variant.second;
+        report(variant.first, s,
+               time_ms([&] { weight_grad_cuda<bf16>(ops, dW, 1, rows, in, out, nullptr, tile); }, reps),
+               2.0 * double(rows * in + rows * out) + 8.0 * double(in * out), flops);
+      }
       report("gemm bwd  dW += x^T dy (cuBLASLt, ref)", s,
              time_ms([&] { gemm_cuda<bf16, float>(g, true, false, in, out, rows, 1.f, x, in, y, out, 1.f, dW, out); }, reps),
              2.0 * double(rows * in + rows * out) + 8.0 * double(in * out), flops);

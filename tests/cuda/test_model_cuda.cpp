@@ -6,7 +6,9 @@
 // fp64 CPU model is at most twice the unchunked run's.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
+#include <string>
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -127,8 +129,20 @@ TEST(ModelCuda, ChunksAtMultiplesOf64AreBitwiseTheUnchunkedStep) {
   }
 }
 
-// Boundaries off the multiples of 64: the split run's error against the fp64 CPU model (loss,
-// and the worst normwise gradient error) is at most twice the unsplit run's.
+// Mean over the parameters of the normwise relative gradient errors: stabler than the worst
+// one (the per-head gate vectors have 2 entries, so theirs is nearly a single rounding), yet a
+// lost boundary state, which puts O(1) errors in several parameters, moves it by far more than 2x.
+double mean_grad_error(Model& m, const StepResult& a, const StepResult& ref) {
+  auto params = m.params();
+  double sum = 0;
+  for (size_t i = 0; i < params.size(); ++i)
+    sum += max_rel_diff(a.grads[i].cast(DType::F64), ref.grads[i].cast(DType::F64));
+  return sum / double(params.size());
+}
+
+// Boundaries off the multiples of 64: the split run's error against the fp64 CPU model is at
+// most twice the unsplit run's (loss; mean gradient error). The loss is one number whose bf16
+// error can be near zero by chance, so its bound has a floor of 1e-4 relative.
 TEST(ModelCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
@@ -142,17 +156,19 @@ TEST(ModelCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   const StepResult ref = run_step(cpu, b, {T});
   const StepResult whole = run_step(gpu, b, {T});
-  const double whole_loss_err = std::abs(whole.loss - ref.loss) / std::abs(ref.loss);
-  const double whole_grad_err = worst_grad_error(gpu, whole, ref).first;
+  const double whole_loss_err = std::abs(whole.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
+  const double whole_grad_err = mean_grad_error(gpu, whole, ref);
   for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{77, 50, 73}, std::vector<int64_t>{100, 100},
                                               std::vector<int64_t>{64, 1, 135}}) {
     const StepResult got = run_step(gpu, b, lengths);
-    const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
-    const auto [grad_err, where] = worst_grad_error(gpu, got, ref);
-    std::printf("[ chunks %s vs fp64 CPU ] loss rel error %.2e (unsplit %.2e), worst gradient %.2e (unsplit %.2e, %s)\n",
-                lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, where.c_str());
-    EXPECT_LE(loss_err, 2 * whole_loss_err) << lengths_name(lengths);
-    EXPECT_LE(grad_err, 2 * whole_grad_err) << lengths_name(lengths) << ": " << where;
+    const double loss_err = std::abs(got.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
+    const double grad_err = mean_grad_error(gpu, got, ref);
+    const auto [worst, where] = worst_grad_error(gpu, got, ref);
+    std::printf("[ chunks %s vs fp64 CPU ] loss rel error %.2e (unsplit %.2e), mean gradient error %.2e (unsplit "
+                "%.2e), worst %.2e (%s)\n",
+                lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, worst, where.c_str());
+    EXPECT_LE(loss_err, 2 * std::max(whole_loss_err, 1e-4)) << lengths_name(lengths);
+    EXPECT_LE(grad_err, 2 * whole_grad_err) << lengths_name(lengths);
   }
 }
 

@@ -1,7 +1,8 @@
 // weight_grad_cuda (dW += x^T dy in a fixed token order) against the CPU triple loop in float64
 // on the same rounded inputs, on both paths (tensor cores: widths multiples of 8; the plain
 // kernel otherwise and for fp32); its chunk invariance (one call over the sequences equals
-// calls over 64-aligned pieces made last piece first, bitwise) and run-to-run repeatability.
+// calls over 64-aligned pieces made last piece first, bitwise), tile-shape independence and
+// run-to-run repeatability.
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/gemm.h"
@@ -34,20 +35,21 @@ Problem make_problem(Rng& rng, int64_t batch, int64_t len, int64_t in, int64_t o
 // Calls weight_grad_cuda on tokens [t0, t1) of every sequence, for each piece [t0, t1) in the
 // order given; returns dW.
 template <class In>
-std::vector<float> run_pieces(const Problem& p, const std::vector<std::pair<int64_t, int64_t>>& pieces) {
+std::vector<float> run_pieces(const Problem& p, const std::vector<std::pair<int64_t, int64_t>>& pieces,
+                              WeightGradTile tile = WeightGradTile::Auto) {
   Dev<In> x(p.x), dy(p.dy);
   Dev<float> dW(p.dW0);
   for (auto [t0, t1] : pieces) {
     const WeightGradOperands<In> ops{x.p + t0 * p.in, p.in, p.len * p.in, dy.p + t0 * p.out, p.out, p.len * p.out};
-    weight_grad_cuda<In>(ops, dW.p, p.batch, t1 - t0, p.in, p.out, nullptr);
+    weight_grad_cuda<In>(ops, dW.p, p.batch, t1 - t0, p.in, p.out, nullptr, tile);
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return dW.raw();
 }
 
 template <class In>
-std::vector<float> run_whole(const Problem& p) {
-  return run_pieces<In>(p, {{0, p.len}});
+std::vector<float> run_whole(const Problem& p, WeightGradTile tile = WeightGradTile::Auto) {
+  return run_pieces<In>(p, {{0, p.len}}, tile);
 }
 
 TYPED_TEST(WeightGradCuda, MatchesTheCpuReferenceOnBothPaths) {
@@ -60,14 +62,18 @@ TYPED_TEST(WeightGradCuda, MatchesTheCpuReferenceOnBothPaths) {
   for (auto [in, out] : {std::pair<int64_t, int64_t>{136, 200}, {256, 128}, {37, 5}}) {
     SCOPED_TRACE("in " + std::to_string(in) + " out " + std::to_string(out));
     const Problem p = make_problem<In>(rng, 2, 200, in, out);
-    const std::vector<float> got = run_whole<In>(p);
     Vec ref = p.dW0;
     linear_backward_weight<double>(p.x.data(), p.dy.data(), ref.data(), p.batch * p.len, in, out);
-    Vec got_d(got.begin(), got.end());
-    EXPECT_FALSE(has_nan(got_d));
-    // Every entry written: the increments are O(sqrt(rows)), far above the band.
-    const double err = rel_err(got_d, ref);
-    EXPECT_LE(err, tolerance<In>()) << "rel err " << err;
+    const std::vector<float> narrow = run_whole<In>(p, WeightGradTile::Narrow);
+    for (WeightGradTile tile : {WeightGradTile::Narrow, WeightGradTile::Wide}) {
+      const std::vector<float> got = run_whole<In>(p, tile);
+      Vec got_d(got.begin(), got.end());
+      EXPECT_FALSE(has_nan(got_d));
+      // Every entry written: the increments are O(sqrt(rows)), far above the band.
+      const double err = rel_err(got_d, ref);
+      EXPECT_LE(err, tolerance<In>()) << "rel err " << err << ", tile " << int(tile);
+      EXPECT_TRUE(bitwise_equal(got, narrow)) << "the tile shapes must give the same bits";
+    }
   }
 }
 

@@ -16,12 +16,17 @@ using cuda::Lay;
 
 constexpr int kStep = 64;  // tokens per step of the walk
 static_assert(kStep == kTokenBlock, "the walk's steps are the token blocks of the reductions");
-// CTA tile 128 x 128 of dW, four warps of 64 x 64, three stages of cp.async loads in flight.
-constexpr int kTileM = 128, kTileN = 128, kStages = 3, kThreads = 128;
-using XTile = cuda::Tile<kStep, kTileM>;    // [token][in]: dW's rows are x's columns (Lay::Col)
-using DyTile = cuda::Tile<kStep, kTileN>;   // [token][out]                        (Lay::Row)
-constexpr int kStageBytes = XTile::bytes + DyTile::bytes;
-constexpr int kSmemBytes = kStages * kStageBytes;
+// A CTA computes a 128 x (64 WN) tile of dW with 2 x WN warps of 64 x 64, loading STAGES
+// token steps ahead with cp.async. Wide tiles (WN = 4) halve the operand traffic per FLOP
+// from L2; narrow ones (WN = 2) fill the GPU when dW has few tiles. Every dW entry sees the
+// same mma.sync sequence either way, so both give the same bits.
+template <int WN>
+struct Shape {
+  static constexpr int tile_m = 128, tile_n = 64 * WN, threads = 64 * WN, stages = WN == 4 ? 4 : 3;
+  using XTile = cuda::Tile<kStep, tile_m>;   // [token][in]: dW's rows are x's columns (Lay::Col)
+  using DyTile = cuda::Tile<kStep, tile_n>;  // [token][out]                        (Lay::Row)
+  static constexpr int stage_bytes = XTile::bytes + DyTile::bytes, smem_bytes = stages * stage_bytes;
+};
 
 template <class In>
 struct Args {
@@ -42,28 +47,35 @@ __device__ Step step_at(int64_t s, int64_t batch, int64_t len) {
 }
 
 // Rows [0, n) and columns [c0, c0 + cols) ∩ [0, width) of g (row stride ld) into a tile; zeros elsewhere.
-template <class T>
+template <int NT, class T>
 __device__ void load_step(T tile, const bf16* g, int64_t ld, int n, int64_t c0, int64_t width, int tid) {
   constexpr int chunks = T::cols / 8;
-  for (int i = tid; i < T::rows * chunks; i += kThreads) {
+  for (int i = tid; i < T::rows * chunks; i += NT) {
     const int r = i / chunks, c = (i % chunks) * 8;
     const bool ok = r < n && c0 + c < width;
     cuda::cp_async16(tile.at(r, c), ok ? g + r * ld + c0 + c : g, ok);
   }
 }
 
-__global__ void __launch_bounds__(kThreads, 2) weight_grad_mma_kernel(Args<bf16> a) {
+template <int WN>
+__global__ void __launch_bounds__(Shape<WN>::threads, WN == 4 ? 1 : 2) weight_grad_mma_kernel(Args<bf16> a) {
+  using S = Shape<WN>;
+  constexpr int kStages = S::stages;
   extern __shared__ __align__(16) unsigned char smem[];
   const int tid = threadIdx.x, warp = tid / 32;
-  const int64_t m0 = int64_t(blockIdx.x) * kTileM, n0 = int64_t(blockIdx.y) * kTileN;
-  const int wm = (warp / 2) * 64, wn = (warp % 2) * 64;
-  auto x_tile = [&](int st) { return XTile{reinterpret_cast<bf16*>(smem + st * kStageBytes)}; };
-  auto dy_tile = [&](int st) { return DyTile{reinterpret_cast<bf16*>(smem + st * kStageBytes + XTile::bytes)}; };
+  const int64_t m0 = int64_t(blockIdx.x) * S::tile_m, n0 = int64_t(blockIdx.y) * S::tile_n;
+  const int wm = (warp / WN) * 64, wn = (warp % WN) * 64;
+  auto x_tile = [&](int st) { return typename S::XTile{reinterpret_cast<bf16*>(smem + st * S::stage_bytes)}; };
+  auto dy_tile = [&](int st) {
+    return typename S::DyTile{reinterpret_cast<bf16*>(smem + st * S::stage_bytes + S::XTile::bytes)};
+  };
   auto load = [&](int64_t s) {
     const Step p = step_at(s, a.batch, a.len);
     const int st = int(s % kStages);
-    load_step(x_tile(st), a.ops.x + p.b * a.ops.x_seq_stride + p.t0 * a.ops.ldx, a.ops.ldx, p.n, m0, a.in, tid);
-    load_step(dy_tile(st), a.ops.dy + p.b * a.ops.dy_seq_stride + p.t0 * a.ops.ldy, a.ops.ldy, p.n, n0, a.out, tid);
+    load_step<S::threads>(x_tile(st), a.ops.x + p.b * a.ops.x_seq_stride + p.t0 * a.ops.ldx, a.ops.ldx, p.n, m0,
+                          a.in, tid);
+    load_step<S::threads>(dy_tile(st), a.ops.dy + p.b * a.ops.dy_seq_stride + p.t0 * a.ops.ldy, a.ops.ldy, p.n, n0,
+                          a.out, tid);
   };
 #pragma unroll
   for (int s = 0; s < kStages - 1; ++s) {
@@ -109,6 +121,26 @@ __global__ void weight_grad_plain_kernel(Args<In> a) {
 
 bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+template <int WN>
+void launch_mma(const Args<bf16>& a, cudaStream_t stream) {
+  using S = Shape<WN>;
+  SF_CHECK((a.out + S::tile_n - 1) / S::tile_n <= 65535, "weight_grad_cuda: out = ", a.out,
+           " is too wide for one launch");
+  cuda_check(cudaFuncSetAttribute(weight_grad_mma_kernel<WN>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                  S::smem_bytes),
+             "cudaFuncSetAttribute (weight_grad_mma_kernel)");
+  const dim3 grid(unsigned((a.in + S::tile_m - 1) / S::tile_m), unsigned((a.out + S::tile_n - 1) / S::tile_n));
+  weight_grad_mma_kernel<WN><<<grid, S::threads, S::smem_bytes, stream>>>(a);
+  cuda_check_launch("weight_grad_mma_kernel");
+}
+
+int sm_count() {
+  int device = 0, n = 0;
+  cuda_check(cudaGetDevice(&device), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device), "cudaDeviceGetAttribute");
+  return n;
+}
+
 // Whether every 8-element run the tensor-core kernel loads is 16-byte aligned.
 template <class In>
 bool mma_loads_ok(const WeightGradOperands<In>& o, int64_t in, int64_t out) {
@@ -126,20 +158,18 @@ bool mma_loads_ok(const WeightGradOperands<In>& o, int64_t in, int64_t out) {
 
 template <class In>
 void weight_grad_cuda(const WeightGradOperands<In>& ops, float* dW, int64_t batch, int64_t len, int64_t in,
-                      int64_t out, cudaStream_t stream) {
+                      int64_t out, cudaStream_t stream, WeightGradTile tile) {
   SF_CHECK(batch >= 0 && len >= 0 && in >= 0 && out >= 0, "weight_grad_cuda: negative size (batch ", batch,
            ", len ", len, ", in ", in, ", out ", out, ")");
   if (batch == 0 || len == 0 || in == 0 || out == 0) return;
   const Args<In> a{ops, dW, batch, len, in, out, batch * token_blocks(len)};
   if constexpr (std::is_same_v<In, bf16>) {
     if (mma_loads_ok(ops, in, out) && reinterpret_cast<uintptr_t>(dW) % 8 == 0) {
-      SF_CHECK((in + kTileM - 1) / kTileM <= INT32_MAX && (out + kTileN - 1) / kTileN <= 65535,
-               "weight_grad_cuda: out = ", out, " is too wide for one launch");
-      cuda_check(cudaFuncSetAttribute(weight_grad_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes),
-                 "cudaFuncSetAttribute (weight_grad_mma_kernel)");
-      const dim3 grid(unsigned((in + kTileM - 1) / kTileM), unsigned((out + kTileN - 1) / kTileN));
-      weight_grad_mma_kernel<<<grid, kThreads, kSmemBytes, stream>>>(a);
-      cuda_check_launch("weight_grad_mma_kernel");
+      if (tile == WeightGradTile::Auto)  // wide tiles when they still give nearly every SM one
+        tile = (in + 127) / 128 * ((out + 255) / 256) * 10 >= sm_count() * 9 ? WeightGradTile::Wide
+                                                                                : WeightGradTile::Narrow;
+      if (tile == WeightGradTile::Wide) launch_mma<4>(a, stream);
+      else launch_mma<2>(a, stream);
       return;
     }
   }
@@ -149,8 +179,8 @@ void weight_grad_cuda(const WeightGradOperands<In>& ops, float* dW, int64_t batc
 }
 
 template void weight_grad_cuda<float>(const WeightGradOperands<float>&, float*, int64_t, int64_t, int64_t, int64_t,
-                                      cudaStream_t);
+                                      cudaStream_t, WeightGradTile);
 template void weight_grad_cuda<bf16>(const WeightGradOperands<bf16>&, float*, int64_t, int64_t, int64_t, int64_t,
-                                     cudaStream_t);
+                                     cudaStream_t, WeightGradTile);
 
 }  // namespace stateflow

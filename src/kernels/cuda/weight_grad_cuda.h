@@ -32,8 +32,12 @@ struct WeightGradOperands {
   int64_t ldy = 0, dy_seq_stride = 0;
 };
 
+// CTA tile of the tensor-core path: 128 x 256 (Wide) or 128 x 128 (Narrow) entries of dW;
+// Auto takes Wide when that still gives nearly every SM a tile. The results are the same bits.
+enum class WeightGradTile { Auto, Narrow, Wide };
+
 template <class In>
 void weight_grad_cuda(const WeightGradOperands<In>& ops, float* dW, int64_t batch, int64_t len, int64_t in,
-                      int64_t out, cudaStream_t stream);
+                      int64_t out, cudaStream_t stream, WeightGradTile tile = WeightGradTile::Auto);
 
 }  // namespace stateflow
