@@ -187,7 +187,7 @@ int main(int argc, char** argv) {
                                   std::pair{"gemm bwd  dW += x^T dy (token order, 128x128)", WeightGradTile::Narrow}}) {
         const WeightGradTile tile = variant.second;
         report(variant.first, s,
-               time_ms([&] { weight_grad_cuda<bf16>(ops, dW, 1, rows, in, out, nullptr, tile); }, reps),
+               time_ms([&] { weight_grad_cuda<bf16>(ops, dW, 1, rows, in, out, g.workspace(), g.workspace_bytes(), nullptr, tile); }, reps),
                2.0 * double(rows * in + rows * out) + 8.0 * double(in * out), flops);
       }
       report("gemm bwd  dW += x^T dy (cuBLASLt, ref)", s,

@@ -36,12 +36,13 @@ Problem make_problem(Rng& rng, int64_t batch, int64_t len, int64_t in, int64_t o
 // order given; returns dW.
 template <class In>
 std::vector<float> run_pieces(const Problem& p, const std::vector<std::pair<int64_t, int64_t>>& pieces,
-                              WeightGradTile tile = WeightGradTile::Auto) {
+                              WeightGradTile tile = WeightGradTile::Auto, size_t workspace_bytes = size_t(8) << 20) {
   Dev<In> x(p.x), dy(p.dy);
   Dev<float> dW(p.dW0);
+  Dev<char> ws(workspace_bytes);
   for (auto [t0, t1] : pieces) {
     const WeightGradOperands<In> ops{x.p + t0 * p.in, p.in, p.len * p.in, dy.p + t0 * p.out, p.out, p.len * p.out};
-    weight_grad_cuda<In>(ops, dW.p, p.batch, t1 - t0, p.in, p.out, nullptr, tile);
+    weight_grad_cuda<In>(ops, dW.p, p.batch, t1 - t0, p.in, p.out, ws.p, workspace_bytes, nullptr, tile);
   }
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   return dW.raw();
@@ -96,6 +97,22 @@ TYPED_TEST(WeightGradCuda, PiecesAtMultiplesOf64RunLastFirstAreBitwiseTheWholeCa
     const Problem q = make_problem<In>(rng, 3, 200, in, out);
     EXPECT_TRUE(bitwise_equal(run_pieces<In>(q, {{192, 200}, {64, 192}, {0, 64}}), run_whole<In>(q))) << "short tail";
   }
+}
+
+// The plain path forms the steps' partial sums as many at a time as the workspace holds: a
+// workspace of one or three steps' partials gives the same bits as one holding them all.
+TYPED_TEST(WeightGradCuda, PlainPathDoesNotDependOnTheWorkspaceSize) {
+  SKIP_WITHOUT_GPU();
+  using In = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem<In>(rng, 2, 300, 37, 5);  // 10 steps
+  const std::vector<float> roomy = run_whole<In>(p);
+  for (size_t steps : {size_t(1), size_t(3)})
+    EXPECT_TRUE(bitwise_equal(run_pieces<In>(p, {{0, p.len}}, WeightGradTile::Auto, steps * 37 * 5 * sizeof(float)),
+                              roomy))
+        << steps << " steps at a time";
 }
 
 TYPED_TEST(WeightGradCuda, RunsAreBitwiseRepeatable) {

@@ -195,7 +195,7 @@ void lm_head_cross_entropy_cuda(const CublasGemm& g, const In* x, const In* W, c
     cuda_check_launch("cross_entropy_stats_kernel");
     if (!dx) continue;
     const WeightGradOperands<In> ops{x + t0 * dim, dim, len * dim, dlogits, vocab, n * vocab};
-    weight_grad_cuda<In>(ops, dW, batch, n, dim, vocab, stream);
+    weight_grad_cuda<In>(ops, dW, batch, n, dim, vocab, g.workspace(), g.workspace_bytes(), stream);
     for (int64_t b = 0; b < batch; ++b)
       gemm_cuda<In, In>(g, false, true, n, dim, vocab, 1.f, dlogits + b * n * vocab, vocab, W, vocab, 0.f,
                         dx + (b * len + t0) * dim, dim);

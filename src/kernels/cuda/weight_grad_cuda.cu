@@ -102,20 +102,22 @@ __global__ void __launch_bounds__(Shape<WN>::threads, WN == 4 ? 1 : 2) weight_gr
   });
 }
 
-// One thread per dW entry (i fastest: coalesced x loads), tokens in the walk's order.
+// Plain path: the partial sum of each token step (tokens ascending, from 0) for steps
+// [s0, s0 + n) of the walk, one thread per (step, dW entry), i fastest (coalesced x loads);
+// step s0 + g goes to partial[n - 1 - g], so add_token_block_partials_cuda, which walks its
+// blocks from the last index down, adds them in walk order.
 template <class In>
-__global__ void weight_grad_plain_kernel(Args<In> a) {
-  const int64_t n = a.in * a.out;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = e % a.in, j = e / a.in;
-    float acc = a.dW[i * a.out + j];
-    for (int64_t s = 0; s < a.steps; ++s) {
-      const Step p = step_at(s, a.batch, a.len);
-      const In* x = a.ops.x + p.b * a.ops.x_seq_stride + p.t0 * a.ops.ldx + i;
-      const In* dy = a.ops.dy + p.b * a.ops.dy_seq_stride + p.t0 * a.ops.ldy + j;
-      for (int t = 0; t < p.n; ++t) acc += cuda::to_f32(x[t * a.ops.ldx]) * cuda::to_f32(dy[t * a.ops.ldy]);
-    }
-    a.dW[i * a.out + j] = acc;
+__global__ void weight_grad_partials_kernel(Args<In> a, int64_t s0, int64_t n, float* partial) {
+  const int64_t entries = a.in * a.out;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n * entries;
+       e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e % a.in, j = (e / a.in) % a.out, g = e / entries;
+    const Step p = step_at(s0 + g, a.batch, a.len);
+    const In* x = a.ops.x + p.b * a.ops.x_seq_stride + p.t0 * a.ops.ldx + i;
+    const In* dy = a.ops.dy + p.b * a.ops.dy_seq_stride + p.t0 * a.ops.ldy + j;
+    float sum = 0.f;
+    for (int t = 0; t < p.n; ++t) sum += cuda::to_f32(x[t * a.ops.ldx]) * cuda::to_f32(dy[t * a.ops.ldy]);
+    partial[(n - 1 - g) * entries + i * a.out + j] = sum;
   }
 }
 
@@ -158,7 +160,8 @@ bool mma_loads_ok(const WeightGradOperands<In>& o, int64_t in, int64_t out) {
 
 template <class In>
 void weight_grad_cuda(const WeightGradOperands<In>& ops, float* dW, int64_t batch, int64_t len, int64_t in,
-                      int64_t out, cudaStream_t stream, WeightGradTile tile) {
+                      int64_t out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
+                      WeightGradTile tile) {
   SF_CHECK(batch >= 0 && len >= 0 && in >= 0 && out >= 0, "weight_grad_cuda: negative size (batch ", batch,
            ", len ", len, ", in ", in, ", out ", out, ")");
   if (batch == 0 || len == 0 || in == 0 || out == 0) return;
@@ -173,14 +176,23 @@ void weight_grad_cuda(const WeightGradOperands<In>& ops, float* dW, int64_t batc
       return;
     }
   }
-  const int64_t blocks = std::min<int64_t>((in * out + 255) / 256, 65536);
-  weight_grad_plain_kernel<In><<<unsigned(blocks), 256, 0, stream>>>(a);
-  cuda_check_launch("weight_grad_plain_kernel");
+  // As many steps' partials at a time as the workspace holds, the walk's first steps first.
+  const int64_t entries = in * out, group = int64_t(workspace_bytes / sizeof(float)) / entries;
+  SF_CHECK(group >= 1 && workspace != nullptr, "weight_grad_cuda: ", in, " x ", out,
+           " fp32 partial sums do not fit the ", workspace_bytes, "-byte workspace; give a larger one");
+  auto* partial = static_cast<float*>(workspace);
+  for (int64_t s0 = 0; s0 < a.steps; s0 += group) {
+    const int64_t n = std::min(group, a.steps - s0);
+    const int64_t blocks = std::min<int64_t>((n * entries + 255) / 256, 65536);
+    weight_grad_partials_kernel<In><<<unsigned(blocks), 256, 0, stream>>>(a, s0, n, partial);
+    cuda_check_launch("weight_grad_partials_kernel");
+    add_token_block_partials_cuda(partial, 1, n, n, 1, entries, dW, stream);
+  }
 }
 
 template void weight_grad_cuda<float>(const WeightGradOperands<float>&, float*, int64_t, int64_t, int64_t, int64_t,
-                                      cudaStream_t, WeightGradTile);
+                                      void*, size_t, cudaStream_t, WeightGradTile);
 template void weight_grad_cuda<bf16>(const WeightGradOperands<bf16>&, float*, int64_t, int64_t, int64_t, int64_t,
-                                     cudaStream_t, WeightGradTile);
+                                     void*, size_t, cudaStream_t, WeightGradTile);
 
 }  // namespace stateflow
