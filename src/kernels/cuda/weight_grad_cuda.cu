@@ -103,21 +103,33 @@ __global__ void __launch_bounds__(Shape<WN>::threads, WN == 4 ? 1 : 2) weight_gr
 }
 
 // Plain path: the partial sum of each token step (tokens ascending, from 0) for steps
-// [s0, s0 + n) of the walk, one thread per (step, dW entry), i fastest (coalesced x loads);
-// step s0 + g goes to partial[n - 1 - g], so add_token_block_partials_cuda, which walks its
-// blocks from the last index down, adds them in walk order.
+// [s0, s0 + n) of the walk, one thread per (step, dW row i, kPlainCols columns j), i fastest
+// (coalesced x loads; each x value serves kPlainCols columns). Step s0 + g goes to
+// partial[n - 1 - g], so add_token_block_partials_cuda, which walks its blocks from the last
+// index down, adds them in walk order.
+constexpr int kPlainCols = 8;
+
 template <class In>
 __global__ void weight_grad_partials_kernel(Args<In> a, int64_t s0, int64_t n, float* partial) {
-  const int64_t entries = a.in * a.out;
-  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n * entries;
+  const int64_t entries = a.in * a.out, col_groups = (a.out + kPlainCols - 1) / kPlainCols;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n * col_groups * a.in;
        e += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t i = e % a.in, j = (e / a.in) % a.out, g = e / entries;
+    const int64_t i = e % a.in, j0 = (e / a.in) % col_groups * kPlainCols, g = e / (a.in * col_groups);
+    const int cols = int(min(int64_t(kPlainCols), a.out - j0));
     const Step p = step_at(s0 + g, a.batch, a.len);
     const In* x = a.ops.x + p.b * a.ops.x_seq_stride + p.t0 * a.ops.ldx + i;
-    const In* dy = a.ops.dy + p.b * a.ops.dy_seq_stride + p.t0 * a.ops.ldy + j;
-    float sum = 0.f;
-    for (int t = 0; t < p.n; ++t) sum += cuda::to_f32(x[t * a.ops.ldx]) * cuda::to_f32(dy[t * a.ops.ldy]);
-    partial[(n - 1 - g) * entries + i * a.out + j] = sum;
+    const In* dy = a.ops.dy + p.b * a.ops.dy_seq_stride + p.t0 * a.ops.ldy + j0;
+    float sum[kPlainCols] = {};
+    for (int t = 0; t < p.n; ++t) {
+      const float xv = cuda::to_f32(x[t * a.ops.ldx]);
+#pragma unroll
+      for (int c = 0; c < kPlainCols; ++c)
+        if (c < cols) sum[c] += xv * cuda::to_f32(dy[t * a.ops.ldy + c]);
+    }
+    float* out = partial + (n - 1 - g) * entries + i * a.out + j0;
+#pragma unroll
+    for (int c = 0; c < kPlainCols; ++c)
+      if (c < cols) out[c] = sum[c];
   }
 }
 
@@ -183,7 +195,8 @@ void weight_grad_cuda(const WeightGradOperands<In>& ops, float* dW, int64_t batc
   auto* partial = static_cast<float*>(workspace);
   for (int64_t s0 = 0; s0 < a.steps; s0 += group) {
     const int64_t n = std::min(group, a.steps - s0);
-    const int64_t blocks = std::min<int64_t>((n * entries + 255) / 256, 65536);
+    const int64_t threads = n * ((out + kPlainCols - 1) / kPlainCols) * in;
+    const int64_t blocks = std::min<int64_t>((threads + 255) / 256, 65536);
     weight_grad_partials_kernel<In><<<unsigned(blocks), 256, 0, stream>>>(a, s0, n, partial);
     cuda_check_launch("weight_grad_partials_kernel");
     add_token_block_partials_cuda(partial, 1, n, n, 1, entries, dW, stream);
