@@ -294,26 +294,26 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 5; ++k) cudaFree(g_buffers.back()), g_buffers.pop_back();
   }
   {
-    const int64_t row_block = 4096;  // tokens per block (batch 1)
+    const int64_t block_tokens = 4096;  // batch 1: rows per block
     bf16 *x = random_buffer<bf16>(T * D), *W = random_buffer<bf16>(D * V, 0.02f), *dx = random_buffer<bf16>(T * D);
     float* dW = random_buffer<float>(D * V);
     int32_t* targets = random_ids(T, V);
-    void* ws = raw_buffer(lm_head_cross_entropy_workspace_bytes<bf16>(1, row_block, V));
+    void* ws = raw_buffer(lm_head_cross_entropy_workspace_bytes<bf16>(1, block_tokens, V));
     auto* stats = static_cast<LossStatsCuda*>(raw_buffer(loss_stats_blocks(1, T) * sizeof(LossStatsCuda)));
     const double gemm = 2.0 * double(T) * double(D) * double(V);
-    const std::string s = dims(T, D, V) + ", blocks of " + std::to_string(row_block);
+    const std::string s = dims(T, D, V) + ", blocks of " + std::to_string(block_tokens);
     const int r = std::max(3, reps / 4);
     report("lm_head + CE fwd (eval)", s,
-           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, 1, T, D, V, 1.f, row_block, nullptr, nullptr, stats, ws); }, r),
+           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, 1, T, D, V, 1.f, block_tokens, nullptr, nullptr, stats, ws); }, r),
            0, gemm);
     report("lm_head + CE fwd + bwd", s,
-           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, 1, T, D, V, 1.f / T, row_block, dx, dW, stats, ws); }, r),
+           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, 1, T, D, V, 1.f / T, block_tokens, dx, dW, stats, ws); }, r),
            0, 3 * gemm);
     const LossStats st = add_loss_stats_cuda(stats, 1, T, V, nullptr, nullptr);
     std::printf("  (loss per counted token %.3f: random data, for the NaN check only)\n", st.loss_sum / double(st.counted));
     if (!std::isfinite(st.loss_sum)) std::fprintf(stderr, "non-finite loss\n"), std::exit(1);
     std::printf("  lm_head workspace: %.2f GiB (full logits would be %.2f GiB in fp32)\n",
-                double(lm_head_cross_entropy_workspace_bytes<bf16>(1, row_block, V)) / 1073741824.0,
+                double(lm_head_cross_entropy_workspace_bytes<bf16>(1, block_tokens, V)) / 1073741824.0,
                 4.0 * double(T) * double(V) / 1073741824.0);
   }
   CK(cudaDeviceSynchronize());

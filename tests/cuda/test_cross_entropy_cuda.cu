@@ -103,8 +103,8 @@ TYPED_TEST(LmHeadCrossEntropyCuda, MatchesTheCpuPath) {
   linear_backward_weight<double>(p.x.data(), dlogits.data(), dW.data(), p.rows, p.dim, p.vocab);
   linear_backward_data<double>(dlogits.data(), p.W.data(), dx.data(), p.rows, p.dim, p.vocab);
 
-  const int64_t row_block = 64;  // tokens per sequence: blocks of 64 + 64 + 22
-  const GpuResult<A> gpu = run_gpu<A>(p, dW0, scale, row_block, true);
+  const int64_t block_tokens = 64;  // per sequence: blocks of 64 + 64 + 22
+  const GpuResult<A> gpu = run_gpu<A>(p, dW0, scale, block_tokens, true);
   EXPECT_EQ(gpu.stats.counted, ref.counted);
   EXPECT_LE(std::abs(gpu.stats.correct - ref.correct), p.near_ties) << "correct " << gpu.stats.correct << " vs "
                                                                     << ref.correct;
@@ -117,12 +117,12 @@ TYPED_TEST(LmHeadCrossEntropyCuda, MatchesTheCpuPath) {
   EXPECT_LE(rel_err(dx_gpu, dx), tolerance<A>()) << "dx rel err " << rel_err(dx_gpu, dx);
   EXPECT_LE(rel_err(dW_gpu, dW), tolerance<A>()) << "dW rel err " << rel_err(dW_gpu, dW);
 
-  const GpuResult<A> again = run_gpu<A>(p, dW0, scale, row_block, true);
+  const GpuResult<A> again = run_gpu<A>(p, dW0, scale, block_tokens, true);
   EXPECT_TRUE(bitwise_equal(again.dx, gpu.dx)) << "dx not repeatable";
   EXPECT_TRUE(bitwise_equal(again.dW, gpu.dW)) << "dW not repeatable";
   EXPECT_EQ(again.stats.loss_sum, gpu.stats.loss_sum);
 
-  const GpuResult<A> eval = run_gpu<A>(p, dW0, scale, row_block, false);
+  const GpuResult<A> eval = run_gpu<A>(p, dW0, scale, block_tokens, false);
   EXPECT_EQ(eval.stats.loss_sum, gpu.stats.loss_sum) << "forward-only mode must give the same loss";
   EXPECT_EQ(eval.stats.correct, gpu.stats.correct);
   EXPECT_TRUE(bitwise_equal(eval.dW, std::vector<float>(dW0.begin(), dW0.end()))) << "eval must not touch dW";

@@ -115,14 +115,14 @@ __global__ void cross_entropy_stats_kernel(const float* row_loss, const unsigned
 
 struct CeLayout {
   size_t logits, dlogits, row_loss, row_flags, total;
-  CeLayout(int64_t row_block, int64_t vocab, size_t in_bytes) {
+  CeLayout(int64_t block_rows, int64_t vocab, size_t in_bytes) {
     auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-    const size_t n = size_t(row_block) * size_t(vocab);
+    const size_t n = size_t(block_rows) * size_t(vocab);
     logits = 0;
     dlogits = up(n * 4);
     row_loss = dlogits + up(n * in_bytes);
-    row_flags = row_loss + up(size_t(row_block) * 4);
-    total = row_flags + up(size_t(row_block) * 4);
+    row_flags = row_loss + up(size_t(block_rows) * 4);
+    total = row_flags + up(size_t(block_rows) * 4);
   }
 };
 

@@ -135,8 +135,7 @@ void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable
   template void embedding_forward_cuda<A>(const int32_t*, const float*, A*, int64_t, int64_t, int64_t, int*,  \
                                           cudaStream_t);                                                       \
   template void embedding_backward_cuda<A>(const int32_t*, const A*, float*, int64_t, int64_t, int64_t,        \
-                                           int64_t, void*,                                                     \
-                                           cudaStream_t);
+                                           int64_t, void*, cudaStream_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE

@@ -105,8 +105,7 @@ void gdn_gates_backward_cuda(const A* a, const A* b, const float* A_log, const f
                                           int64_t, int64_t, cudaStream_t);                                      \
   template void gdn_gates_backward_cuda<A>(const A*, const A*, const float*, const float*, const float*,        \
                                            const float*, A*, A*, float*, float*, int64_t, int64_t, int64_t,     \
-                                           void*,                                                               \
-                                           cudaStream_t);
+                                           void*, cudaStream_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE
