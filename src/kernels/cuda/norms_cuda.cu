@@ -232,7 +232,8 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
     norm_backward_kernel<A, tpr.value, vpt.value, K>
         <<<blocks_for_teams(tr.teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, tr);
     cuda_check_launch(name);
-    if (K != Norm::L2) add_token_block_partials_cuda(a.partial, tokens.batch, tr.blocks, tr.blocks, tr.segs, a.dim, dw, stream);
+    if (K != Norm::L2)
+      add_token_block_partials_cuda(a.partial, tokens.batch, tr.blocks, tr.blocks, tr.segs, a.dim, dw, stream);
   });
 }
 

@@ -30,8 +30,9 @@ struct TokenRows {
 // partials[((b * seq_stride + k) * segs) * width]: block_sum(b, k) adds its segments in
 // ascending order starting from 0. Then for k = blocks - 1 .. 0, b = batch - 1 .. 0:
 //   out[j] += block_sum(b, k)[j]      (one rounding per block, in that order)
-// seq_stride >= blocks lets a kernel keep extra (unused) partials per sequence.
-void add_token_block_partials_cuda(const float* partials, int64_t batch, int64_t blocks, int64_t seq_stride,
-                                   int64_t segs, int64_t width, float* out, cudaStream_t stream);
+// seq_stride >= blocks lets a kernel keep extra (unused) partials per sequence. The partials
+// are scratch: with segs > 1 the block sums overwrite each block's first segment.
+void add_token_block_partials_cuda(float* partials, int64_t batch, int64_t blocks, int64_t seq_stride, int64_t segs,
+                                   int64_t width, float* out, cudaStream_t stream);
 
 }  // namespace stateflow
