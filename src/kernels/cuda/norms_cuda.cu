@@ -15,7 +15,9 @@ using cuda::bf16;
 enum class Norm { Rms, GatedRms, L2 };
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int64_t kSegments = 8;  // teams per token block: ~4K warps at 32K tokens, 8 rows each
+// Rows one lane team walks in the backward: at 32K tokens, 2K warps for a row per token, 16K
+// half warps for 16 rows (heads) per token; ~16 MiB of dw partials at D = 2048 either way.
+constexpr int64_t kRowsPerTeam = 16;
 
 template <class A>
 struct NormArgs {
@@ -91,7 +93,7 @@ struct TeamRows {
   TeamRows(int64_t rows, const TokenRows& t, bool per_row) {
     seq_rows = t.batch > 0 ? rows / t.batch : 0;
     block_rows = per_row ? 1 : kTokenBlock * t.rows_per_token;
-    segs = per_row ? 1 : kSegments;
+    segs = per_row ? 1 : (block_rows + kRowsPerTeam - 1) / kRowsPerTeam;
     seg_rows = (block_rows + segs - 1) / segs;
     blocks = (seq_rows + block_rows - 1) / block_rows;
     teams = t.batch * blocks * segs;
