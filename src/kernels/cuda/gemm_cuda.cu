@@ -128,12 +128,14 @@ void gemm_cuda(const CublasGemm& g, bool ta, bool tb, int64_t M, int64_t N, int6
   auto it = pinned.find(key);
   if (it == pinned.end()) {
     const LtProblem rep(ta, tb, ta ? M : std::max(M, kRepresentativeRows), N, K, lda, ldb, ldc, in, out);
-    it = pinned.emplace(key, heuristic_algo(g, rep, align)).first;
+    it = pinned.emplace(key, CublasGemm::Pinned{heuristic_algo(g, rep, align), {}}).first;
   }
   const LtProblem p(ta, tb, M, N, K, lda, ldb, ldc, in, out);
+  auto fit = it->second.runs_m.find(M);
+  if (fit == it->second.runs_m.end()) fit = it->second.runs_m.emplace(M, algo_fits(g, p, it->second.algo)).first;
   // An algorithm that cannot run this M (not seen on H200) falls back to this M's own choice:
   // correct, but then not row-invariant.
-  const cublasLtMatmulAlgo_t algo = algo_fits(g, p, it->second) ? it->second : heuristic_algo(g, p, align);
+  const cublasLtMatmulAlgo_t algo = fit->second ? it->second.algo : heuristic_algo(g, p, align);
   cublas_check(cublasLtMatmul(g.handle(), p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &algo,
                               g.workspace(), g.workspace_bytes(), g.stream()),
                "cublasLtMatmul");

@@ -44,15 +44,20 @@ class CublasGemm {
   // (trans_a, trans_b, M if trans_a else 0, N, K, lda, ldb, ldc, operand type, result type, beta != 0,
   //  pointer alignment in bytes up to 16)
   using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, int>;
+  // A pinned algorithm, and for which row counts M it has been checked (true: it runs them).
+  struct Pinned {
+    cublasLtMatmulAlgo_t algo;
+    std::map<int64_t, bool> runs_m;
+  };
   // The pinned algorithms (filled by gemm_cuda; the cache is not part of the handle's state).
-  std::map<AlgoKey, cublasLtMatmulAlgo_t>& algorithms() const { return algorithms_; }
+  std::map<AlgoKey, Pinned>& algorithms() const { return algorithms_; }
 
  private:
   cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  mutable std::map<AlgoKey, cublasLtMatmulAlgo_t> algorithms_;
+  mutable std::map<AlgoKey, Pinned> algorithms_;
 };
 
 // In: float or __nv_bfloat16; Out: float, or __nv_bfloat16 when In is.
