@@ -127,7 +127,8 @@ void gemm_cuda(const CublasGemm& g, bool ta, bool tb, int64_t M, int64_t N, int6
   auto& pinned = g.algorithms();
   auto it = pinned.find(key);
   if (it == pinned.end()) {
-    const LtProblem rep(ta, tb, ta ? M : std::max(M, kRepresentativeRows), N, K, lda, ldb, ldc, in, out);
+    // A fixed M, not this call's: the choice must not depend on which chunk length came first.
+    const LtProblem rep(ta, tb, ta ? M : kRepresentativeRows, N, K, lda, ldb, ldc, in, out);
     it = pinned.emplace(key, CublasGemm::Pinned{heuristic_algo(g, rep, align), {}}).first;
   }
   const LtProblem p(ta, tb, M, N, K, lda, ldb, ldc, in, out);
