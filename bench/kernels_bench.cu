@@ -276,8 +276,16 @@ int main(int argc, char** argv) {
              time_ms([&] { linear_forward_cuda<bf16, bf16>(g, x, W, y, rows, in, out); }, reps), 2 * elems, flops);
       report("gemm bwd  dx += dy W^T (bf16)", s,
              time_ms([&] { linear_backward_data_cuda<bf16, bf16>(g, y, W, dx, rows, in, out); }, reps), 2 * elems + 2 * rows * in, flops);
-      report("gemm bwd  dW += x^T dy (fp32)", s,
-             time_ms([&] { linear_backward_weight_cuda<bf16>(g, x, y, dW, rows, in, out); }, reps),
+      const WeightGradOperands<bf16> ops{x, in, rows * in, y, out, rows * out};
+      for (const auto& variant : {std::pair{"gemm bwd  dW += x^T dy (token order, 128x256)", WeightGradTile::Wide},
+                                  std::pair{"gemm bwd  dW += x^T dy (token order, 128x128)", WeightGradTile::Narrow}}) {
+        const WeightGradTile tile = variant.second;
+        report(variant.first, s,
+               time_ms([&] { weight_grad_cuda<bf16>(ops, dW, 1, rows, in, out, g.workspace(), g.workspace_bytes(), nullptr, tile); }, reps),
+               2.0 * double(rows * in + rows * out) + 8.0 * double(in * out), flops);
+      }
+      report("gemm bwd  dW += x^T dy (cuBLASLt, ref)", s,
+             time_ms([&] { gemm_cuda<bf16, float>(g, true, false, in, out, rows, 1.f, x, in, y, out, 1.f, dW, out); }, reps),
              2.0 * double(rows * in + rows * out) + 8.0 * double(in * out), flops);
       CK(cudaDeviceSynchronize());
       for (int k = 0; k < 5; ++k) cudaFree(g_buffers.back()), g_buffers.pop_back();
@@ -300,32 +308,32 @@ int main(int argc, char** argv) {
     report("embedding fwd", s, time_ms([&] { embedding_forward_cuda<bf16>(ids, table, out, T, D, V, nullptr, nullptr); }, reps),
            4.0 * T + 4.0 * distinct * D + 2 * N);
     report("embedding bwd (sort + owned rows)", s,
-           time_ms([&] { embedding_backward_cuda<bf16>(ids, out, dtable, T, D, V, ws, nullptr); }, reps),
+           time_ms([&] { embedding_backward_cuda<bf16>(ids, out, dtable, T, D, V, 1, ws, nullptr); }, reps),
            4.0 * T + 2 * N + 8.0 * distinct * D);
   }
   {
     bf16 *x = random_buffer<bf16>(T * D), *y = random_buffer<bf16>(T * D), *dy = random_buffer<bf16>(T * D);
     bf16* dx = random_buffer<bf16>(T * D);
     float *w = random_buffer<float>(D), *dw = random_buffer<float>(D), *rstd = random_buffer<float>(T);
-    void* ws = raw_buffer(norm_backward_workspace_bytes(T, D));
+    void* ws = raw_buffer(norm_backward_workspace_bytes(T, D, TokenRows{}));
     const std::string s = dims(T, D);
     report("rmsnorm fwd", s, time_ms([&] { rmsnorm_forward_cuda<bf16>(x, w, y, rstd, T, D, 1e-5, nullptr); }, reps),
            4 * N + 4.0 * T);
     report("rmsnorm bwd", s,
-           time_ms([&] { rmsnorm_backward_cuda<bf16>(x, w, rstd, dy, dx, dw, T, D, ws, nullptr); }, reps),
+           time_ms([&] { rmsnorm_backward_cuda<bf16>(x, w, rstd, dy, dx, dw, T, D, TokenRows{}, ws, nullptr); }, reps),
            6 * N + 4.0 * T);
     // Per head: rows T x H of width dh (the GDN output norm and the q/k normalisation).
     const int64_t rows = T * H;
     bf16* z = random_buffer<bf16>(T * D);
     bf16* dz = random_buffer<bf16>(T * D);
     float *wh = random_buffer<float>(dh), *dwh = random_buffer<float>(dh), *rstd_h = random_buffer<float>(rows);
-    void* ws_h = raw_buffer(norm_backward_workspace_bytes(rows, dh));
+    void* ws_h = raw_buffer(norm_backward_workspace_bytes(rows, dh, TokenRows{1, rows / T}));
     const std::string sh = dims(rows, dh);
     report("gated_rmsnorm fwd", sh,
            time_ms([&] { gated_rmsnorm_forward_cuda<bf16>(x, z, wh, y, rstd_h, rows, dh, 1e-5, nullptr); }, reps),
            6 * N + 4.0 * rows);
     report("gated_rmsnorm bwd", sh,
-           time_ms([&] { gated_rmsnorm_backward_cuda<bf16>(x, z, wh, rstd_h, dy, dx, dz, dwh, rows, dh, ws_h, nullptr); }, reps),
+           time_ms([&] { gated_rmsnorm_backward_cuda<bf16>(x, z, wh, rstd_h, dy, dx, dz, dwh, rows, dh, TokenRows{1, rows / T}, ws_h, nullptr); }, reps),
            10 * N + 4.0 * rows);
     report("l2norm fwd", sh, time_ms([&] { l2norm_forward_cuda<bf16>(x, y, rstd_h, rows, dh, 1e-6, nullptr); }, reps),
            4 * N + 4.0 * rows);
@@ -361,12 +369,12 @@ int main(int argc, char** argv) {
     float *dA = random_buffer<float>(H), *ddt = random_buffer<float>(H);
     float *gg = random_buffer<float>(n), *beta = random_buffer<float>(n), *dg = random_buffer<float>(n);
     float* dbeta = random_buffer<float>(n);
-    void* ws = raw_buffer(gdn_gates_backward_workspace_bytes(T, H));
+    void* ws = raw_buffer(gdn_gates_backward_workspace_bytes(T, H, 1));
     const std::string s = dims(T, H);
     report("gdn_gates fwd", s, time_ms([&] { gdn_gates_forward_cuda<bf16>(a, b, A_log, dt, gg, beta, T, H, nullptr); }, reps),
            12.0 * n);
     report("gdn_gates bwd", s,
-           time_ms([&] { gdn_gates_backward_cuda<bf16>(a, b, A_log, dt, dg, dbeta, da, db, dA, ddt, T, H, ws, nullptr); }, reps),
+           time_ms([&] { gdn_gates_backward_cuda<bf16>(a, b, A_log, dt, dg, dbeta, da, db, dA, ddt, T, H, 1, ws, nullptr); }, reps),
            16.0 * n);
   }
   {
@@ -383,27 +391,26 @@ int main(int argc, char** argv) {
     for (int k = 0; k < 5; ++k) cudaFree(g_buffers.back()), g_buffers.pop_back();
   }
   {
-    const int64_t row_block = 4096;
+    const int64_t block_tokens = 4096;  // batch 1: rows per block
     bf16 *x = random_buffer<bf16>(T * D), *W = random_buffer<bf16>(D * V, 0.02f), *dx = random_buffer<bf16>(T * D);
     float* dW = random_buffer<float>(D * V);
     int32_t* targets = random_ids(T, V);
-    void* ws = raw_buffer(lm_head_cross_entropy_workspace_bytes<bf16>(row_block, V));
-    auto* stats = static_cast<LossStatsCuda*>(raw_buffer(sizeof(LossStatsCuda)));
-    reset_loss_stats_cuda(stats, nullptr);
+    void* ws = raw_buffer(lm_head_cross_entropy_workspace_bytes<bf16>(1, block_tokens, V));
+    auto* stats = static_cast<LossStatsCuda*>(raw_buffer(loss_stats_blocks(1, T) * sizeof(LossStatsCuda)));
     const double gemm = 2.0 * double(T) * double(D) * double(V);
-    const std::string s = dims(T, D, V) + ", blocks of " + std::to_string(row_block);
+    const std::string s = dims(T, D, V) + ", blocks of " + std::to_string(block_tokens);
     const int r = std::max(3, reps / 4);
     report("lm_head + CE fwd (eval)", s,
-           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, T, D, V, 1.f, row_block, nullptr, nullptr, stats, ws); }, r),
+           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, 1, T, D, V, 1.f, block_tokens, nullptr, nullptr, stats, ws); }, r),
            0, gemm);
     report("lm_head + CE fwd + bwd", s,
-           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, T, D, V, 1.f / T, row_block, dx, dW, stats, ws); }, r),
+           time_ms([&] { lm_head_cross_entropy_cuda<bf16>(g, x, W, targets, 1, T, D, V, 1.f / T, block_tokens, dx, dW, stats, ws); }, r),
            0, 3 * gemm);
-    const LossStats st = fetch_loss_stats_cuda(stats, V, nullptr);
+    const LossStats st = add_loss_stats_cuda(stats, 1, T, V, nullptr, nullptr);
     std::printf("  (loss per counted token %.3f: random data, for the NaN check only)\n", st.loss_sum / double(st.counted));
     if (!std::isfinite(st.loss_sum)) std::fprintf(stderr, "non-finite loss\n"), std::exit(1);
     std::printf("  lm_head workspace: %.2f GiB (full logits would be %.2f GiB in fp32)\n",
-                double(lm_head_cross_entropy_workspace_bytes<bf16>(row_block, V)) / 1073741824.0,
+                double(lm_head_cross_entropy_workspace_bytes<bf16>(1, block_tokens, V)) / 1073741824.0,
                 4.0 * double(T) * double(V) / 1073741824.0);
   }
   CK(cudaDeviceSynchronize());

@@ -32,7 +32,7 @@ Tensor Embedding::forward(const ChunkCtx& ctx, const Tensor& tokens, const State
 }
 
 Tensor Embedding::backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) {
-  if (!dy.on_host()) return backward_cuda(dy, stash);
+  if (!dy.on_host()) return backward_cuda(ctx, dy, stash);
   auto& s = static_cast<EmbeddingStash&>(stash);
   dispatch_float(dy.dtype(), [&](auto z) {
     using T = decltype(z);

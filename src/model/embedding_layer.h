@@ -17,7 +17,7 @@ class Embedding : public Layer {
  private:
   // GPU path (model/cuda/embedding_layer_cuda.cpp): fp32 table, bf16 output.
   Tensor forward_cuda(const Tensor& tokens, std::unique_ptr<Stash>& stash);
-  Tensor backward_cuda(const Tensor& dy, Stash& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& stash);
   Param table_;  // [vocab, d_model]
 };
 

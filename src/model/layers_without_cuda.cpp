@@ -11,7 +11,7 @@ namespace stateflow {
 [[noreturn]] static void no_cuda() { fail("this build has no CUDA support: rebuild with nvcc found by CMake"); }
 
 Tensor Embedding::forward_cuda(const Tensor&, std::unique_ptr<Stash>&) { no_cuda(); }
-Tensor Embedding::backward_cuda(const Tensor&, Stash&) { no_cuda(); }
+Tensor Embedding::backward_cuda(const ChunkCtx&, const Tensor&, Stash&) { no_cuda(); }
 Tensor PreNormResidual::forward_cuda(const ChunkCtx&, const Tensor&, const State&, State&, std::unique_ptr<Stash>&) {
   no_cuda();
 }
@@ -21,7 +21,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx&, const Tensor&, const State&,
 }
 Tensor GatedDeltaNet::backward_cuda(const ChunkCtx&, const Tensor&, const State&, State&, Stash&) { no_cuda(); }
 Tensor SwiGluMlp::forward_cuda(const Tensor&, std::unique_ptr<Stash>&) { no_cuda(); }
-Tensor SwiGluMlp::backward_cuda(const Tensor&, Stash&) { no_cuda(); }
+Tensor SwiGluMlp::backward_cuda(const ChunkCtx&, const Tensor&, Stash&) { no_cuda(); }
 Tensor LmHead::forward_cuda(const ChunkCtx&, const Tensor&, std::unique_ptr<Stash>&) { no_cuda(); }
 Tensor LmHead::backward_cuda(const ChunkCtx&, Stash&) { no_cuda(); }
 

@@ -64,8 +64,8 @@ Tensor SwiGluMlp::forward(const ChunkCtx&, const Tensor& x, const State&, State&
   return dispatch_float(x.dtype(), [&](auto z) { return forward_impl<decltype(z)>(x, stash); });
 }
 
-Tensor SwiGluMlp::backward(const ChunkCtx&, const Tensor& dy, const State&, State&, Stash& stash) {
-  if (!dy.on_host()) return backward_cuda(dy, stash);
+Tensor SwiGluMlp::backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) {
+  if (!dy.on_host()) return backward_cuda(ctx, dy, stash);
   return dispatch_float(dy.dtype(), [&](auto z) { return backward_impl<decltype(z)>(dy, stash); });
 }
 

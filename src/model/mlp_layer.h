@@ -18,7 +18,7 @@ class SwiGluMlp : public Layer {
   template <class T> Tensor backward_impl(const Tensor& dy, Stash& stash);
   // GPU path (model/cuda/mlp_layer_cuda.cpp): bf16 activations, bf16 GEMMs.
   Tensor forward_cuda(const Tensor& x, std::unique_ptr<Stash>& stash);
-  Tensor backward_cuda(const Tensor& dy, Stash& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& stash);
   Param w1_, w3_, w2_;  // gate [D,F], up [D,F], down [F,D]
 };
 

@@ -2,7 +2,7 @@
 // cross_entropy_forward/backward, then the two backward GEMMs) on the same rounded inputs:
 // several row blocks with a short last one, ignored rows, targets that are often the argmax;
 // forward-only mode gives the same statistics; dx and dW are bitwise repeatable; a bad target
-// makes fetch throw.
+// makes add_loss_stats_cuda throw; chunks cut at multiples of 64 give the unsplit results bitwise.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -23,7 +23,7 @@ using ActTypes = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(LmHeadCrossEntropyCuda, ActTypes);
 
 struct Problem {
-  int64_t rows = 300, dim = 64, vocab = 520;
+  int64_t batch = 2, len = 150, rows = 300, dim = 64, vocab = 520;
   Vec x, W, logits;
   std::vector<int32_t> targets;
   int64_t near_ties = 0;  // rows whose top two logits are too close for the GPU's precision to order
@@ -56,21 +56,36 @@ struct GpuResult {
   std::vector<float> dW;
 };
 
+// running: the statistics the call adds into, token block by token block (may be null).
 template <class A>
-GpuResult<A> run_gpu(const Problem& p, const Vec& dW0, float scale, int64_t row_block, bool train) {
+GpuResult<A> run_gpu(const Problem& p, const Vec& dW0, float scale, int64_t block_tokens, bool train,
+                     LossStats* running = nullptr) {
   CublasGemm g;
   Dev<A> x(p.x), W(p.W), dx(size_t(p.rows * p.dim));
   Dev<float> dW(dW0);
   Dev<int32_t> t = upload_ids(p.targets);
-  Dev<char> ws(lm_head_cross_entropy_workspace_bytes<A>(row_block, p.vocab));
-  Dev<LossStatsCuda> stats(1);
+  Dev<char> ws(lm_head_cross_entropy_workspace_bytes<A>(p.batch, block_tokens, p.vocab));
+  Dev<LossStatsCuda> stats(size_t(loss_stats_blocks(p.batch, p.len)));
   dx.poison();
-  reset_loss_stats_cuda(stats.p, nullptr);
-  lm_head_cross_entropy_cuda<A>(g, x.p, W.p, t.p, p.rows, p.dim, p.vocab, scale, row_block, train ? dx.p : nullptr,
-                                train ? dW.p : nullptr, stats.p, ws.p);
-  GpuResult<A> r{fetch_loss_stats_cuda(stats.p, p.vocab, nullptr), dx.raw(), dW.raw()};
+  lm_head_cross_entropy_cuda<A>(g, x.p, W.p, t.p, p.batch, p.len, p.dim, p.vocab, scale, block_tokens,
+                                train ? dx.p : nullptr, train ? dW.p : nullptr, stats.p, ws.p);
+  GpuResult<A> r{add_loss_stats_cuda(stats.p, p.batch, p.len, p.vocab, nullptr, running), dx.raw(), dW.raw()};
   sync_ok();
   return r;
+}
+
+// Tokens [t0, t1) of every sequence of p, as a problem of its own (a chunk).
+Problem chunk_of(const Problem& p, int64_t t0, int64_t t1) {
+  Problem c = p;
+  c.len = t1 - t0, c.rows = p.batch * c.len;
+  c.x.clear(), c.targets.clear(), c.logits.clear();
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t r = b * p.len + t;
+      c.x.insert(c.x.end(), p.x.begin() + r * p.dim, p.x.begin() + (r + 1) * p.dim);
+      c.targets.push_back(p.targets[size_t(r)]);
+    }
+  return c;
 }
 
 TYPED_TEST(LmHeadCrossEntropyCuda, MatchesTheCpuPath) {
@@ -88,8 +103,8 @@ TYPED_TEST(LmHeadCrossEntropyCuda, MatchesTheCpuPath) {
   linear_backward_weight<double>(p.x.data(), dlogits.data(), dW.data(), p.rows, p.dim, p.vocab);
   linear_backward_data<double>(dlogits.data(), p.W.data(), dx.data(), p.rows, p.dim, p.vocab);
 
-  const int64_t row_block = 128;  // 128 + 128 + 44 rows
-  const GpuResult<A> gpu = run_gpu<A>(p, dW0, scale, row_block, true);
+  const int64_t block_tokens = 64;  // per sequence: blocks of 64 + 64 + 22
+  const GpuResult<A> gpu = run_gpu<A>(p, dW0, scale, block_tokens, true);
   EXPECT_EQ(gpu.stats.counted, ref.counted);
   EXPECT_LE(std::abs(gpu.stats.correct - ref.correct), p.near_ties) << "correct " << gpu.stats.correct << " vs "
                                                                     << ref.correct;
@@ -102,15 +117,58 @@ TYPED_TEST(LmHeadCrossEntropyCuda, MatchesTheCpuPath) {
   EXPECT_LE(rel_err(dx_gpu, dx), tolerance<A>()) << "dx rel err " << rel_err(dx_gpu, dx);
   EXPECT_LE(rel_err(dW_gpu, dW), tolerance<A>()) << "dW rel err " << rel_err(dW_gpu, dW);
 
-  const GpuResult<A> again = run_gpu<A>(p, dW0, scale, row_block, true);
+  const GpuResult<A> again = run_gpu<A>(p, dW0, scale, block_tokens, true);
   EXPECT_TRUE(bitwise_equal(again.dx, gpu.dx)) << "dx not repeatable";
   EXPECT_TRUE(bitwise_equal(again.dW, gpu.dW)) << "dW not repeatable";
   EXPECT_EQ(again.stats.loss_sum, gpu.stats.loss_sum);
 
-  const GpuResult<A> eval = run_gpu<A>(p, dW0, scale, row_block, false);
+  const GpuResult<A> eval = run_gpu<A>(p, dW0, scale, block_tokens, false);
   EXPECT_EQ(eval.stats.loss_sum, gpu.stats.loss_sum) << "forward-only mode must give the same loss";
   EXPECT_EQ(eval.stats.correct, gpu.stats.correct);
   EXPECT_TRUE(bitwise_equal(eval.dW, std::vector<float>(dW0.begin(), dW0.end()))) << "eval must not touch dW";
+}
+
+// A sequence cut into chunks at multiples of 64, the forward run first chunk first and the
+// backward last chunk first (the training schedule), gives the unsplit run's loss statistics,
+// dx and dW bitwise, whatever the block size.
+TYPED_TEST(LmHeadCrossEntropyCuda, ChunksAtMultiplesOf64AreBitwiseTheWholeRun) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem<A>(rng);  // 2 sequences of 150 tokens
+  const Vec dW0 = rounded<float>(normal_vec(rng, p.dim * p.vocab));
+  const float scale = 1.f / float(p.rows);
+  LossStats whole_stats;
+  const GpuResult<A> whole = run_gpu<A>(p, dW0, scale, 128, true, &whole_stats);
+  for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 64, 150}, std::vector<int64_t>{0, 128, 150}}) {
+    SCOPED_TRACE("cut at " + std::to_string(cuts[1]));
+    LossStats running;
+    std::vector<Problem> chunks;
+    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+      chunks.push_back(chunk_of(p, cuts[c], cuts[c + 1]));
+      run_gpu<A>(chunks.back(), dW0, scale, 64, false, &running);  // forward: statistics in token order
+    }
+    EXPECT_EQ(running.loss_sum, whole_stats.loss_sum) << "loss";
+    EXPECT_EQ(running.correct, whole_stats.correct);
+    Vec dW = dW0;
+    std::vector<std::vector<A>> dx(chunks.size());
+    for (size_t c = chunks.size(); c-- > 0;) {  // backward: last chunk first, dW carried
+      const GpuResult<A> r = run_gpu<A>(chunks[c], dW, scale, 64, true);
+      dW.assign(r.dW.begin(), r.dW.end());
+      dx[c] = r.dx;
+    }
+    EXPECT_TRUE(bitwise_equal(std::vector<float>(dW.begin(), dW.end()), whole.dW)) << "dW";
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (size_t c = 0; c < chunks.size(); ++c) {
+        const int64_t n = chunks[c].len, off = (b * p.len + cuts[c]) * p.dim;
+        const std::vector<A> want(whole.dx.begin() + off, whole.dx.begin() + off + n * p.dim);
+        EXPECT_TRUE(bitwise_equal(std::vector<A>(dx[c].begin() + b * n * p.dim, dx[c].begin() + (b + 1) * n * p.dim),
+                                  want))
+            << "dx of sequence " << b << ", chunk " << c;
+      }
+  }
 }
 
 TEST(LmHeadCrossEntropyCudaChecks, BadTargetThrowsOnFetch) {
@@ -119,11 +177,10 @@ TEST(LmHeadCrossEntropyCudaChecks, BadTargetThrowsOnFetch) {
   CublasGemm g;
   Dev<float> x(Vec(rows * dim, 0.5)), W(Vec(dim * vocab, 0.25));
   Dev<int32_t> t = upload_ids({1, 16, -1, 3});
-  Dev<char> ws(lm_head_cross_entropy_workspace_bytes<float>(rows, vocab));
-  Dev<LossStatsCuda> stats(1);
-  reset_loss_stats_cuda(stats.p, nullptr);
-  lm_head_cross_entropy_cuda<float>(g, x.p, W.p, t.p, rows, dim, vocab, 1.f, rows, nullptr, nullptr, stats.p, ws.p);
-  expect_error([&] { fetch_loss_stats_cuda(stats.p, vocab, nullptr); }, "outside [0, 16)");
+  Dev<char> ws(lm_head_cross_entropy_workspace_bytes<float>(1, 64, vocab));
+  Dev<LossStatsCuda> stats(size_t(loss_stats_blocks(1, rows)));
+  lm_head_cross_entropy_cuda<float>(g, x.p, W.p, t.p, 1, rows, dim, vocab, 1.f, 64, nullptr, nullptr, stats.p, ws.p);
+  expect_error([&] { add_loss_stats_cuda(stats.p, 1, rows, vocab, nullptr, nullptr); }, "outside [0, 16)");
 }
 
 }  // namespace

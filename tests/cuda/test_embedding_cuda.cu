@@ -32,7 +32,7 @@ TYPED_TEST(EmbeddingCuda, ForwardCopiesRowsAndBackwardMatchesCpu) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const int64_t rows = 1000, dim = 136, vocab = 57;  // ~18 occurrences per token
+  const int64_t batch = 2, rows = 1000, dim = 136, vocab = 57;  // ~18 occurrences per token
   const std::vector<int32_t> tokens = random_tokens(rng, rows, vocab);
   const Vec table = rounded<float>(normal_vec(rng, vocab * dim));
   const Vec dout = rounded<A>(normal_vec(rng, rows * dim));
@@ -45,7 +45,7 @@ TYPED_TEST(EmbeddingCuda, ForwardCopiesRowsAndBackwardMatchesCpu) {
   d_out.poison();
   embedding_forward_cuda<A>(d_tok.p, d_table.p, d_out.p, rows, dim, vocab, bad.p, nullptr);
   Dev<char> ws(embedding_backward_workspace_bytes(rows));
-  embedding_backward_cuda<A>(d_tok.p, d_dout.p, d_dtable.p, rows, dim, vocab, ws.p, nullptr);
+  embedding_backward_cuda<A>(d_tok.p, d_dout.p, d_dtable.p, rows, dim, vocab, batch, ws.p, nullptr);
   sync_ok();
   EXPECT_EQ(bad.raw()[0], 0);
 
@@ -53,10 +53,16 @@ TYPED_TEST(EmbeddingCuda, ForwardCopiesRowsAndBackwardMatchesCpu) {
   embedding_forward<double>(tokens.data(), table.data(), out.data(), rows, dim, vocab);
   EXPECT_EQ(rel_err(d_out.get(), rounded<A>(out)), 0.0) << "forward is a copy (rounded to the activation type)";
 
-  // The CPU float kernel on the same float data: the GPU adds in the same order.
-  std::vector<float> dout_f(dout.begin(), dout.end()), dtable_f(dtable0.begin(), dtable0.end());
-  embedding_backward<float>(tokens.data(), dout_f.data(), dtable_f.data(), rows, dim);
-  EXPECT_TRUE(bitwise_equal(d_dtable.raw(), dtable_f)) << "backward differs from the CPU float kernel";
+  // Float additions on the host in reverse token order (last token first, sequences last to
+  // first within a token): the GPU adds in the same order.
+  std::vector<float> dtable_f(dtable0.begin(), dtable0.end());
+  const int64_t len = rows / batch;
+  for (int64_t t = len - 1; t >= 0; --t)
+    for (int64_t b = batch - 1; b >= 0; --b) {
+      const int64_t r = b * len + t;
+      for (int64_t c = 0; c < dim; ++c) dtable_f[size_t(tokens[size_t(r)] * dim + c)] += float(dout[size_t(r * dim + c)]);
+    }
+  EXPECT_TRUE(bitwise_equal(d_dtable.raw(), dtable_f)) << "backward differs from the reverse-order float sum";
   Vec dtable = dtable0;
   embedding_backward<double>(tokens.data(), dout.data(), dtable.data(), rows, dim);
   EXPECT_LE(rel_err(d_dtable.get(), dtable), tolerance<float>());
@@ -77,11 +83,46 @@ TYPED_TEST(EmbeddingCuda, BackwardIsBitwiseRepeatable) {
   std::vector<std::vector<float>> runs;
   for (int r = 0; r < 2; ++r) {
     Dev<float> d_dtable(dtable0);
-    embedding_backward_cuda<A>(d_tok.p, d_dout.p, d_dtable.p, rows, dim, vocab, ws.p, nullptr);
+    embedding_backward_cuda<A>(d_tok.p, d_dout.p, d_dtable.p, rows, dim, vocab, 1, ws.p, nullptr);
     sync_ok();
     runs.push_back(d_dtable.raw());
   }
   EXPECT_TRUE(bitwise_equal(runs[0], runs[1]));
+}
+
+// Chunks of the sequences (cut anywhere: the order is per token) run last chunk first give the
+// unsplit scatter-add bitwise.
+TYPED_TEST(EmbeddingCuda, BackwardOverChunksRunLastFirstIsBitwiseTheWholeRun) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t batch = 3, len = 400, dim = 64, vocab = 50;
+  const std::vector<int32_t> tokens = random_tokens(rng, batch * len, vocab);
+  const Vec dout = normal_vec(rng, batch * len * dim), dtable0 = normal_vec(rng, vocab * dim);
+  auto run = [&](const std::vector<int64_t>& cuts) {  // chunk [cuts[c], cuts[c + 1]), last first
+    Dev<float> d_dtable(dtable0);
+    for (size_t c = cuts.size() - 1; c-- > 0;) {
+      const int64_t t0 = cuts[c], n = cuts[c + 1] - t0;
+      std::vector<int32_t> tok;
+      Vec dy;
+      for (int64_t b = 0; b < batch; ++b)
+        for (int64_t t = t0; t < t0 + n; ++t) {
+          tok.push_back(tokens[size_t(b * len + t)]);
+          dy.insert(dy.end(), dout.begin() + (b * len + t) * dim, dout.begin() + (b * len + t + 1) * dim);
+        }
+      Dev<int32_t> d_tok = upload_ids(tok);
+      Dev<A> d_dout(dy);
+      Dev<char> ws(embedding_backward_workspace_bytes(batch * n));
+      embedding_backward_cuda<A>(d_tok.p, d_dout.p, d_dtable.p, batch * n, dim, vocab, batch, ws.p, nullptr);
+      sync_ok();
+    }
+    return d_dtable.raw();
+  };
+  const std::vector<float> whole = run({0, len});
+  EXPECT_TRUE(bitwise_equal(run({0, 128, 384, len}), whole)) << "cuts at 128, 384";
+  EXPECT_TRUE(bitwise_equal(run({0, 77, 150, 333, len}), whole)) << "cuts at 77, 150, 333";
 }
 
 TEST(EmbeddingCudaChecks, BadTokenIsFlaggedAndItsRowZeroed) {

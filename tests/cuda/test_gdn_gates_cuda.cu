@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <tuple>
 
 #include "kernels/cpu/gdn_gates.h"
 #include "kernels/cuda/gdn_gates_cuda.h"
@@ -26,8 +27,8 @@ TYPED_TEST(GdnGatesCuda, MatchesCpuAndIsRepeatable) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  for (const auto& shape : {std::pair<int64_t, int64_t>{2500, 16}, {77, 3}}) {
-    const int64_t rows = shape.first, heads = shape.second;
+  for (const auto& shape : {std::tuple<int64_t, int64_t, int64_t>{2500, 16, 2}, {77, 3, 1}}) {
+    const int64_t rows = std::get<0>(shape), heads = std::get<1>(shape), batch = std::get<2>(shape);
     SCOPED_TRACE("rows " + std::to_string(rows) + " heads " + std::to_string(heads));
     const int64_t n = rows * heads;
     const Vec a = rounded<A>(normal_vec(rng, n, 2.0)), b = rounded<A>(normal_vec(rng, n, 2.0));
@@ -39,14 +40,14 @@ TYPED_TEST(GdnGatesCuda, MatchesCpuAndIsRepeatable) {
     const Vec dA0 = rounded<float>(normal_vec(rng, heads)), ddt0 = rounded<float>(normal_vec(rng, heads));
     Dev<A> d_a(a), d_b(b), d_da(n), d_db(n);
     Dev<float> d_Alog(A_log), d_dt(dt_bias), d_dg(dg), d_dbeta(dbeta), d_g(n), d_beta(n);
-    Dev<char> ws(gdn_gates_backward_workspace_bytes(rows, heads));
+    Dev<char> ws(gdn_gates_backward_workspace_bytes(rows, heads, batch));
     auto run = [&] {
       for (auto* d : {&d_da, &d_db}) d->poison();
       for (auto* d : {&d_g, &d_beta}) d->poison();
       Dev<float> d_dA(dA0), d_ddt(ddt0);
       gdn_gates_forward_cuda<A>(d_a.p, d_b.p, d_Alog.p, d_dt.p, d_g.p, d_beta.p, rows, heads, nullptr);
       gdn_gates_backward_cuda<A>(d_a.p, d_b.p, d_Alog.p, d_dt.p, d_dg.p, d_dbeta.p, d_da.p, d_db.p, d_dA.p, d_ddt.p,
-                                 rows, heads, ws.p, nullptr);
+                                 rows, heads, batch, ws.p, nullptr);
       sync_ok();
       return std::pair{d_dA.raw(), d_ddt.raw()};
     };
@@ -65,6 +66,45 @@ TYPED_TEST(GdnGatesCuda, MatchesCpuAndIsRepeatable) {
     }
     const auto [dA_again, ddt_again] = run();
     EXPECT_TRUE(bitwise_equal(dA_raw, dA_again) && bitwise_equal(ddt_raw, ddt_again)) << "not repeatable";
+  }
+}
+
+// dA_log and ddt_bias over chunks cut at multiples of 64 tokens, run last chunk first, equal
+// the unsplit run's bitwise.
+TYPED_TEST(GdnGatesCuda, ChunksAtMultiplesOf64GiveTheUnsplitParameterGradientsBitwise) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t batch = 2, len = 512, heads = 4, n = batch * len * heads;
+  const Vec a = normal_vec(rng, n), b = normal_vec(rng, n), dg = normal_vec(rng, n), dbeta = normal_vec(rng, n);
+  const Vec A_log = normal_vec(rng, heads, 0.5), dt_bias = normal_vec(rng, heads, 0.5);
+  const Vec dA0 = normal_vec(rng, heads), ddt0 = normal_vec(rng, heads);
+  auto rows_of = [&](const Vec& v, int64_t t0, int64_t t1) {
+    Vec out;
+    for (int64_t s = 0; s < batch; ++s)
+      out.insert(out.end(), v.begin() + (s * len + t0) * heads, v.begin() + (s * len + t1) * heads);
+    return out;
+  };
+  auto run = [&](const std::vector<int64_t>& cuts) {
+    Dev<float> d_Alog(A_log), d_dt(dt_bias), d_dA(dA0), d_ddt(ddt0);
+    for (size_t c = cuts.size() - 1; c-- > 0;) {
+      const int64_t t0 = cuts[c], t1 = cuts[c + 1], rows = batch * (t1 - t0);
+      Dev<A> d_a(rows_of(a, t0, t1)), d_b(rows_of(b, t0, t1)), d_da(size_t(rows * heads)), d_db(size_t(rows * heads));
+      Dev<float> d_dg(rows_of(dg, t0, t1)), d_dbeta(rows_of(dbeta, t0, t1));
+      Dev<char> ws(gdn_gates_backward_workspace_bytes(rows, heads, batch));
+      gdn_gates_backward_cuda<A>(d_a.p, d_b.p, d_Alog.p, d_dt.p, d_dg.p, d_dbeta.p, d_da.p, d_db.p, d_dA.p, d_ddt.p,
+                                 rows, heads, batch, ws.p, nullptr);
+      sync_ok();
+    }
+    return std::pair{d_dA.raw(), d_ddt.raw()};
+  };
+  const auto whole = run({0, len});
+  for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 256, len}, std::vector<int64_t>{0, 128, 448, len}}) {
+    const auto split = run(cuts);
+    EXPECT_TRUE(bitwise_equal(split.first, whole.first)) << "dA_log, " << cuts.size() - 1 << " chunks";
+    EXPECT_TRUE(bitwise_equal(split.second, whole.second)) << "ddt_bias, " << cuts.size() - 1 << " chunks";
   }
 }
 

@@ -1,6 +1,7 @@
-// cuBLAS GEMMs against the CPU triple loop in float64 on the same rounded inputs: every
+// cuBLASLt GEMMs against the CPU triple loop in float64 on the same rounded inputs: every
 // transpose combination with padded leading dimensions, alpha and beta; the dense-layer
-// helpers against kernels/cpu/gemm.h; bitwise repeatability; the bf16 cast.
+// helpers against kernels/cpu/gemm.h; bitwise repeatability; the pinned algorithms' row
+// invariance (the same rows give the same bits whatever M); the bf16 cast.
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/gemm.h"
@@ -77,7 +78,7 @@ TYPED_TEST(GemmCuda, LinearHelpersMatchTheCpuLayers) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   CublasGemm g;
-  const int64_t rows = 150, in = 96, out = 40;
+  const int64_t rows = 150, in = 96, out = 40, batch = 2;
   const Vec x = rounded<In>(normal_vec(rng, rows * in)), W = rounded<In>(normal_vec(rng, in * out));
   const Vec dy = rounded<In>(normal_vec(rng, rows * out));
   Vec dx0 = rounded<Out>(normal_vec(rng, rows * in)), dW0 = rounded<float>(normal_vec(rng, in * out));
@@ -87,7 +88,7 @@ TYPED_TEST(GemmCuda, LinearHelpersMatchTheCpuLayers) {
   d_y.poison();
   linear_forward_cuda<In, Out>(g, d_x.p, d_W.p, d_y.p, rows, in, out);
   linear_backward_data_cuda<In, Out>(g, d_dy.p, d_W.p, d_dx.p, rows, in, out);
-  linear_backward_weight_cuda<In>(g, d_x.p, d_dy.p, d_dW.p, rows, in, out);
+  linear_backward_weight_cuda<In>(g, d_x.p, d_dy.p, d_dW.p, rows, in, out, batch);
   sync_ok();
   Vec y(rows * out), dx = dx0, dW = dW0;
   linear_forward<double>(x.data(), W.data(), y.data(), rows, in, out);
@@ -114,7 +115,7 @@ TYPED_TEST(GemmCuda, RepeatedCallsAreBitwiseEqual) {
   std::vector<std::vector<float>> runs;
   for (int r = 0; r < 2; ++r) {
     Dev<float> dW(dW0);
-    linear_backward_weight_cuda<In>(g, x.p, dy.p, dW.p, rows, in, out);
+    linear_backward_weight_cuda<In>(g, x.p, dy.p, dW.p, rows, in, out, 1);
     sync_ok();
     runs.push_back(dW.raw());
   }
@@ -125,6 +126,38 @@ TYPED_TEST(GemmCuda, RepeatedCallsAreBitwiseEqual) {
   linear_forward_cuda<In, Out>(g, dy.p, W.p, y2.p, rows, out, in);
   sync_ok();
   EXPECT_TRUE(bitwise_equal(y1.raw(), y2.raw()));
+}
+
+// Rows [r0, r0 + m) of a product computed as part of M = 4096 rows and on their own, for
+// several m (chunk lengths, 64-aligned or not): bitwise the same, for y = x W and dx += dy W^T.
+TYPED_TEST(GemmCuda, PinnedAlgorithmsGiveTheSameRowsForAnyRowCount) {
+  SKIP_WITHOUT_GPU();
+  using In = typename TypeParam::in;
+  using Out = typename TypeParam::out;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  CublasGemm g;
+  const int64_t M = 4096, in = 256, out = 384;
+  const Vec x = normal_vec(rng, M * in), W = normal_vec(rng, in * out), dy = normal_vec(rng, M * out);
+  const Vec dx0 = normal_vec(rng, M * in);
+  Dev<In> d_x(x), d_W(W), d_dy(dy);
+  Dev<Out> y_all(size_t(M * out)), dx_all(dx0);
+  linear_forward_cuda<In, Out>(g, d_x.p, d_W.p, y_all.p, M, in, out);
+  linear_backward_data_cuda<In, Out>(g, d_dy.p, d_W.p, dx_all.p, M, in, out);
+  sync_ok();
+  const std::vector<Out> y_ref = y_all.raw(), dx_ref = dx_all.raw();
+  for (auto [r0, m] : {std::pair<int64_t, int64_t>{0, 64}, {64, 320}, {1024, 2048}, {3000, 77}, {5, 1}, {0, M}}) {
+    SCOPED_TRACE("rows " + std::to_string(r0) + " + " + std::to_string(m));
+    Dev<Out> y(size_t(m * out)), dx(Vec(dx0.begin() + r0 * in, dx0.begin() + (r0 + m) * in));
+    linear_forward_cuda<In, Out>(g, d_x.p + r0 * in, d_W.p, y.p, m, in, out);
+    linear_backward_data_cuda<In, Out>(g, d_dy.p + r0 * out, d_W.p, dx.p, m, in, out);
+    sync_ok();
+    EXPECT_TRUE(bitwise_equal(y.raw(), std::vector<Out>(y_ref.begin() + r0 * out, y_ref.begin() + (r0 + m) * out)))
+        << "y = x W";
+    EXPECT_TRUE(bitwise_equal(dx.raw(), std::vector<Out>(dx_ref.begin() + r0 * in, dx_ref.begin() + (r0 + m) * in)))
+        << "dx += dy W^T";
+  }
 }
 
 TEST(CastToBf16Cuda, RoundsLikeTheHost) {

@@ -37,19 +37,19 @@ std::vector<float> raw_f32(const Dev<A>& d) {
 // Forward, then backward with the forward's own outputs (rstd; y for l2norm).
 template <class A>
 Outputs run_gpu(Kind kind, const Vec& x, const Vec& z, const Vec& w, const Vec& dy, const Vec& dw0, int64_t rows,
-                int64_t dim, double eps) {
+                int64_t dim, double eps, const TokenRows& tokens = {}) {
   Dev<A> d_x(x), d_z(z), d_dy(dy), d_y(x.size()), d_dx(x.size()), d_dz(x.size());
   Dev<float> d_w(w), d_dw(dw0), d_rstd(static_cast<size_t>(rows));
   for (auto* d : {&d_y, &d_dx, &d_dz}) d->poison();
   d_rstd.poison();
-  Dev<char> ws(norm_backward_workspace_bytes(rows, dim));
+  Dev<char> ws(norm_backward_workspace_bytes(rows, dim, tokens));
   if (kind == Kind::Rms) {
     rmsnorm_forward_cuda<A>(d_x.p, d_w.p, d_y.p, d_rstd.p, rows, dim, eps, nullptr);
-    rmsnorm_backward_cuda<A>(d_x.p, d_w.p, d_rstd.p, d_dy.p, d_dx.p, d_dw.p, rows, dim, ws.p, nullptr);
+    rmsnorm_backward_cuda<A>(d_x.p, d_w.p, d_rstd.p, d_dy.p, d_dx.p, d_dw.p, rows, dim, tokens, ws.p, nullptr);
   } else if (kind == Kind::Gated) {
     gated_rmsnorm_forward_cuda<A>(d_x.p, d_z.p, d_w.p, d_y.p, d_rstd.p, rows, dim, eps, nullptr);
-    gated_rmsnorm_backward_cuda<A>(d_x.p, d_z.p, d_w.p, d_rstd.p, d_dy.p, d_dx.p, d_dz.p, d_dw.p, rows, dim, ws.p,
-                                   nullptr);
+    gated_rmsnorm_backward_cuda<A>(d_x.p, d_z.p, d_w.p, d_rstd.p, d_dy.p, d_dx.p, d_dz.p, d_dw.p, rows, dim, tokens,
+                                   ws.p, nullptr);
   } else {
     l2norm_forward_cuda<A>(d_x.p, d_y.p, d_rstd.p, rows, dim, eps, nullptr);
     l2norm_backward_cuda<A>(d_y.p, d_rstd.p, d_dy.p, d_dx.p, rows, dim, nullptr);
@@ -77,7 +77,7 @@ Outputs run_cpu(Kind kind, const Vec& x, const Vec& z, const Vec& w, const Vec& 
 }
 
 template <class A>
-void check_kind(Kind kind, int64_t rows, int64_t dim, uint64_t seed) {
+void check_kind(Kind kind, int64_t rows, int64_t dim, uint64_t seed, const TokenRows& tokens = {}) {
   SCOPED_TRACE(std::string(kind_name(kind)) + " rows " + std::to_string(rows) + " dim " + std::to_string(dim));
   Rng rng(seed);
   const double eps = 1e-5;
@@ -86,7 +86,7 @@ void check_kind(Kind kind, int64_t rows, int64_t dim, uint64_t seed) {
   Vec w = normal_vec(rng, dim, 0.3);
   for (double& e : w) e = round_to<float>(1.0 + e);
   const Vec dw0 = rounded<float>(normal_vec(rng, dim));
-  const Outputs gpu = run_gpu<A>(kind, x, z, w, dy, dw0, rows, dim, eps);
+  const Outputs gpu = run_gpu<A>(kind, x, z, w, dy, dw0, rows, dim, eps, tokens);
   const Outputs ref = run_cpu(kind, x, z, w, dy, dw0, gpu.y, rows, dim, eps);
   const double tol = tolerance<A>();
   std::vector<std::pair<const char*, std::pair<const Vec*, const Vec*>>> cmp = {
@@ -98,7 +98,7 @@ void check_kind(Kind kind, int64_t rows, int64_t dim, uint64_t seed) {
     const double err = rel_err(*pair.first, *pair.second);
     EXPECT_LE(err, name == std::string("rstd") ? tolerance<float>() : tol) << name << " rel err " << err;
   }
-  const Outputs again = run_gpu<A>(kind, x, z, w, dy, dw0, rows, dim, eps);
+  const Outputs again = run_gpu<A>(kind, x, z, w, dy, dw0, rows, dim, eps, tokens);
   EXPECT_TRUE(bitwise_equal(gpu.raw_dx, again.raw_dx)) << "dx not repeatable";
   if (kind == Kind::Gated) EXPECT_TRUE(bitwise_equal(gpu.raw_dz, again.raw_dz)) << "dz not repeatable";
   if (kind != Kind::L2) EXPECT_TRUE(bitwise_equal(gpu.raw_dw, again.raw_dw)) << "dw not repeatable";
@@ -114,11 +114,47 @@ TYPED_TEST(NormsCuda, MatchCpuAtEveryWidth) {
     for (int64_t dim : {48, 128, 136, 520, 2048, 4096}) check_kind<TypeParam>(kind, 37, dim, seed + uint64_t(dim));
 }
 
-TYPED_TEST(NormsCuda, MoreRowsThanBackwardTeams) {
+TYPED_TEST(NormsCuda, ManyTokenBlocksOfSeveralSequencesAndRowsPerToken) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  for (Kind kind : {Kind::Rms, Kind::Gated, Kind::L2}) check_kind<TypeParam>(kind, 17000, 64, seed);  // 8192 teams of 8 lanes
+  // 2 sequences of 2125 tokens x 4 rows (heads): 34 token blocks each, the last one short.
+  for (Kind kind : {Kind::Rms, Kind::Gated, Kind::L2}) check_kind<TypeParam>(kind, 17000, 64, seed, TokenRows{2, 4});
+}
+
+// dw over chunks of the sequences cut at multiples of 64 tokens, run last chunk first, is the
+// unsplit run's bitwise (dx too: it is per row).
+TYPED_TEST(NormsCuda, ChunksAtMultiplesOf64GiveTheUnsplitDwBitwise) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t batch = 2, len = 512, heads = 3, dim = 128, eps_rows = batch * len * heads;
+  const Vec x = normal_vec(rng, eps_rows * dim), z = normal_vec(rng, eps_rows * dim), dy = normal_vec(rng, eps_rows * dim);
+  const Vec w = normal_vec(rng, dim), dw0 = normal_vec(rng, dim);
+  // Rows of tokens [t0, t1) of every sequence.
+  auto rows_of = [&](const Vec& v, int64_t t0, int64_t t1) {
+    Vec out;
+    for (int64_t b = 0; b < batch; ++b)
+      out.insert(out.end(), v.begin() + ((b * len + t0) * heads) * dim, v.begin() + ((b * len + t1) * heads) * dim);
+    return out;
+  };
+  for (Kind kind : {Kind::Rms, Kind::Gated}) {
+    SCOPED_TRACE(kind_name(kind));
+    const Outputs whole = run_gpu<A>(kind, x, z, w, dy, dw0, eps_rows, dim, 1e-5, TokenRows{batch, heads});
+    for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 256, len}, std::vector<int64_t>{0, 128, 448, len}}) {
+      Vec dw = dw0;
+      for (size_t c = cuts.size() - 1; c-- > 0;) {
+        const int64_t t0 = cuts[c], t1 = cuts[c + 1], n = batch * (t1 - t0) * heads;
+        const Outputs part = run_gpu<A>(kind, rows_of(x, t0, t1), rows_of(z, t0, t1), w, rows_of(dy, t0, t1), dw, n,
+                                        dim, 1e-5, TokenRows{batch, heads});
+        dw.assign(part.raw_dw.begin(), part.raw_dw.end());
+      }
+      EXPECT_TRUE(bitwise_equal(std::vector<float>(dw.begin(), dw.end()), whole.raw_dw))
+          << "dw, " << cuts.size() - 1 << " chunks";
+    }
+  }
 }
 
 TEST(NormsCudaChecks, RejectsUnsupportedWidths) {

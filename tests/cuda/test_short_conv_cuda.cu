@@ -104,6 +104,51 @@ TYPED_TEST(ShortConvCuda, SplitForwardIsBitwiseTheWhole) {
   EXPECT_TRUE(bitwise_equal(pieces, whole));
 }
 
+// The backward over chunks cut at multiples of 64, run last chunk first with the prefix
+// gradient carried (dprefix_in -> dprefix_out), gives the unsplit dx, dw and dprefix bitwise.
+TYPED_TEST(ShortConvCuda, SplitBackwardAtMultiplesOf64IsBitwiseTheWhole) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t len = 512, ch = 32, K = 4, P = K - 1;
+  const Vec x = normal_vec(rng, len * ch), dy = normal_vec(rng, len * ch), w = normal_vec(rng, ch * K, 0.5);
+  const Vec dw0 = normal_vec(rng, ch * K);
+  Dev<A> d_x(x), d_dy(dy);
+  Dev<float> d_w(w);
+  // Returns dx (all rows), then dw, then the first chunk's dprefix_in, as floats.
+  auto run = [&](const std::vector<int64_t>& cuts) {
+    const size_t n_chunks = cuts.size() - 1;
+    std::vector<Dev<A>> prefix;  // prefix[c]: what chunk c reads (chunk 0: none)
+    std::vector<Dev<float>> dprefix;
+    for (size_t c = 0; c <= n_chunks; ++c) prefix.emplace_back(size_t(P * ch)), dprefix.emplace_back(size_t(P * ch));
+    for (size_t c = 0; c < n_chunks; ++c) {
+      Dev<A> y(size_t((cuts[c + 1] - cuts[c]) * ch));
+      short_conv_forward_cuda<A>(d_x.p + cuts[c] * ch, c ? prefix[c].p : nullptr, d_w.p, y.p, prefix[c + 1].p, 1,
+                                 cuts[c + 1] - cuts[c], ch, K, nullptr);
+    }
+    Dev<A> dx(size_t(len * ch));
+    Dev<float> dw(dw0);
+    for (size_t c = n_chunks; c-- > 0;) {
+      const int64_t n = cuts[c + 1] - cuts[c];
+      Dev<char> ws(short_conv_backward_workspace_bytes(1, n, ch, K));
+      short_conv_backward_cuda<A>(d_x.p + cuts[c] * ch, c ? prefix[c].p : nullptr, d_w.p, d_dy.p + cuts[c] * ch,
+                                  c + 1 < n_chunks ? dprefix[c + 1].p : nullptr, dx.p + cuts[c] * ch, dprefix[c].p,
+                                  dw.p, 1, n, ch, K, ws.p, nullptr);
+    }
+    sync_ok();
+    std::vector<float> out;
+    for (A v : dx.raw()) out.push_back(float(v));
+    for (float v : dw.raw()) out.push_back(v);
+    for (float v : dprefix[0].raw()) out.push_back(v);
+    return out;
+  };
+  const std::vector<float> whole = run({0, len});
+  EXPECT_TRUE(bitwise_equal(run({0, 256, len}), whole)) << "2 chunks";
+  EXPECT_TRUE(bitwise_equal(run({0, 128, 448, len}), whole)) << "128 + 320 + 64";
+}
+
 TEST(ShortConvCudaChecks, RejectsUnsupportedShapes) {
   expect_error([] { short_conv_forward_cuda<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 8, 9, nullptr); },
                "K = 9");

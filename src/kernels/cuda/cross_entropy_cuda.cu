@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
@@ -96,111 +97,138 @@ __global__ void cross_entropy_row_kernel(const float* logits, const int32_t* tar
   }
 }
 
-// Adds one block of rows' losses and counts to the totals: each thread sums rows
-// t, t + 256, ... in double, then a fixed tree over the threads.
-__global__ void cross_entropy_stats_kernel(const float* row_loss, const unsigned* row_flags, int64_t n,
-                                           LossStatsCuda* stats) {
-  __shared__ double loss[kRowThreads];
-  __shared__ unsigned long long counts[3][kRowThreads];
-  const int t = threadIdx.x;
-  double s = 0;
-  unsigned long long c[3] = {0, 0, 0};
-  for (int64_t r = t; r < n; r += kRowThreads) {
-    s += double(row_loss[r]);
-    c[0] += (row_flags[r] & kCounted) != 0, c[1] += (row_flags[r] & kCorrect) != 0;
-    c[2] += (row_flags[r] & kBadTarget) != 0;
+// Statistics of token block (blockIdx.x + first_block) of sequence blockIdx.y: its rows of the
+// current block of rows (n_tokens per sequence) summed in ascending order, in double.
+__global__ void cross_entropy_stats_kernel(const float* row_loss, const unsigned* row_flags, int64_t n_tokens,
+                                           int64_t first_block, int64_t blocks_per_seq, LossStatsCuda* stats) {
+  const int64_t b = blockIdx.y, t0 = int64_t(blockIdx.x) * kTokenBlock;
+  const int64_t t1 = min(n_tokens, t0 + kTokenBlock);
+  LossStatsCuda s{0.0, 0, 0, 0};
+  for (int64_t t = t0; t < t1; ++t) {
+    const int64_t r = b * n_tokens + t;
+    s.loss_sum += double(row_loss[r]);
+    s.counted += (row_flags[r] & kCounted) != 0, s.correct += (row_flags[r] & kCorrect) != 0;
+    s.bad_targets += (row_flags[r] & kBadTarget) != 0;
   }
-  loss[t] = s, counts[0][t] = c[0], counts[1][t] = c[1], counts[2][t] = c[2];
-  __syncthreads();
-  for (int half = kRowThreads / 2; half > 0; half /= 2) {
-    if (t < half) {
-      loss[t] += loss[t + half];
-      for (int k = 0; k < 3; ++k) counts[k][t] += counts[k][t + half];
-    }
-    __syncthreads();
-  }
-  if (t == 0) {
-    stats->loss_sum += loss[0];
-    stats->counted += counts[0][0], stats->correct += counts[1][0], stats->bad_targets += counts[2][0];
-  }
+  stats[b * blocks_per_seq + first_block + blockIdx.x] = s;
 }
 
 struct CeLayout {
   size_t logits, dlogits, row_loss, row_flags, total;
-  CeLayout(int64_t row_block, int64_t vocab, size_t in_bytes) {
+  CeLayout(int64_t block_rows, int64_t vocab, size_t in_bytes) {
     auto up = [](size_t b) { return (b + 255) / 256 * 256; };
-    const size_t n = size_t(row_block) * size_t(vocab);
+    const size_t n = size_t(block_rows) * size_t(vocab);
     logits = 0;
     dlogits = up(n * 4);
     row_loss = dlogits + up(n * in_bytes);
-    row_flags = row_loss + up(size_t(row_block) * 4);
-    total = row_flags + up(size_t(row_block) * 4);
+    row_flags = row_loss + up(size_t(block_rows) * 4);
+    total = row_flags + up(size_t(block_rows) * 4);
   }
 };
 
 }  // namespace
 
-void reset_loss_stats_cuda(LossStatsCuda* stats, cudaStream_t stream) {
-  cuda_check(cudaMemsetAsync(stats, 0, sizeof(LossStatsCuda), stream), "cudaMemsetAsync (loss stats)");
-}
-
-LossStats fetch_loss_stats_cuda(const LossStatsCuda* stats, int64_t vocab, cudaStream_t stream) {
-  LossStatsCuda h{};
-  cuda_check(cudaMemcpyAsync(&h, stats, sizeof h, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync (loss stats)");
+LossStats add_loss_stats_cuda(const LossStatsCuda* stats, int64_t batch, int64_t len, int64_t vocab,
+                              cudaStream_t stream, LossStats* running) {
+  const int64_t blocks = token_blocks(len);
+  std::vector<LossStatsCuda> h(size_t(loss_stats_blocks(batch, len)));
+  cuda_check(cudaMemcpyAsync(h.data(), stats, h.size() * sizeof(LossStatsCuda), cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync (loss stats)");
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize (loss stats)");
-  SF_CHECK(h.bad_targets == 0, "cross_entropy: ", h.bad_targets, " targets are outside [0, ", vocab,
+  LossStats total;
+  unsigned long long bad = 0;
+  for (int64_t k = 0; k < blocks; ++k)
+    for (int64_t b = 0; b < batch; ++b) {
+      const LossStatsCuda& e = h[size_t(b * blocks + k)];
+      LossStats s;
+      s.loss_sum = e.loss_sum, s.correct = int64_t(e.correct), s.counted = int64_t(e.counted);
+      total.add(s);
+      if (running) running->add(s);
+      bad += e.bad_targets;
+    }
+  SF_CHECK(bad == 0, "cross_entropy: ", bad, " targets are outside [0, ", vocab,
            ") and are not the ignore value -1; the targets must be token ids of a vocabulary of at most ", vocab,
            " (check the tokenizer against the model's vocab_size)");
-  LossStats s;
-  s.loss_sum = h.loss_sum, s.correct = int64_t(h.correct), s.counted = int64_t(h.counted);
-  return s;
+  return total;
+}
+
+namespace {
+// Token order, as add_loss_stats_cuda: block k of sequences 0 .. batch - 1, then block k + 1.
+__global__ void accumulate_loss_stats_kernel(const LossStatsCuda* stats, int64_t batch, int64_t blocks,
+                                             LossStatsCuda* running) {
+  LossStatsCuda r = *running;
+  for (int64_t k = 0; k < blocks; ++k)
+    for (int64_t b = 0; b < batch; ++b) {
+      const LossStatsCuda& e = stats[b * blocks + k];
+      r.loss_sum += e.loss_sum, r.correct += e.correct, r.counted += e.counted, r.bad_targets += e.bad_targets;
+    }
+  *running = r;
+}
+}  // namespace
+
+void accumulate_loss_stats_cuda(const LossStatsCuda* stats, int64_t batch, int64_t len, LossStatsCuda* running,
+                                cudaStream_t stream) {
+  accumulate_loss_stats_kernel<<<1, 1, 0, stream>>>(stats, batch, token_blocks(len), running);
+  cuda_check(cudaGetLastError(), "accumulate_loss_stats_kernel launch");
 }
 
 template <class In>
-size_t lm_head_cross_entropy_workspace_bytes(int64_t row_block, int64_t vocab) {
-  return CeLayout(row_block, vocab, sizeof(In)).total;
+size_t lm_head_cross_entropy_workspace_bytes(int64_t batch, int64_t block_tokens, int64_t vocab) {
+  return CeLayout(batch * block_tokens, vocab, sizeof(In)).total;
 }
 
 template <class In>
-void lm_head_cross_entropy_cuda(const CublasGemm& g, const In* x, const In* W, const int32_t* targets, int64_t rows,
-                                int64_t dim, int64_t vocab, float scale, int64_t row_block, In* dx, float* dW,
-                                LossStatsCuda* stats, void* workspace) {
+void lm_head_cross_entropy_cuda(const CublasGemm& g, const In* x, const In* W, const int32_t* targets, int64_t batch,
+                                int64_t len, int64_t dim, int64_t vocab, float scale, int64_t block_tokens, In* dx,
+                                float* dW, LossStatsCuda* stats, void* workspace) {
   const char* name = "lm_head_cross_entropy_cuda";
   SF_CHECK(vocab > 0 && vocab % 8 == 0 && vocab <= INT32_MAX, name, ": vocab = ", vocab,
            " must be a multiple of 8 on the GPU (pad the vocabulary)");
-  SF_CHECK(row_block > 0 && rows >= 0 && dim > 0, name, ": row_block = ", row_block, " must be positive");
+  SF_CHECK(block_tokens > 0 && block_tokens % kTokenBlock == 0 && batch >= 0 && batch <= 65535 && len >= 0 &&
+               dim > 0,
+           name, ": block_tokens = ", block_tokens, " must be a positive multiple of ", kTokenBlock);
   SF_CHECK((dx == nullptr) == (dW == nullptr), name, ": give both dx and dW (training) or neither (evaluation)");
   SF_CHECK(workspace != nullptr && stats != nullptr, name,
            ": workspace and stats must be device buffers (lm_head_cross_entropy_workspace_bytes)");
-  const CeLayout L(row_block, vocab, sizeof(In));
+  if (batch == 0 || len == 0) return;
+  const CeLayout L(batch * block_tokens, vocab, sizeof(In));
   char* ws = static_cast<char*>(workspace);
   auto* logits = reinterpret_cast<float*>(ws + L.logits);
   auto* dlogits = dx ? reinterpret_cast<In*>(ws + L.dlogits) : nullptr;
   auto* row_loss = reinterpret_cast<float*>(ws + L.row_loss);
   auto* row_flags = reinterpret_cast<unsigned*>(ws + L.row_flags);
   const cudaStream_t stream = g.stream();
-  for (int64_t r0 = 0; r0 < rows; r0 += row_block) {
-    const int64_t n = std::min(row_block, rows - r0);
-    const In* xb = x + r0 * dim;
-    linear_forward_cuda<In, float>(g, xb, W, logits, n, dim, vocab);
-    cross_entropy_row_kernel<In><<<unsigned(n), kRowThreads, 0, stream>>>(logits, targets + r0, vocab, scale,
-                                                                            dlogits, row_loss, row_flags);
-    cuda_check_launch("cross_entropy_row_kernel");
-    cross_entropy_stats_kernel<<<1, kRowThreads, 0, stream>>>(row_loss, row_flags, n, stats);
+  const int64_t blocks_per_seq = token_blocks(len);
+  // Last block first: the order weight_grad_cuda's walk continues across the calls.
+  for (int64_t t0 = (len - 1) / block_tokens * block_tokens; t0 >= 0; t0 -= block_tokens) {
+    const int64_t n = std::min(block_tokens, len - t0);  // tokens of each sequence in this block
+    for (int64_t b = 0; b < batch; ++b) {
+      const int64_t r0 = b * len + t0;  // the sequence's first row of the block; its logits at row b * n
+      linear_forward_cuda<In, float>(g, x + r0 * dim, W, logits + b * n * vocab, n, dim, vocab);
+      cross_entropy_row_kernel<In><<<unsigned(n), kRowThreads, 0, stream>>>(
+          logits + b * n * vocab, targets + r0, vocab, scale, dlogits ? dlogits + b * n * vocab : nullptr,
+          row_loss + b * n, row_flags + b * n);
+      cuda_check_launch("cross_entropy_row_kernel");
+    }
+    cross_entropy_stats_kernel<<<dim3(unsigned(token_blocks(n)), unsigned(batch)), 1, 0, stream>>>(
+        row_loss, row_flags, n, t0 / kTokenBlock, blocks_per_seq, stats);
     cuda_check_launch("cross_entropy_stats_kernel");
     if (!dx) continue;
-    linear_backward_weight_cuda<In>(g, xb, dlogits, dW, n, dim, vocab);
-    gemm_cuda<In, In>(g, false, true, n, dim, vocab, 1.f, dlogits, vocab, W, vocab, 0.f, dx + r0 * dim, dim);
+    const WeightGradOperands<In> ops{x + t0 * dim, dim, len * dim, dlogits, vocab, n * vocab};
+    weight_grad_cuda<In>(ops, dW, batch, n, dim, vocab, g.workspace(), g.workspace_bytes(), stream);
+    for (int64_t b = 0; b < batch; ++b)
+      gemm_cuda<In, In>(g, false, true, n, dim, vocab, 1.f, dlogits + b * n * vocab, vocab, W, vocab, 0.f,
+                        dx + (b * len + t0) * dim, dim);
   }
 }
 
-template size_t lm_head_cross_entropy_workspace_bytes<float>(int64_t, int64_t);
-template size_t lm_head_cross_entropy_workspace_bytes<bf16>(int64_t, int64_t);
+template size_t lm_head_cross_entropy_workspace_bytes<float>(int64_t, int64_t, int64_t);
+template size_t lm_head_cross_entropy_workspace_bytes<bf16>(int64_t, int64_t, int64_t);
 template void lm_head_cross_entropy_cuda<float>(const CublasGemm&, const float*, const float*, const int32_t*,
-                                                int64_t, int64_t, int64_t, float, int64_t, float*, float*,
+                                                int64_t, int64_t, int64_t, int64_t, float, int64_t, float*, float*,
                                                 LossStatsCuda*, void*);
 template void lm_head_cross_entropy_cuda<bf16>(const CublasGemm&, const bf16*, const bf16*, const int32_t*, int64_t,
-                                               int64_t, int64_t, float, int64_t, bf16*, float*, LossStatsCuda*,
-                                               void*);
+                                               int64_t, int64_t, int64_t, float, int64_t, bf16*, float*,
+                                               LossStatsCuda*, void*);
 
 }  // namespace stateflow

@@ -31,14 +31,17 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* tab
   }
 }
 
-__global__ void iota_kernel(int32_t* x, int64_t n) {
+// order[i] = the i-th row in reverse token order: token len - 1 of sequences batch - 1 .. 0,
+// then token len - 2, and so on.
+__global__ void reverse_token_order_kernel(int32_t* order, int64_t batch, int64_t len) {
+  const int64_t n = batch * len;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = int32_t(i);
+    order[i] = int32_t((batch - 1 - i % batch) * len + (len - 1 - i / batch));
 }
 
 // Block (i, y) owns the run of equal tokens that starts at sorted position i (blocks at other
-// positions return at once), columns [512 y, 512 y + 512). The run's rows are ascending, and
-// each is added straight into the table row in that order: the CPU kernel's order.
+// positions return at once), columns [512 y, 512 y + 512). The run's rows are in reverse token
+// order, and each is added straight into the table row in that order.
 template <class A>
 __global__ void embedding_backward_kernel(const int32_t* token_sorted, const int32_t* row_sorted, const A* dout,
                                           float* dtable, int64_t rows, int64_t nvec, int64_t vocab) {
@@ -100,8 +103,10 @@ size_t embedding_backward_workspace_bytes(int64_t rows) {
 
 template <class A>
 void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable, int64_t rows, int64_t dim,
-                             int64_t vocab, void* workspace, cudaStream_t stream) {
+                             int64_t vocab, int64_t batch, void* workspace, cudaStream_t stream) {
   check_shape("embedding_backward_cuda", rows, dim, vocab);
+  SF_CHECK(batch > 0 && rows % batch == 0, "embedding_backward_cuda: rows = ", rows, " is not batch = ", batch,
+           " sequences of equal length");
   check_aligned16(dout, "embedding_backward_cuda", "dout"), check_aligned16(dtable, "embedding_backward_cuda", "dtable");
   if (rows == 0) return;
   SF_CHECK(workspace != nullptr, "embedding_backward_cuda: workspace is null; allocate "
@@ -111,8 +116,9 @@ void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable
   auto* rows_in = reinterpret_cast<int32_t*>(ws + L.rows_in);
   auto* token_sorted = reinterpret_cast<int32_t*>(ws + L.token_sorted);
   auto* row_sorted = reinterpret_cast<int32_t*>(ws + L.row_sorted);
-  iota_kernel<<<unsigned(std::min<int64_t>((rows + 255) / 256, 4096)), 256, 0, stream>>>(rows_in, rows);
-  cuda_check_launch("iota_kernel");
+  reverse_token_order_kernel<<<unsigned(std::min<int64_t>((rows + 255) / 256, 4096)), 256, 0, stream>>>(
+      rows_in, batch, rows / batch);
+  cuda_check_launch("reverse_token_order_kernel");
   size_t temp_bytes = L.temp_bytes;
   // All 32 key bits: equal ids are then adjacent even if a bad (negative or too large) id slipped through.
   cuda_check(cub::DeviceRadixSort::SortPairs(ws + L.temp, temp_bytes, tokens, token_sorted, rows_in, row_sorted,
@@ -128,8 +134,8 @@ void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable
 #define SF_INSTANTIATE(A)                                                                                      \
   template void embedding_forward_cuda<A>(const int32_t*, const float*, A*, int64_t, int64_t, int64_t, int*,  \
                                           cudaStream_t);                                                       \
-  template void embedding_backward_cuda<A>(const int32_t*, const A*, float*, int64_t, int64_t, int64_t, void*, \
-                                           cudaStream_t);
+  template void embedding_backward_cuda<A>(const int32_t*, const A*, float*, int64_t, int64_t, int64_t,        \
+                                           int64_t, void*, cudaStream_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE

@@ -2,10 +2,13 @@
 // out[r] = table[tokens[r]] (fp32 table, activations A = float or bf16), and backward
 // dtable[v] += sum of dout[r] over the rows r with tokens[r] == v.
 //
-// The backward is deterministic without floating-point atomics: the (token, row) pairs are
-// sorted by token with a stable radix sort, so each vocabulary row's gradients form one run
-// of ascending row indices, and a single block owns each run (per 512 columns) and adds it
-// up in that order. dim must be a multiple of 8 and the pointers 16-byte aligned.
+// The backward is deterministic without floating-point atomics: the rows (batch sequences of
+// rows / batch tokens) are listed from the last token to the first (sequences last to first
+// within a token), then sorted by token id with a stable radix sort, so each vocabulary row's
+// gradients form one run in that order; a single block owns each run (per 512 columns) and
+// adds it straight into the table row. A sequence cut into chunks anywhere and run backward
+// last chunk first therefore makes the same additions as the unsplit run: bitwise equal.
+// dim must be a multiple of 8 and the pointers 16-byte aligned.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -28,6 +31,6 @@ size_t embedding_backward_workspace_bytes(int64_t rows);
 // dtable += scatter of dout (fp32 accumulation); rows with ids outside [0, vocab) are skipped.
 template <class A>
 void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable, int64_t rows, int64_t dim,
-                             int64_t vocab, void* workspace, cudaStream_t stream);
+                             int64_t vocab, int64_t batch, void* workspace, cudaStream_t stream);
 
 }  // namespace stateflow

@@ -1,6 +1,9 @@
 #include "kernels/cuda/gemm_cuda.h"
 
+#include <cublas_v2.h>
+
 #include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 #include "core/error.h"
@@ -20,6 +23,73 @@ cudaDataType_t cuda_type() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
+// The row count the pinned algorithm is chosen for: a long chunk, where speed matters.
+constexpr int64_t kRepresentativeRows = 16384;
+
+// Descriptors of one column-major product C^T = op(B)^T op(A)^T for a given M, freed at scope end.
+struct LtProblem {
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
+  LtProblem(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
+            cudaDataType_t in, cudaDataType_t out) {
+    cublas_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+    const cublasOperation_t oa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, ob = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa), "TRANSA");
+    cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob), "TRANSB");
+    // Lt's A is our B (N x K after its op), Lt's B our A (K x M after its op), as stored.
+    cublas_check(cublasLtMatrixLayoutCreate(&a, in, tb ? K : N, tb ? N : K, ldb), "cublasLtMatrixLayoutCreate (A)");
+    cublas_check(cublasLtMatrixLayoutCreate(&b, in, ta ? M : K, ta ? K : M, lda), "cublasLtMatrixLayoutCreate (B)");
+    cublas_check(cublasLtMatrixLayoutCreate(&c, out, N, M, ldc), "cublasLtMatrixLayoutCreate (C)");
+  }
+  ~LtProblem() {
+    cublasLtMatrixLayoutDestroy(c), cublasLtMatrixLayoutDestroy(b), cublasLtMatrixLayoutDestroy(a);
+    cublasLtMatmulDescDestroy(op);
+  }
+  LtProblem(const LtProblem&) = delete;
+  LtProblem& operator=(const LtProblem&) = delete;
+};
+
+// The largest power of two up to 16 that divides every pointer's address.
+uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
+  uint32_t a = 16;
+  for (const void* p : ptrs)
+    while (reinterpret_cast<uintptr_t>(p) % a != 0) a /= 2;
+  return a;
+}
+
+// The heuristic's best algorithm for problem p without split-K or a reduction scheme, for
+// operands aligned to `align` bytes.
+cublasLtMatmulAlgo_t heuristic_algo(const CublasGemm& g, const LtProblem& p, uint32_t align) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublas_check(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  const size_t ws = g.workspace_bytes();
+  const uint32_t no_reduction = CUBLASLT_REDUCTION_SCHEME_NONE;
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+  cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &no_reduction,
+                                       sizeof no_reduction);
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align);
+  cublasLtMatmulHeuristicResult_t r{};
+  int found = 0;
+  const cublasStatus_t s =
+      cublasLtMatmulAlgoGetHeuristic(g.handle(), p.op, p.a, p.b, p.c, p.c, pref, 1, &r, &found);
+  cublasLtMatmulPreferenceDestroy(pref);
+  cublas_check(s, "cublasLtMatmulAlgoGetHeuristic");
+  SF_CHECK(found > 0, "cuBLASLt found no algorithm for a GEMM of these shapes and types");
+  const int32_t one_split = 1;
+  cublasLtMatmulAlgoConfigSetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one_split, sizeof one_split);
+  cublasLtMatmulAlgoConfigSetAttribute(&r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &no_reduction,
+                                       sizeof no_reduction);
+  return r.algo;
+}
+
+bool algo_fits(const CublasGemm& g, const LtProblem& p, const cublasLtMatmulAlgo_t& algo) {
+  cublasLtMatmulHeuristicResult_t r{};
+  return cublasLtMatmulAlgoCheck(g.handle(), p.op, p.a, p.b, p.c, p.c, &algo, &r) == CUBLAS_STATUS_SUCCESS &&
+         r.workspaceSize <= g.workspace_bytes();
+}
+
 __global__ void cast_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_t n) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     dst[i] = __float2bfloat16(src[i]);
@@ -28,18 +98,15 @@ __global__ void cast_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_
 }  // namespace
 
 CublasGemm::CublasGemm(cudaStream_t stream, size_t workspace_bytes) : stream_(stream) {
-  cublas_check(cublasCreate(&handle_), "cublasCreate");
-  cublas_check(cublasSetStream(handle_, stream_), "cublasSetStream");
-  cublas_check(cublasSetMathMode(handle_, CUBLAS_DEFAULT_MATH), "cublasSetMathMode");
-  cublas_check(cublasSetAtomicsMode(handle_, CUBLAS_ATOMICS_NOT_ALLOWED), "cublasSetAtomicsMode");
+  cublas_check(cublasLtCreate(&handle_), "cublasLtCreate");
   if (workspace_bytes > 0) {
     cuda_check(cudaMalloc(&workspace_, workspace_bytes), "cudaMalloc (cuBLAS workspace)");
-    cublas_check(cublasSetWorkspace(handle_, workspace_, workspace_bytes), "cublasSetWorkspace");
+    workspace_bytes_ = workspace_bytes;
   }
 }
 
 CublasGemm::~CublasGemm() {
-  cublasDestroy(handle_);
+  cublasLtDestroy(handle_);
   cudaFree(workspace_);
 }
 
@@ -54,10 +121,25 @@ void gemm_cuda(const CublasGemm& g, bool ta, bool tb, int64_t M, int64_t N, int6
   SF_CHECK(M <= INT32_MAX && N <= INT32_MAX && K <= INT32_MAX && lda <= INT32_MAX && ldb <= INT32_MAX &&
                ldc <= INT32_MAX,
            "gemm_cuda: dimensions ", M, " x ", N, " x ", K, " exceed cuBLAS's 32-bit sizes; split the rows");
-  cublas_check(cublasGemmEx(g.handle(), tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, int(N),
-                            int(M), int(K), &alpha, B, cuda_type<In>(), int(ldb), A, cuda_type<In>(), int(lda),
-                            &beta, C, cuda_type<Out>(), int(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-               "cublasGemmEx");
+  const cudaDataType_t in = cuda_type<In>(), out = cuda_type<Out>();
+  const uint32_t align = common_alignment({A, B, C});
+  const CublasGemm::AlgoKey key{ta, tb, ta ? M : 0, N, K, lda, ldb, ldc, int(in), int(out), beta != 0.f, int(align)};
+  auto& pinned = g.algorithms();
+  auto it = pinned.find(key);
+  if (it == pinned.end()) {
+    // A fixed M, not this call's: the choice must not depend on which chunk length came first.
+    const LtProblem rep(ta, tb, ta ? M : kRepresentativeRows, N, K, lda, ldb, ldc, in, out);
+    it = pinned.emplace(key, CublasGemm::Pinned{heuristic_algo(g, rep, align), {}}).first;
+  }
+  const LtProblem p(ta, tb, M, N, K, lda, ldb, ldc, in, out);
+  auto fit = it->second.runs_m.find(M);
+  if (fit == it->second.runs_m.end()) fit = it->second.runs_m.emplace(M, algo_fits(g, p, it->second.algo)).first;
+  // An algorithm that cannot run this M (not seen on H200) falls back to this M's own choice:
+  // correct, but then not row-invariant.
+  const cublasLtMatmulAlgo_t algo = fit->second ? it->second.algo : heuristic_algo(g, p, align);
+  cublas_check(cublasLtMatmul(g.handle(), p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &algo,
+                              g.workspace(), g.workspace_bytes(), g.stream()),
+               "cublasLtMatmul");
 }
 
 template <class In, class Out>
@@ -74,8 +156,12 @@ void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, O
 
 template <class In>
 void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy, float* dW, int64_t rows,
-                                 int64_t in, int64_t out) {
-  gemm_cuda<In, float>(g, true, false, in, out, rows, 1.f, x, in, dy, out, 1.f, dW, out);
+                                 int64_t in, int64_t out, int64_t batch) {
+  SF_CHECK(batch > 0 && rows % batch == 0, "linear_backward_weight_cuda: rows = ", rows, " is not batch = ", batch,
+           " sequences of equal length");
+  const int64_t len = rows / batch;
+  const WeightGradOperands<In> ops{x, in, len * in, dy, out, len * out};
+  weight_grad_cuda<In>(ops, dW, batch, len, in, out, g.workspace(), g.workspace_bytes(), g.stream());
 }
 
 void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream) {
@@ -97,8 +183,9 @@ SF_INSTANTIATE(__nv_bfloat16, float)
 SF_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
 #undef SF_INSTANTIATE
 template void linear_backward_weight_cuda<float>(const CublasGemm&, const float*, const float*, float*, int64_t,
-                                                 int64_t, int64_t);
+                                                 int64_t, int64_t, int64_t);
 template void linear_backward_weight_cuda<__nv_bfloat16>(const CublasGemm&, const __nv_bfloat16*,
-                                                         const __nv_bfloat16*, float*, int64_t, int64_t, int64_t);
+                                                         const __nv_bfloat16*, float*, int64_t, int64_t, int64_t,
+                                                         int64_t);
 
 }  // namespace stateflow

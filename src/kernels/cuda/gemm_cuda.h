@@ -1,24 +1,34 @@
-// GEMMs on the GPU through cuBLAS, with the row-major semantics of kernels/cpu/gemm.h:
+// GEMMs on the GPU through cuBLASLt, with the row-major semantics of kernels/cpu/gemm.h:
 // C = alpha * op(A) op(B) + beta * C, op(A) M x K, op(B) K x N, lda/ldb/ldc row strides.
 // Operands are bf16 (the production path: fp32 accumulation, fp32 or bf16 result) or fp32
 // (full fp32 arithmetic, no TF32: the reference path of the tests).
 //
 // Determinism: cuBLAS gives bitwise-equal results for the same call on the same GPU model and
-// library version, provided the workspace does not change between calls; CublasGemm owns a
-// fixed workspace for its handle, and atomics stay disallowed (the cuBLAS default), so
-// split-K never reduces through floating-point atomics.
+// library version, provided the algorithm and workspace do not change between calls. Left to
+// itself, cuBLAS picks the algorithm by shape, so a chunk's rows could be computed by another
+// kernel (another reduction order) than the same rows of the whole sequence. Here the
+// algorithm is pinned per (transposes, N, K, strides, types): chosen once by the heuristic for
+// a large representative M, with no split-K and no reduction scheme, and reused for every M
+// (checked with cublasLtMatmulAlgoCheck). With trans_a, A's rows are its contiguous dimension
+// and lda bounds M: such products (sums over the rows, not row-wise) pin per M as well. Each output row is then computed identically for
+// any row count: row-wise GEMMs (y = x W, dx += dy W^T) are chunk-invariant. CublasGemm owns
+// a fixed workspace. Weight gradients (a sum over the rows) go through weight_grad_cuda.
 #pragma once
-#include <cublas_v2.h>
+#include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
+#include <tuple>
+
+#include "kernels/cuda/weight_grad_cuda.h"
 
 namespace stateflow {
 
-// A cuBLAS handle bound to one stream, with its own fixed workspace. One per stream/thread:
-// a handle must not be used by two threads at once.
+// A cuBLASLt handle bound to one stream, with its own fixed workspace and pinned algorithms.
+// One per stream/thread: it must not be used by two threads at once.
 class CublasGemm {
  public:
   explicit CublasGemm(cudaStream_t stream = nullptr, size_t workspace_bytes = size_t(32) << 20);
@@ -26,13 +36,28 @@ class CublasGemm {
   CublasGemm(const CublasGemm&) = delete;
   CublasGemm& operator=(const CublasGemm&) = delete;
 
-  cublasHandle_t handle() const { return handle_; }
+  cublasLtHandle_t handle() const { return handle_; }
   cudaStream_t stream() const { return stream_; }
+  void* workspace() const { return workspace_; }
+  size_t workspace_bytes() const { return workspace_bytes_; }
+
+  // (trans_a, trans_b, M if trans_a else 0, N, K, lda, ldb, ldc, operand type, result type, beta != 0,
+  //  pointer alignment in bytes up to 16)
+  using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, int>;
+  // A pinned algorithm, and for which row counts M it has been checked (true: it runs them).
+  struct Pinned {
+    cublasLtMatmulAlgo_t algo;
+    std::map<int64_t, bool> runs_m;
+  };
+  // The pinned algorithms (filled by gemm_cuda; the cache is not part of the handle's state).
+  std::map<AlgoKey, Pinned>& algorithms() const { return algorithms_; }
 
  private:
-  cublasHandle_t handle_ = nullptr;
+  cublasLtHandle_t handle_ = nullptr;
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
+  mutable std::map<AlgoKey, Pinned> algorithms_;
 };
 
 // In: float or __nv_bfloat16; Out: float, or __nv_bfloat16 when In is.
@@ -43,7 +68,8 @@ void gemm_cuda(const CublasGemm& g, bool trans_a, bool trans_b, int64_t M, int64
 // Dense layers on row-major x[rows, in], W[in, out], as in kernels/cpu/gemm.h:
 //   linear_forward_cuda:         y  = x W      (y overwritten)
 //   linear_backward_data_cuda:   dx += dy W^T
-//   linear_backward_weight_cuda: dW += x^T dy  (dW is the fp32 gradient)
+//   linear_backward_weight_cuda: dW += x^T dy  (dW is the fp32 gradient; the rows are batch
+//                                sequences of rows / batch tokens: weight_grad_cuda's order)
 template <class In, class Out>
 void linear_forward_cuda(const CublasGemm& g, const In* x, const In* W, Out* y, int64_t rows, int64_t in,
                          int64_t out);
@@ -52,7 +78,7 @@ void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, O
                                int64_t out);
 template <class In>
 void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy, float* dW, int64_t rows,
-                                 int64_t in, int64_t out);
+                                 int64_t in, int64_t out, int64_t batch);
 
 // bf16 copies of fp32 values (round to nearest even): the bf16 weights the GEMMs read are
 // cast from the fp32 master weights after every optimizer step.

@@ -15,7 +15,9 @@ using cuda::bf16;
 enum class Norm { Rms, GatedRms, L2 };
 
 constexpr int kWarpsPerBlock = 4;
-constexpr int64_t kMaxBackwardWarps = 2048;  // fixed partial count: enough warps to fill an H200
+// Rows one lane team walks in the backward: at 32K tokens, 2K warps for a row per token, 16K
+// half warps for 16 rows (heads) per token; ~16 MiB of dw partials at D = 2048 either way.
+constexpr int64_t kRowsPerTeam = 16;
 
 template <class A>
 struct NormArgs {
@@ -83,19 +85,38 @@ __global__ void norm_forward_kernel(NormArgs<A> a) {
   if (T.lane == 0) a.rstd_out[row] = r;
 }
 
-// Team k of n_teams handles rows k, k + n_teams, ... in order (every team of a warp runs the
-// same number of rounds, so the team sums stay converged). Two passes over each row (the
-// second re-reads it from cache): the first forms the row's dot product, the second the
-// gradients. RMS kinds leave the team's dw sums in partial[k].
+// Which rows a lane team walks: team (b, k, q) owns segment q of token block k of sequence b,
+// seg_rows rows of it in order (the L2 kind: one row per team). Every team runs seg_rows
+// rounds, so the team sums of a warp stay converged.
+struct TeamRows {
+  int64_t seq_rows, block_rows, seg_rows, blocks, segs, teams;
+  TeamRows(int64_t rows, const TokenRows& t, bool per_row) {
+    seq_rows = t.batch > 0 ? rows / t.batch : 0;
+    block_rows = per_row ? 1 : kTokenBlock * t.rows_per_token;
+    segs = per_row ? 1 : (block_rows + kRowsPerTeam - 1) / kRowsPerTeam;
+    seg_rows = (block_rows + segs - 1) / segs;
+    blocks = (seq_rows + block_rows - 1) / block_rows;
+    teams = t.batch * blocks * segs;
+  }
+  // The row of round r of team id, or -1.
+  __host__ __device__ int64_t row(int64_t id, int64_t r) const {
+    const int64_t q = id % segs, bk = id / segs, k = bk % blocks, b = bk / blocks;
+    const int64_t in_block = q * seg_rows + r, in_seq = k * block_rows + in_block;
+    return id < teams && in_block < block_rows && in_seq < seq_rows ? b * seq_rows + in_seq : -1;
+  }
+};
+
+// Two passes over each row (the second re-reads it from cache): the first forms the row's
+// dot product, the second the gradients. RMS kinds leave the team's dw sums in partial[team].
 template <class A, int TPR, int VPT, Norm K>
-__global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_teams) {
+__global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
   const Team<TPR, VPT> T;
-  if ((T.id - T.id % T.per_warp) >= n_teams) return;  // whole warps only
+  if ((T.id - T.id % T.per_warp) >= tr.teams) return;  // whole warps only
   constexpr bool has_w = K != Norm::L2;
   float dw[VPT][8] = {};  // w is re-read per row (from L1) rather than held: registers go to dw
-  for (int64_t base = 0; base < a.rows; base += n_teams) {
-    const int64_t row = base + T.id;
-    const bool valid = T.id < n_teams && row < a.rows;
+  for (int64_t round = 0; round < tr.seg_rows; ++round) {
+    const int64_t row = tr.row(T.id, round);
+    const bool valid = row >= 0;
     const float r = valid ? a.rstd_in[row] : 0.f;
     const int64_t off = row * a.dim;
     float dot = 0.f;
@@ -152,7 +173,7 @@ __global__ void norm_backward_kernel(NormArgs<A> a, int64_t n_teams) {
     }
   }
   if constexpr (has_w) {
-    if (T.id >= n_teams) return;
+    if (T.id >= tr.teams) return;
 #pragma unroll
     for (int j = 0; j < VPT; ++j)
       if (T.col(j) < a.dim) cuda::store8(a.partial + T.id * a.dim + T.col(j), dw[j]);
@@ -175,13 +196,6 @@ void dispatch_width(const char* kernel, int64_t dim, Fn&& fn) {
   else fn(integral_constant<int, 32>{}, integral_constant<int, 16>{});
 }
 
-// Teams of the backward (a function of the shape only, so the summation order is fixed).
-int64_t backward_teams(int64_t rows, int64_t dim) {
-  int64_t per_warp = 1;
-  dispatch_width("norm backward", dim, [&](auto tpr, auto) { per_warp = 32 / tpr.value; });
-  return std::min(rows, kMaxBackwardWarps * per_warp);
-}
-
 unsigned blocks_for_teams(int64_t teams, int tpr) {
   const int64_t threads = teams * tpr, per_block = kWarpsPerBlock * 32;
   return unsigned((threads + per_block - 1) / per_block);
@@ -201,29 +215,34 @@ void norm_forward(const char* name, const NormArgs<A>& a, cudaStream_t stream) {
 }
 
 template <Norm K, class A>
-void norm_backward(const char* name, NormArgs<A> a, float* dw, void* workspace, cudaStream_t stream) {
+void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& tokens, void* workspace,
+                   cudaStream_t stream) {
+  SF_CHECK(tokens.batch > 0 && tokens.rows_per_token > 0 && a.rows % (tokens.batch * tokens.rows_per_token) == 0,
+           name, ": rows = ", a.rows, " is not batch ", tokens.batch, " x tokens x ", tokens.rows_per_token,
+           " rows per token");
   for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.z),
                         static_cast<const void*>(a.w), static_cast<const void*>(a.dy),
                         static_cast<const void*>(a.dx), static_cast<const void*>(a.dz)})
     if (p) check_aligned16(p, name, "every row pointer");
   dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
     if (a.rows == 0) return;
-    const int64_t teams = K == Norm::L2 ? a.rows : backward_teams(a.rows, a.dim);
+    const TeamRows tr(a.rows, tokens, K == Norm::L2);
     if (K != Norm::L2) {
       SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate norm_backward_workspace_bytes(rows, dim)");
       a.partial = static_cast<float*>(workspace);
     }
     norm_backward_kernel<A, tpr.value, vpt.value, K>
-        <<<blocks_for_teams(teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, teams);
+        <<<blocks_for_teams(tr.teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, tr);
     cuda_check_launch(name);
-    if (K != Norm::L2) add_partial_sums_cuda(a.partial, teams, a.dim, dw, stream);
+    if (K != Norm::L2)
+      add_token_block_partials_cuda(a.partial, tokens.batch, tr.blocks, tr.blocks, tr.segs, a.dim, dw, stream);
   });
 }
 
 }  // namespace
 
-size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim) {
-  return size_t(backward_teams(rows, dim)) * size_t(dim) * sizeof(float);
+size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim, const TokenRows& tokens) {
+  return size_t(TeamRows(rows, tokens, false).teams) * size_t(dim) * sizeof(float);
 }
 
 template <class A>
@@ -236,10 +255,11 @@ void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t
 
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
-                           int64_t rows, int64_t dim, void* workspace, cudaStream_t stream) {
+                           int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
+                           cudaStream_t stream) {
   NormArgs<A> a;
   a.x = x, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.rows = rows, a.dim = dim;
-  norm_backward<Norm::Rms>("rmsnorm_backward_cuda", a, dw, workspace, stream);
+  norm_backward<Norm::Rms>("rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
 }
 
 template <class A>
@@ -252,10 +272,11 @@ void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, fl
 
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
-                                 A* dz, float* dw, int64_t rows, int64_t dim, void* workspace, cudaStream_t stream) {
+                                 A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
+                                 cudaStream_t stream) {
   NormArgs<A> a;
   a.x = x, a.z = z, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.dz = dz, a.rows = rows, a.dim = dim;
-  norm_backward<Norm::GatedRms>("gated_rmsnorm_backward_cuda", a, dw, workspace, stream);
+  norm_backward<Norm::GatedRms>("gated_rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
 }
 
 template <class A>
@@ -270,18 +291,18 @@ void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int
                           cudaStream_t stream) {
   NormArgs<A> a;
   a.x = y, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.rows = rows, a.dim = dim;
-  norm_backward<Norm::L2>("l2norm_backward_cuda", a, nullptr, nullptr, stream);
+  norm_backward<Norm::L2>("l2norm_backward_cuda", a, nullptr, TokenRows{}, nullptr, stream);
 }
 
 #define SF_INSTANTIATE(A)                                                                                        \
   template void rmsnorm_forward_cuda<A>(const A*, const float*, A*, float*, int64_t, int64_t, double,           \
                                         cudaStream_t);                                                          \
   template void rmsnorm_backward_cuda<A>(const A*, const float*, const float*, const A*, A*, float*, int64_t,   \
-                                         int64_t, void*, cudaStream_t);                                         \
+                                         int64_t, const TokenRows&, void*, cudaStream_t);                       \
   template void gated_rmsnorm_forward_cuda<A>(const A*, const A*, const float*, A*, float*, int64_t, int64_t,   \
                                               double, cudaStream_t);                                            \
   template void gated_rmsnorm_backward_cuda<A>(const A*, const A*, const float*, const float*, const A*, A*,    \
-                                               A*, float*, int64_t, int64_t, void*, cudaStream_t);              \
+                                               A*, float*, int64_t, int64_t, const TokenRows&, void*, cudaStream_t); \
   template void l2norm_forward_cuda<A>(const A*, A*, float*, int64_t, int64_t, double, cudaStream_t);           \
   template void l2norm_backward_cuda<A>(const A*, const float*, const A*, A*, int64_t, int64_t, cudaStream_t);
 SF_INSTANTIATE(float)

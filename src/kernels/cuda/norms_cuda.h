@@ -7,33 +7,38 @@
 //
 // One warp per row (half or quarter of one for rows of at most 128 or 64 values); dim must be a
 // multiple of 8, at most 4096, and the pointers 16-byte aligned. The dw reduction is
-// deterministic: a fixed set of lane teams each sums a fixed set of rows in order into its
-// own partial row of the workspace, and add_partial_sums_cuda adds the partials in a fixed
-// order.
+// deterministic and chunk-invariant: each block of kTokenBlock tokens of a sequence (tokens
+// given by TokenRows) is cut into a fixed number of segments, a lane team sums one segment's
+// rows in order into its own partial row of the workspace, and
+// add_token_block_partials_cuda adds the blocks into dw from the last to the first.
 #pragma once
 #include <cuda_runtime.h>
 
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/reduce_cuda.h"
+
 namespace stateflow {
 
 // Device scratch of rmsnorm_backward_cuda and gated_rmsnorm_backward_cuda.
-size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim);
+size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim, const TokenRows& tokens);
 
 template <class A>
 void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t rows, int64_t dim, double eps,
                           cudaStream_t stream);
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
-                           int64_t rows, int64_t dim, void* workspace, cudaStream_t stream);
+                           int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
+                           cudaStream_t stream);
 
 template <class A>
 void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,
                                 int64_t dim, double eps, cudaStream_t stream);
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
-                                 A* dz, float* dw, int64_t rows, int64_t dim, void* workspace, cudaStream_t stream);
+                                 A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
+                                 cudaStream_t stream);
 
 template <class A>
 void l2norm_forward_cuda(const A* x, A* y, float* rstd, int64_t rows, int64_t dim, double eps, cudaStream_t stream);

@@ -1,37 +1,67 @@
 #include "kernels/cuda/reduce_cuda.h"
 
+#include <algorithm>
+
 #include "kernels/cuda/cuda_check.h"
 
 namespace stateflow {
 namespace {
 
-constexpr int kCols = 32;    // columns per block (one warp wide: coalesced rows of partials)
-constexpr int kGroups = 16;  // groups of parts per column; fixed, so the order never changes
+constexpr int kThreads = 128;
+constexpr int kAhead = 8;  // blocks whose partials one thread loads before adding them
 
-__global__ void add_partial_sums_kernel(const float* partials, int64_t parts, int64_t width, float* out) {
-  __shared__ float group_sum[kGroups][kCols];
-  const int64_t j = int64_t(blockIdx.x) * kCols + threadIdx.x;
-  const int64_t per_group = (parts + kGroups - 1) / kGroups;
-  const int64_t p0 = threadIdx.y * per_group, p1 = min(parts, p0 + per_group);
-  float s = 0.f;
-  if (j < width)
-    for (int64_t p = p0; p < p1; ++p) s += partials[p * width + j];
-  group_sum[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && j < width) {
-    float total = 0.f;
-    for (int g = 0; g < kGroups; ++g) total += group_sum[g][threadIdx.x];
-    out[j] += total;
+// Each block's segments, summed in ascending order from 0, into the block's first segment
+// (parallel over blocks and columns).
+__global__ void sum_segments_kernel(float* partials, int64_t batch, int64_t blocks, int64_t seq_stride, int64_t segs,
+                                    int64_t width) {
+  const int64_t n = batch * blocks * width;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = e % width, k = (e / width) % blocks, b = e / (width * blocks);
+    float* p = partials + (b * seq_stride + k) * segs * width + j;
+    float s = 0.f;
+    for (int64_t q = 0; q < segs; ++q) s += p[q * width];
+    p[0] = s;
   }
+}
+
+// One thread per column walks the blocks in the fixed order (that is the point: one chain of
+// additions); it loads kAhead blocks' values before adding them, so the walk is not one
+// memory latency per block.
+__global__ void add_blocks_in_order_kernel(const float* partials, int64_t batch, int64_t blocks, int64_t seq_stride,
+                                           int64_t segs, int64_t width, float* out) {
+  const int64_t j = int64_t(blockIdx.x) * kThreads + threadIdx.x;
+  if (j >= width) return;
+  const int64_t n = batch * blocks;  // walk step w: block blocks - 1 - w / batch of sequence batch - 1 - w % batch
+  auto at = [&](int64_t w) {
+    const int64_t k = blocks - 1 - w / batch, b = batch - 1 - w % batch;
+    return partials[(b * seq_stride + k) * segs * width + j];
+  };
+  float acc = out[j];
+  for (int64_t w0 = 0; w0 < n; w0 += kAhead) {
+    float v[kAhead];
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u) v[u] = w0 + u < n ? at(w0 + u) : 0.f;
+#pragma unroll
+    for (int u = 0; u < kAhead; ++u)
+      if (w0 + u < n) acc += v[u];
+  }
+  out[j] = acc;
 }
 
 }  // namespace
 
-void add_partial_sums_cuda(const float* partials, int64_t parts, int64_t width, float* out, cudaStream_t stream) {
-  if (width == 0 || parts == 0) return;
-  const dim3 block(kCols, kGroups), grid(unsigned((width + kCols - 1) / kCols));
-  add_partial_sums_kernel<<<grid, block, 0, stream>>>(partials, parts, width, out);
-  cuda_check_launch("add_partial_sums_kernel");
+void add_token_block_partials_cuda(float* partials, int64_t batch, int64_t blocks, int64_t seq_stride, int64_t segs,
+                                   int64_t width, float* out, cudaStream_t stream) {
+  if (width == 0 || batch == 0 || blocks == 0) return;
+  if (segs > 1) {
+    const int64_t n = batch * blocks * width;
+    sum_segments_kernel<<<unsigned(std::min<int64_t>((n + 255) / 256, 65536)), 256, 0, stream>>>(
+        partials, batch, blocks, seq_stride, segs, width);
+    cuda_check_launch("sum_segments_kernel");
+  }
+  add_blocks_in_order_kernel<<<unsigned((width + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      partials, batch, blocks, seq_stride, segs, width, out);
+  cuda_check_launch("add_blocks_in_order_kernel");
 }
 
 }  // namespace stateflow

@@ -12,7 +12,9 @@ namespace {
 
 using cuda::bf16;
 
-constexpr int kTileRows = 128;  // rows one thread walks: few partials, still ~2K warps at 32K x 2048
+// Rows one thread walks: one token block, so the dw partials are per token block (tiles start
+// at multiples of kTokenBlock of the chunk, hence of the sequence when the cuts are).
+constexpr int kTileRows = int(kTokenBlock);
 constexpr int kThreads = 128;   // channel vectors per block
 // Rows whose loads a thread issues together before using them: the walk down the rows is
 // sequential, so without this each row would wait out a full memory latency.
@@ -152,10 +154,13 @@ __global__ void short_conv_backward_kernel(ConvArgs<A> a, int64_t tiles) {
         if (carried) cuda::load8(a.dprefix_out + (s.b * P + t - a.len) * a.ch + s.c, dpo);
 #pragma unroll
         for (int e = 0; e < 8; ++e) {
-          float acc = 0.f;  // dpre[t - j] is zero outside [0, len), as the CPU kernel skips it
+            // The carried gradient holds the next chunk's terms, which come first in the unsplit
+          // sum (j ascending = dpre rows descending): starting from it makes the split sum the
+          // same additions. dpre[t - j] is zero outside [0, len), as the CPU kernel skips it.
+          float acc = carried ? dpo[e] : 0.f;
 #pragma unroll
           for (int j = 0; j < K; ++j) acc += wv[j][e] * dp[P - j][e];
-          out[e] = carried ? acc + dpo[e] : acc;
+          out[e] = acc;
         }
         if (t < P) cuda::store8(a.dprefix_in + (s.b * P + t) * a.ch + s.c, out);
         else cuda::store8(a.dx + (s.b * a.len + t - P) * a.ch + s.c, out);
@@ -245,7 +250,8 @@ void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const
     short_conv_backward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a, tiles);
     cuda_check_launch("short_conv_backward_kernel");
   });
-  add_partial_sums_cuda(a.partial, batch * tiles, ch * K, dw, stream);
+  // Tiles past token_blocks(len) hold only prefix-gradient rows: their partials are not dw terms.
+  add_token_block_partials_cuda(a.partial, batch, token_blocks(len), tiles, 1, ch * K, dw, stream);
 }
 
 #define SF_INSTANTIATE(A)                                                                                       \

@@ -29,12 +29,12 @@ Tensor Embedding::forward_cuda(const Tensor& tokens, std::unique_ptr<Stash>& sta
   return y;
 }
 
-Tensor Embedding::backward_cuda(const Tensor& dy, Stash& stash) {
+Tensor Embedding::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& stash) {
   auto& s = static_cast<EmbeddingCudaStash&>(stash);
   const int64_t rows = s.tokens.numel();
   DeviceBuffer ws = cuda_scratch(embedding_backward_workspace_bytes(rows));
   embedding_backward_cuda<bf16>(s.tokens.data<int32_t>(), bf16_ptr(dy), f32_ptr(table_.grad), rows,
-                                table_.value.dim(1), table_.value.dim(0), ws.get(), layer_stream());
+                                table_.value.dim(1), table_.value.dim(0), ctx.batch, ws.get(), layer_stream());
   return Tensor();  // tokens have no gradient
 }
 

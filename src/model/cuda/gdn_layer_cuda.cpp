@@ -101,15 +101,16 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   const cudaStream_t st = gemm.stream();
 
   // output projection and gated norm
-  linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_);
+  linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_, B);
   Tensor dy = bf16_zeros({rows, HV});
   linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV, D_);
   Tensor do_ = bf16_zeros({rows, HV}), dz = bf16_zeros({rows, HV});
   {
-    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * H_, dv_));
+    const TokenRows per_head{B, H_};  // one norm row per token and head
+    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * H_, dv_, per_head));
     gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), bf16_ptr(s.z), f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
                                       bf16_ptr(dy), bf16_ptr(do_), bf16_ptr(dz), f32_ptr(out_norm_.grad), rows * H_,
-                                      dv_, ws.get(), st);
+                                      dv_, per_head, ws.get(), st);
   }
 
   // core: gradients of q, k, v, beta, g and of the state that entered the chunk
@@ -135,10 +136,10 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   // gates
   Tensor da = bf16_zeros({rows, H_}), db = bf16_zeros({rows, H_});
   {
-    DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, H_));
+    DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, H_, B));
     gdn_gates_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
                                   f32_ptr(dg), f32_ptr(dbeta), bf16_ptr(da), bf16_ptr(db), f32_ptr(A_log_.grad),
-                                  f32_ptr(dt_bias_.grad), rows, H_, ws.get(), st);
+                                  f32_ptr(dt_bias_.grad), rows, H_, B, ws.get(), st);
   }
 
   // L2 norms, then the convs (which also route the next chunk's prefix gradient)
@@ -159,7 +160,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   // input projections
   Tensor dx = bf16_zeros({rows, D_});
   auto proj_back = [&](Param& W, const Tensor& dY, int64_t out) {
-    linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out);
+    linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
     linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out);
   };
   proj_back(Wq_, dqp, HK), proj_back(Wk_, dkp, HK), proj_back(Wv_, dvp, HV);

@@ -1,7 +1,8 @@
 // LM head + cross-entropy on the GPU: final RMSNorm, then the fused row-block kernel, which
 // never holds all logits. As on the CPU, backward recomputes the logits. The loss statistics
-// come back to the host at each forward (one synchronisation per chunk), unless the caller
-// collects them on the device (ctx.device_stats).
+// come back per token block and are added up in token order (chunk-invariant sums): on the
+// device into the step's accumulator when the caller passes one (ctx.device_stats, so the host
+// never waits for the GPU here), else on the host into ctx.stats (one synchronisation a chunk).
 #include <algorithm>
 #include <cstddef>
 
@@ -24,26 +25,32 @@ struct HeadCudaStash : Stash {
   Tensor x, rstd, xn, targets;  // targets on the device
 };
 
-// Rows per block of logits: enough for full GEMMs, while the block's logits stay ~256 MiB.
-int64_t head_row_block(int64_t rows, int64_t vocab) {
-  return std::clamp<int64_t>((int64_t(256) << 20) / (6 * vocab), 64, std::max<int64_t>(rows, 1));
+// Tokens per sequence in a block of logits: enough rows for full GEMMs, while the block's
+// logits stay ~256 MiB; whole token blocks, so the blocks start at multiples of kTokenBlock.
+int64_t head_block_tokens(int64_t batch, int64_t len, int64_t vocab) {
+  const int64_t fit = (int64_t(256) << 20) / (6 * vocab * batch) / kTokenBlock * kTokenBlock;
+  return std::clamp<int64_t>(fit, kTokenBlock, std::max<int64_t>(token_blocks(len), 1) * kTokenBlock);
 }
 
-// Adds the chunk's loss statistics to *stats on the device.
-void run_head(const Tensor& xn, const Param& proj, const Tensor& targets, float scale, bf16* dx, float* dW,
-              LossStatsCuda* stats) {
-  const int64_t rows = xn.dim(0), D = xn.dim(1), V = proj.value.dim(1);
-  const int64_t block = head_row_block(rows, V);
-  DeviceBuffer ws = cuda_scratch(lm_head_cross_entropy_workspace_bytes<bf16>(block, V));
-  lm_head_cross_entropy_cuda<bf16>(cublas_for_thread(), bf16_ptr(xn), bf16_ptr(proj.value_bf16),
-                                   targets.data<int32_t>(), rows, D, V, scale, block, dx, dW, stats, ws.get());
-}
-
-// Statistics of one call, not kept: zeroed scratch for run_head.
-DeviceBuffer fresh_stats() {
-  DeviceBuffer b = cuda_scratch(sizeof(LossStatsCuda));
-  reset_loss_stats_cuda(b.get<LossStatsCuda>(), layer_stream());
-  return b;
+// Runs the head on one chunk; adds its statistics, token block by token block, into
+// *device_running when given (on the device; returns empty statistics), else returns them and
+// adds them into *running if given (on the host).
+LossStats run_head(const ChunkCtx& ctx, const Tensor& xn, const Param& proj, const Tensor& targets, bf16* dx,
+                   float* dW, LossStats* running, DeviceLossStats* device_running) {
+  const int64_t rows = xn.dim(0), D = xn.dim(1), V = proj.value.dim(1), B = ctx.batch, L = rows / B;
+  SF_CHECK(B * L == rows, "lm_head: ", rows, " rows are not batch ", B, " sequences of equal length");
+  const CublasGemm& g = cublas_for_thread();
+  const int64_t block = head_block_tokens(B, L, V);
+  DeviceBuffer ws = cuda_scratch(lm_head_cross_entropy_workspace_bytes<bf16>(B, block, V));
+  DeviceBuffer stats = cuda_scratch(size_t(loss_stats_blocks(B, L)) * sizeof(LossStatsCuda));
+  auto* st = stats.get<LossStatsCuda>();
+  lm_head_cross_entropy_cuda<bf16>(g, bf16_ptr(xn), bf16_ptr(proj.value_bf16), targets.data<int32_t>(), B, L, D, V,
+                                   float(ctx.loss_scale), block, dx, dW, st, ws.get());
+  if (device_running) {
+    accumulate_loss_stats_cuda(st, B, L, reinterpret_cast<LossStatsCuda*>(device_running), g.stream());
+    return LossStats();
+  }
+  return add_loss_stats_cuda(st, B, L, V, g.stream(), running);
 }
 }  // namespace
 
@@ -58,15 +65,11 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_pt
   rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(s->xn), f32_ptr(s->rstd), rows, D, eps_,
                              layer_stream());
   if (ctx.device_stats) {
-    run_head(s->xn, proj_, s->targets, float(ctx.loss_scale), nullptr, nullptr,
-             reinterpret_cast<LossStatsCuda*>(ctx.device_stats));
+    run_head(ctx, s->xn, proj_, s->targets, nullptr, nullptr, nullptr, ctx.device_stats);
     stash = std::move(s);
     return Tensor();
   }
-  DeviceBuffer stats = fresh_stats();
-  run_head(s->xn, proj_, s->targets, float(ctx.loss_scale), nullptr, nullptr, stats.get<LossStatsCuda>());
-  const LossStats st = fetch_loss_stats_cuda(stats.get<LossStatsCuda>(), proj_.value.dim(1), layer_stream());
-  if (ctx.stats) ctx.stats->add(st);
+  const LossStats st = run_head(ctx, s->xn, proj_, s->targets, nullptr, nullptr, ctx.stats, nullptr);
   Tensor loss = Tensor::zeros({1}, DType::F32);  // on the host: the caller reads it
   loss.data<float>()[0] = static_cast<float>(st.loss_sum * ctx.loss_scale);
   stash = std::move(s);
@@ -77,13 +80,19 @@ Tensor LmHead::backward_cuda(const ChunkCtx& ctx, Stash& stash) {
   auto& s = static_cast<HeadCudaStash&>(stash);
   const int64_t rows = s.x.dim(0), D = s.x.dim(1);
   Tensor dxn = bf16_zeros({rows, D});
-  DeviceBuffer stats = fresh_stats();  // forward counted them; not read (no synchronisation)
-  run_head(s.xn, proj_, s.targets, float(ctx.loss_scale), bf16_ptr(dxn), f32_ptr(proj_.grad),
-           stats.get<LossStatsCuda>());
+  // Forward counted the statistics: these are not kept, and on the device path never read.
+  if (ctx.device_stats) {
+    DeviceBuffer scratch = cuda_scratch(sizeof(DeviceLossStats));
+    run_head(ctx, s.xn, proj_, s.targets, bf16_ptr(dxn), f32_ptr(proj_.grad), nullptr,
+             scratch.get<DeviceLossStats>());
+  } else {
+    run_head(ctx, s.xn, proj_, s.targets, bf16_ptr(dxn), f32_ptr(proj_.grad), nullptr, nullptr);
+  }
   Tensor dx = bf16_zeros({rows, D});
-  DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D));
+  const TokenRows tokens{ctx.batch, 1};
+  DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
   rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dxn), bf16_ptr(dx),
-                              f32_ptr(norm_.grad), rows, D, ws.get(), layer_stream());
+                              f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream());
   return dx;
 }
 

@@ -28,18 +28,18 @@ Tensor SwiGluMlp::forward_cuda(const Tensor& x, std::unique_ptr<Stash>& stash) {
   return y;
 }
 
-Tensor SwiGluMlp::backward_cuda(const Tensor& dy, Stash& stash) {
+Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& stash) {
   auto& s = static_cast<MlpCudaStash&>(stash);
   const int64_t rows = dy.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
   Tensor dh = bf16_zeros({rows, F}), da = bf16_zeros({rows, F}), db = bf16_zeros({rows, F});
   Tensor dx = bf16_zeros({rows, D});
-  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.h), bf16_ptr(dy), f32_ptr(w2_.grad), rows, F, D);
+  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.h), bf16_ptr(dy), f32_ptr(w2_.grad), rows, F, D, ctx.batch);
   linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D);
   swiglu_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), bf16_ptr(dh), bf16_ptr(da), bf16_ptr(db), rows * F,
                              g.stream());
-  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(da), f32_ptr(w1_.grad), rows, D, F);
-  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(db), f32_ptr(w3_.grad), rows, D, F);
+  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(da), f32_ptr(w1_.grad), rows, D, F, ctx.batch);
+  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(db), f32_ptr(w3_.grad), rows, D, F, ctx.batch);
   linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, F);
   linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
   return dx;

@@ -35,9 +35,10 @@ Tensor PreNormResidual::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, con
   s.inner.reset();  // release the inner activations before allocating dx
   const int64_t rows = dy.dim(0), D = dy.dim(1);
   Tensor dx = bf16_zeros({rows, D});
-  DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D));
+  const TokenRows tokens{ctx.batch, 1};
+  DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
   rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dh), bf16_ptr(dx),
-                              f32_ptr(norm_.grad), rows, D, ws.get(), layer_stream());
+                              f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream());
   add_inplace_cuda<bf16>(bf16_ptr(dx), bf16_ptr(dy), dx.numel(), layer_stream());
   return dx;
 }
