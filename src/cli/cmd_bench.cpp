@@ -88,8 +88,7 @@ void add_bench_command(CLI::App& root) {
     if (o.simulate_models.empty()) o.simulate_models.push_back(o.model);
     SF_CHECK(*gpu_memory_gib > 0, "--gpu-memory must be positive (GiB)");
     o.gpu_memory_bytes = *gpu_memory_gib * double(int64_t(1) << 30);
-    SF_CHECK(o.simulate_stages.empty() || o.stages >= 2,
-             "--simulate-stages needs a measured run of at least 2 stages: add --stages 2");
+    check_depth_targets(o);
     BenchResult r = run_bench(o);
     print_bench(r, o, std::cout);
     nlohmann::json predictions = nlohmann::json::array();

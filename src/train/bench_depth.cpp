@@ -43,7 +43,7 @@ struct LayerCosts {
   std::vector<double> block_forward, block_backward, head_forward, head_backward, send;  // [chunk]
   double block_stash = 0, head_stash = 0;  // bytes per unit
   double bytes_per_parameter = 0;
-  double transient = 0;
+  double transient = 0, last_transient = 0;  // stages before the last (most of them), the last
 };
 
 LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
@@ -60,7 +60,7 @@ LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
       double before_last = 0;
       for (int r = 0; r < last; ++r) before_last += per_stage[r][c];
       block.push_back(before_last / blocks_before_last);
-      head.push_back(per_stage[last][c] - blocks[last] * block.back());
+      head.push_back(std::max(0.0, per_stage[last][c] - blocks[last] * block.back()));
     }
   };
   split(row.costs.forward_time, l.block_forward, l.head_forward);
@@ -73,11 +73,13 @@ LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
     unit_stash[r] = double(row.stage_peak_stash[r]) / in_flight_bound(kind, P, o.microbatches, N, r);
     if (r < last) stash_before_last += unit_stash[r];
     resident += resident_of(row.stage_memory[r]), all_params += params[r];
-    l.transient = std::max(l.transient, double(row.stage_memory[r].total_peak - resident_of(row.stage_memory[r]) -
-                                               row.stage_peak_stash[r]));
+    const double transient =
+        double(row.stage_memory[r].total_peak - resident_of(row.stage_memory[r]) - row.stage_peak_stash[r]);
+    if (r < last) l.transient = std::max(l.transient, transient);
+    else l.last_transient = transient;
   }
   l.block_stash = stash_before_last / blocks_before_last;
-  l.head_stash = unit_stash[last] - blocks[last] * l.block_stash;
+  l.head_stash = std::max(0.0, unit_stash[last] - blocks[last] * l.block_stash);
   l.bytes_per_parameter = double(resident) / double(all_params);
   return l;
 }
@@ -105,7 +107,7 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
           int64_t(blocks[s] * l.block_stash * d.width_ratio + (last ? l.head_stash * d_ratio : 0));
     }
     t.resident_bytes[s][int(MemCategory::Weights)] = int64_t(double(params[s]) * l.bytes_per_parameter);
-    t.resident_bytes[s][int(MemCategory::Other)] = int64_t(l.transient * d.width_ratio);
+    t.resident_bytes[s][int(MemCategory::Other)] = int64_t((last ? l.last_transient : l.transient) * d.width_ratio);
   }
   for (double s : l.send) t.send_time.push_back(s * d_ratio);
   const SimResult sim = simulate(make_schedule(parse_schedule_kind(row.schedule), P, o.microbatches, N), t);
@@ -129,9 +131,22 @@ std::pair<double, double> block_flops_per_token(const ModelConfig& m) {
   return {2 * matrices + core_forward, 4 * matrices + core_backward};
 }
 
-DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, const ModelConfig& target) {
+void check_depth_targets(const BenchOptions& o) {
+  if (o.simulate_stages.empty()) return;
   SF_CHECK(o.stages >= 2, "--simulate-stages needs a measured run of at least 2 stages (--stages 2) to tell the "
                           "blocks' costs from the LM head's");
+  for (const ModelConfig& m : o.simulate_models)
+    for (int P : o.simulate_stages) {
+      ModelConfig even = m;
+      even.stage_pattern.clear();
+      SF_CHECK(P <= even.n_layers, "--simulate-stages ", P, ": model ", m.name, " has only ", m.n_layers,
+               " GDN blocks; predict for at most that many stages or a bigger --simulate-model");
+      stage_layer_ranges(even, P);
+    }
+}
+
+DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, const ModelConfig& target) {
+  SF_CHECK(o.stages >= 2, "--simulate-stages needs a measured run of at least 2 stages (--stages 2)");
   DepthPredictions d;
   d.model = target;
   d.scaled = target.to_json() != o.model.to_json();

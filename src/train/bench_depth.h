@@ -3,15 +3,16 @@
 // the GPUs at hand). From the measured run, per chunk:
 //   - a GDN block's forward and backward time: the stages before the last, divided by their
 //     block count (stage 0's embedding is folded in);
-//   - the LM head's: what the last stage takes beyond its blocks at that rate (used as is,
-//     even slightly negative, so that the measured shape reproduces the measured costs);
+//   - the LM head's: what the last stage takes beyond its blocks at that rate (0 if timing
+//     noise makes that negative; otherwise the measured shape reproduces the measured costs);
 //   - a send's time: the mean Send action;
 //   - a block's stash per unit: the stages' peak stash divided by the units the schedule
 //     keeps in flight there (in_flight_bound), per block as above; the head's the rest;
 //   - bytes per parameter of weights, grads and optimizer state, and the transient working
-//     memory (peak total less those and the stash, most over stages).
+//     memory (peak total less those and the stash): the most over the stages before the
+//     last, and the last's (it holds the LM head's logits) on its own.
 // A stage of the P-stage pipeline then costs its blocks (spread evenly) plus the head on the
-// last; its memory is its parameters' bytes, the transient memory, and the stash of the
+// last; its memory is its parameters' bytes, its transient memory, and the stash of the
 // units in flight as the simulator walks the schedule. For another model (--simulate-model)
 // block times scale by the ratio of per-token FLOPs (MATH.md section 9: matrix products and
 // the GDN core), the head's by d_model x vocab, stash and transient bytes by the activation
@@ -42,6 +43,10 @@ struct DepthPredictions {
   double forward_ratio = 1, backward_ratio = 1, head_ratio = 1, width_ratio = 1;
   std::vector<DepthPrediction> rows;  // by stage count, then in the measured rows' order
 };
+
+// Throws Error, before anything runs, when a prediction asked for cannot be made: a measured
+// run of fewer than 2 stages, or a model with fewer blocks than a stage count.
+void check_depth_targets(const BenchOptions& o);
 
 // Per-token FLOPs of one GDN block (forward, backward), as MATH.md section 9 counts them.
 std::pair<double, double> block_flops_per_token(const ModelConfig& m);
