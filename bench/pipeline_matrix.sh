@@ -155,7 +155,7 @@ run_config() {  # model T B chunk-list recompute; prints "oom" when a row ran ou
   echo "${cmd[*]}" >"$log"
   "${cmd[@]}" >>"$log" 2>&1 || rc=$?
   if [[ -s $json ]]; then
-    append_rows "$json" "$1" "$2" "$3" "$5"
+    append_rows "$json" "$1" "$2" "$3" "$5" || echo failed
   else
     local what="FAILED (exit $rc)"
     ((rc == 124)) && what="TIMEOUT after ${limit}s"
