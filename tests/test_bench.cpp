@@ -1,41 +1,150 @@
-// `stateflow bench` on the tiny model: both schedules run on the same batches, and the
-// stash it measures on stage 0 follows the model ((N+P-1)/N of a sequence vs P sequences).
+// `stateflow bench` on the tiny model: both schedules run on the same batches, the stash it
+// measures on stage 0 follows the model ((N+P-1)/N of a sequence vs P sequences), a chunk
+// sweep gives one row per N and marks the fastest, and a run that runs out of memory becomes
+// an OOM row while the others go on.
 #include <gtest/gtest.h>
 
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 
+#include "pipeline/local_transport.h"
+#include "test_util.h"
 #include "train/bench.h"
 #include "train/chunking.h"
 
 using namespace stateflow;
 
-TEST(Bench, ComparesSchedulesAndMeasuresTheStashRatio) {
+static BenchOptions tiny_options(uint64_t seed) {
   BenchOptions o;
   o.model = model_preset("tiny");
+  o.model.seed = seed, o.data.seed = seed;
   o.dtype = DType::F64;
-  o.batch = 4, o.seq_len = 128, o.stages = 2, o.microbatches = 4;
+  o.batch = 2, o.seq_len = 64, o.stages = 2, o.microbatches = 2;
+  o.warmup_steps = 0, o.steps = 1;
+  return o;
+}
+
+TEST(Bench, ComparesSchedulesAndMeasuresTheStashRatio) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = tiny_options(seed);
+  o.batch = 4, o.seq_len = 128, o.microbatches = 4;
   o.chunk_lengths = even_chunk_lengths(o.seq_len, 4);
-  o.steps = 1;
   BenchResult r = run_bench(o);
   ASSERT_EQ(r.rows.size(), 2u);
   EXPECT_EQ(r.rows[0].schedule, "1f1b");
-  EXPECT_EQ(r.rows[0].chunks, 1);
-  EXPECT_EQ(r.rows[1].chunks, 4);
+  EXPECT_EQ(r.rows[0].chunks(), 1);
+  EXPECT_EQ(r.rows[1].chunks(), 4);
   for (auto& row : r.rows) {
+    EXPECT_FALSE(row.oom);
     EXPECT_GT(row.tokens_per_s, 0);
     EXPECT_GE(row.bubble_simulated, 0);
     EXPECT_LT(row.bubble_simulated, 1);
     ASSERT_EQ(row.stage_memory.size(), 2u);
     EXPECT_GT(row.stage_memory[1].peak_of(MemCategory::Weights), 0);
+    EXPECT_TRUE(row.gpu_used_bytes.empty());  // a CPU run asks no GPU
   }
   // 1f1b holds P = 2 sequences on stage 0, stateflow (4 + 2 - 1) / 4 of one.
   const double ratio = double(r.rows[1].stage_peak_stash[0]) / double(r.rows[0].stage_peak_stash[0]);
   EXPECT_NEAR(ratio, 5.0 / 8.0, 0.1 * 5.0 / 8.0);
 
-  const std::string path = ::testing::TempDir() + "bench.json";
-  write_bench_json(r, o, path);
-  nlohmann::json j = nlohmann::json::parse(std::ifstream(path));
+  nlohmann::json j = nlohmann::json::parse(bench_json(r, o).dump());
   ASSERT_EQ(j["results"].size(), 2u);
   EXPECT_NEAR(j["results"][1]["stash_stage0_vs_1f1b"].get<double>(), ratio, 1e-12);
+  EXPECT_NEAR(j["results"][1]["peak_bytes_vs_1f1b"].get<double>(),
+              double(r.rows[1].peak_bytes()) / double(r.rows[0].peak_bytes()), 1e-12);
+  EXPECT_NEAR(j["results"][1]["throughput_vs_1f1b"].get<double>(), r.rows[1].tokens_per_s / r.rows[0].tokens_per_s,
+              1e-12);
+}
+
+TEST(Bench, ChunkSweepGivesOneRowPerNAndMarksTheFastest) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = tiny_options(seed);
+  o.chunk_sweep = {2, 4, 8};
+  BenchResult r = run_bench(o);
+  ASSERT_EQ(r.rows.size(), 4u);
+  EXPECT_EQ(r.rows[0].schedule, "1f1b");
+  const BenchRow* fastest = nullptr;
+  int marked = 0;
+  for (size_t i = 1; i < r.rows.size(); ++i) {
+    const BenchRow& row = r.rows[i];
+    EXPECT_EQ(row.schedule, "stateflow");
+    EXPECT_EQ(row.chunk_lengths, even_chunk_lengths(o.seq_len, o.chunk_sweep[i - 1]));
+    if (!fastest || row.tokens_per_s > fastest->tokens_per_s) fastest = &row;
+    marked += row.best;
+  }
+  EXPECT_EQ(marked, 1);
+  EXPECT_TRUE(fastest->best);
+  EXPECT_FALSE(r.rows[0].best);
+
+  std::ostringstream out;
+  print_bench(r, o, out);
+  const std::string text = out.str();
+  std::vector<int> printed;  // N of every table line of stateflow
+  std::istringstream lines(text);
+  for (std::string line; std::getline(lines, line);) {
+    std::istringstream fields(line);
+    std::string schedule;
+    int n = 0;
+    if (line.rfind("stateflow", 0) == 0 && fields >> schedule >> n) printed.push_back(n);
+  }
+  EXPECT_EQ(printed, o.chunk_sweep) << text;
+  EXPECT_EQ(text.find("<- best N"), text.rfind("<- best N")) << text;
+  EXPECT_NE(text.find("<- best N"), std::string::npos) << text;
+}
+
+TEST(Bench, OutOfMemoryBecomesAnOomRowAndTheBenchGoesOn) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  // Stage 1 of the N = 4 run runs out of memory at its first receive, as a GPU would.
+  struct OutOfMemoryTransport : LocalTransport {
+    using LocalTransport::LocalTransport;
+    Tensor recv(int, const MessageTag&) override {
+      throw OutOfMemoryError("out of GPU memory allocating 9.00 GiB for activations\nsecond line");
+    }
+  };
+  BenchOptions o = tiny_options(seed);
+  o.chunk_sweep = {2, 4, 8};
+  int built = 0;
+  o.make_pipeline = [&](const PipelineConfig& pc, const std::string& transport) {
+    ++built;
+    if (pc.chunk_lengths.size() != 4) return make_pipeline(pc, transport);
+    auto hub = std::make_shared<LocalHub>(2, 5.0);
+    std::vector<std::unique_ptr<Transport>> endpoints;
+    endpoints.push_back(std::make_unique<LocalTransport>(hub, 0));
+    endpoints.push_back(std::make_unique<OutOfMemoryTransport>(std::move(hub), 1));
+    return std::make_unique<Pipeline>(pc, std::move(endpoints));
+  };
+  BenchResult r = run_bench(o);
+  EXPECT_EQ(built, 4);
+  ASSERT_EQ(r.rows.size(), 4u);
+  EXPECT_TRUE(r.rows[2].oom);
+  EXPECT_EQ(r.rows[2].chunks(), 4);
+  EXPECT_EQ(r.rows[2].oom_message, "out of GPU memory allocating 9.00 GiB for activations");
+  EXPECT_FALSE(r.rows[2].best);
+  for (int i : {0, 1, 3}) {
+    EXPECT_FALSE(r.rows[i].oom);
+    EXPECT_GT(r.rows[i].tokens_per_s, 0);
+  }
+
+  std::ostringstream out;
+  print_bench(r, o, out);
+  EXPECT_NE(out.str().find("OOM  out of GPU memory allocating 9.00 GiB for activations\n"), std::string::npos)
+      << out.str();
+  nlohmann::json j = bench_json(r, o);
+  EXPECT_TRUE(j["results"][2]["oom"].get<bool>());
+  EXPECT_EQ(j["results"][2]["oom_message"], r.rows[2].oom_message);
+  EXPECT_FALSE(j["results"][2].contains("tokens_per_s"));
+  EXPECT_FALSE(j["results"][3]["oom"].get<bool>());
+}
+
+TEST(Bench, WithoutA1f1bRowThereAreNoRatios) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = tiny_options(seed);
+  o.schedules = {"stateflow"}, o.chunk_lengths = even_chunk_lengths(o.seq_len, 2);
+  BenchResult r = run_bench(o);
+  EXPECT_EQ(baseline(r), nullptr);
+  EXPECT_FALSE(bench_json(r, o)["results"][0].contains("throughput_vs_1f1b"));
 }

@@ -1,21 +1,53 @@
 // `stateflow bench`
+#include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "train/bench.h"
+#include "train/bench_depth.h"
 
 namespace stateflow::cli {
 
+template <class T>
+static std::vector<T> comma_list(const std::string& text) {
+  std::vector<T> out;
+  std::stringstream ss(text);
+  for (std::string s; std::getline(ss, s, ',');) {
+    if constexpr (std::is_same_v<T, std::string>) {
+      out.push_back(s);
+    } else {
+      size_t used = 0;
+      int v = 0;
+      try {
+        v = std::stoi(s, &used);
+      } catch (const std::exception&) {
+        used = 0;
+      }
+      SF_CHECK(used == s.size() && v >= 1, "'", text, "': expected comma-separated positive integers, e.g. 2,4,8");
+      out.push_back(T(v));
+    }
+  }
+  return out;
+}
+
 void add_bench_command(CLI::App& root) {
   auto* app = root.add_subcommand(
-      "bench", "Run schedules side by side on the same model and batches: tokens/s, peak memory per stage, bubble");
+      "bench",
+      "Run schedules side by side on the same model, weights and batches: tokens/s, peak memory per stage (and per "
+      "GPU from the driver), measured and simulated bubble; optionally a sweep over stateflow's chunk count and "
+      "simulator predictions for deeper pipelines");
   auto opts = std::make_shared<BenchOptions>();
   auto model = std::make_shared<ModelOptions>();
   auto data = std::make_shared<DataOptions>();
   auto pipe = std::make_shared<PipelineOptions>();
   auto schedules = std::make_shared<std::string>("1f1b,stateflow");
+  auto sweep = std::make_shared<std::string>();
+  auto simulate_stages = std::make_shared<std::string>();
+  auto simulate_models = std::make_shared<std::string>();
+  auto gpu_memory_gib = std::make_shared<double>(141);
   auto json = std::make_shared<std::string>();
   pipe->stages = opts->stages, pipe->microbatches = opts->microbatches, pipe->chunks = 8;
   model->add(*app, "small", "f32");
@@ -23,22 +55,55 @@ void add_bench_command(CLI::App& root) {
   pipe->add(*app);
   app->get_option("--schedule")->description("(unused by bench: see --schedules)");
   app->get_option("--chunks")->description("Chunks N per sequence for stateflow (1f1b and gpipe run whole sequences)");
-  app->add_option("--schedules", *schedules, "Comma-separated schedules to compare")->capture_default_str();
+  app->add_option("--schedules", *schedules, "Comma-separated schedules to compare (1f1b, stateflow, gpipe)")
+      ->capture_default_str();
+  app->add_option("--chunk-sweep", *sweep,
+                  "Comma-separated chunk counts, e.g. 2,4,8,16,32: stateflow runs once per N (nearly equal chunks; "
+                  "replaces --chunks) and the fastest N is marked");
   app->add_option("--batch", opts->batch, "Sequences per step")->capture_default_str();
   app->add_option("--seq-len", opts->seq_len, "Tokens per sequence")->capture_default_str();
-  app->add_option("--warmup-steps", opts->warmup_steps, "Untimed steps first")->capture_default_str();
-  app->add_option("--steps", opts->steps, "Timed steps")->capture_default_str();
-  app->add_option("--json", *json, "Also write the results as JSON to this file");
+  app->add_option("--warmup-steps", opts->warmup_steps, "Untimed steps first, per run")->capture_default_str();
+  app->add_option("--steps", opts->steps, "Timed steps per run")->capture_default_str();
+  app->add_option("--simulate-stages", *simulate_stages,
+                  "Comma-separated stage counts, e.g. 4,8: predict step time, tokens/s, bubble and peak memory per "
+                  "stage of every run at these depths with the simulator and this run's measured per-action costs "
+                  "(needs --stages >= 2)");
+  app->add_option("--simulate-model", *simulate_models,
+                  "Comma-separated presets to predict for with --simulate-stages (e.g. gdn-3b,gdn-7b): the measured "
+                  "per-block costs are scaled by the FLOP ratio and the activation bytes by the width ratio; "
+                  "default: the measured model");
+  app->add_option("--gpu-memory", *gpu_memory_gib,
+                  "GiB of one GPU (141: H200): predictions whose peak per stage exceeds it are marked OOM")
+      ->capture_default_str();
+  app->add_option("--json", *json, "Also write the results (and predictions) as JSON to this file");
   app->callback([=]() {
     BenchOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
     o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
-    o.schedules.clear();
-    std::stringstream ss(*schedules);
-    for (std::string s; std::getline(ss, s, ',');) o.schedules.push_back(s);
+    o.schedules = comma_list<std::string>(*schedules);
+    o.chunk_sweep = comma_list<int>(*sweep);
+    o.simulate_stages = comma_list<int>(*simulate_stages);
+    for (const std::string& name : comma_list<std::string>(*simulate_models))
+      o.simulate_models.push_back(model_preset(name));
+    if (o.simulate_models.empty()) o.simulate_models.push_back(o.model);
+    SF_CHECK(*gpu_memory_gib > 0, "--gpu-memory must be positive (GiB)");
+    o.gpu_memory_bytes = *gpu_memory_gib * double(int64_t(1) << 30);
+    check_depth_targets(o);
     BenchResult r = run_bench(o);
     print_bench(r, o, std::cout);
-    if (!json->empty()) write_bench_json(r, o, *json);
+    nlohmann::json predictions = nlohmann::json::array();
+    for (const ModelConfig& target : o.simulate_stages.empty() ? std::vector<ModelConfig>{} : o.simulate_models) {
+      DepthPredictions p = predict_depths(r, o, target);
+      if (r.report) print_depth_predictions(p, o, std::cout);
+      predictions.push_back(depth_predictions_json(p, o));
+    }
+    if (!json->empty() && r.report) {
+      nlohmann::json j = bench_json(r, o);
+      j["predictions"] = predictions;
+      std::ofstream f(*json);
+      SF_CHECK(f.good(), "cannot write bench results to '", *json, "'");
+      f << j.dump(2) << "\n";
+    }
   });
 }
 

@@ -98,6 +98,13 @@ ModelConfig model_preset(const std::string& name) {
   } else if (name == "gdn-1.3b") {
     c.vocab_size = 32000, c.d_model = 2048, c.n_layers = 24, c.n_heads = 16, c.head_dk = 128, c.head_dv = 128;
     c.block_size = 64, c.mlp_hidden = 5632;
+  } else if (name == "gdn-3b" || name == "gdn-7b" || name == "gdn-14b") {
+    // gdn-1.3b scaled up: heads of 128 (q/k and value width = d_model), MLP 2.75 x d_model;
+    // layer counts divisible by 4 and 8, so P = 4 and P = 8 pipelines cut them evenly.
+    const bool b3 = name == "gdn-3b", b7 = name == "gdn-7b";
+    c.vocab_size = 32000, c.d_model = b3 ? 2560 : b7 ? 4096 : 5120, c.n_layers = b3 || b7 ? 32 : 40;
+    c.head_dk = c.head_dv = 128, c.n_heads = c.d_model / 128;
+    c.block_size = 64, c.mlp_hidden = c.d_model * 11 / 4;
   } else {
     std::string all;
     for (auto& n : model_preset_names()) all += (all.empty() ? "" : ", ") + n;
@@ -106,7 +113,7 @@ ModelConfig model_preset(const std::string& name) {
   return c;
 }
 
-std::vector<std::string> model_preset_names() { return {"tiny", "small", "gdn-1.3b"}; }
+std::vector<std::string> model_preset_names() { return {"tiny", "small", "gdn-1.3b", "gdn-3b", "gdn-7b", "gdn-14b"}; }
 
 ModelConfig load_model_config(const std::string& path) {
   std::ifstream f(path);

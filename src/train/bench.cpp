@@ -1,37 +1,115 @@
 #include "train/bench.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
-#include "pipeline/launch.h"
-#include "pipeline/simulate.h"
 #include "train/chunking.h"
+#include "train/device_memory.h"
 
 namespace stateflow {
 
+int64_t BenchRow::peak_bytes() const {
+  int64_t most = 0;
+  for (const MemorySnapshot& m : stage_memory) most = std::max(most, m.total_peak);
+  return most;
+}
+
 // The simulator's cost table from the timelines of the timed steps: mean time of every
-// (stage, chunk) forward and backward. The whole run is local, or gathered over processes.
+// (stage, chunk) forward and backward, and of a send per chunk. The whole run is local, or
+// gathered over processes.
 static CostTable measured_costs(const std::vector<PipelineStepResult>& steps, Pipeline& pipe, int P, int N) {
   CostTable t;
   t.forward_time.assign(P, std::vector<double>(N, 0.0));
   t.backward_time.assign(P, std::vector<double>(N, 0.0));
+  t.send_time.assign(N, 0.0);
   std::vector<std::vector<int>> nf(P, std::vector<int>(N, 0)), nb(P, std::vector<int>(N, 0));
+  std::vector<int> ns(N, 0);
   for (auto& step : steps)
     for (auto& stage : step.stages)
       for (const TimedAction& a : stage.timeline) {
         const int r = a.action.stage, c = a.action.chunk;
         if (a.action.op == Op::Forward) t.forward_time[r][c] += a.end - a.start, ++nf[r][c];
         if (a.action.op == Op::Backward) t.backward_time[r][c] += a.end - a.start, ++nb[r][c];
+        if (a.action.op == Op::Send) t.send_time[c] += a.end - a.start, ++ns[c];
       }
-  for (int r = 0; r < P; ++r)
-    for (int c = 0; c < N; ++c) {
-      t.forward_time[r][c] = pipe.max_over_processes(nf[r][c] ? t.forward_time[r][c] / nf[r][c] : 0.0);
-      t.backward_time[r][c] = pipe.max_over_processes(nb[r][c] ? t.backward_time[r][c] / nb[r][c] : 0.0);
+  auto mean = [&](double sum, int n) { return pipe.max_over_processes(n ? sum / n : 0.0); };
+  for (int c = 0; c < N; ++c) {
+    for (int r = 0; r < P; ++r) {
+      t.forward_time[r][c] = mean(t.forward_time[r][c], nf[r][c]);
+      t.backward_time[r][c] = mean(t.backward_time[r][c], nb[r][c]);
     }
+    t.send_time[c] = mean(t.send_time[c], ns[c]);
+  }
   return t;
+}
+
+// Every stage's peaks, gathered to every process (each process knows its own stages).
+static void gather_memory(Pipeline& pipe, int P, BenchRow& row) {
+  row.stage_memory.assign(P, MemorySnapshot{});
+  row.stage_peak_stash.assign(P, 0);
+  std::vector<MemorySnapshot> local(P);
+  std::vector<int64_t> local_stash(P, 0);
+  for (Stage* s : pipe.stages())
+    local[s->rank()] = s->tracker().snapshot(), local_stash[s->rank()] = s->executor().peak_stash_bytes();
+  for (int r = 0; r < P; ++r) {
+    for (int c = 0; c < kNumMemCategories; ++c)
+      row.stage_memory[r].peak[c] = int64_t(pipe.max_over_processes(double(local[r].peak[c])));
+    row.stage_memory[r].total_peak = int64_t(pipe.max_over_processes(double(local[r].total_peak)));
+    row.stage_peak_stash[r] = int64_t(pipe.max_over_processes(double(local_stash[r])));
+  }
+}
+
+static void keep_max(std::vector<int64_t>& most, const std::vector<int64_t>& now) {
+  most.resize(std::max(most.size(), now.size()), 0);
+  for (size_t i = 0; i < now.size(); ++i) most[i] = std::max(most[i], now[i]);
+}
+
+// One schedule at one chunking: warm-up, timed steps, measurements. The pipeline is gone
+// (and its cached device memory returned) when this returns, whether it ran or threw.
+static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vector<Batch>& batches, bool& report) {
+  BenchRow row;
+  row.schedule = kind_name(pc.schedule);
+  row.chunk_lengths = pc.chunk_lengths;
+  std::function<void()> release_device_cache = [] {};
+  try {
+    auto pipe = o.make_pipeline(pc, o.transport);
+    report = is_reporting_rank(*pipe);
+    std::vector<MemoryTracker*> trackers;
+    for (Stage* s : pipe->stages()) trackers.push_back(&s->tracker());
+    release_device_cache = device_cache_releaser(trackers);
+    std::vector<PipelineStepResult> timed;
+    double seconds = 0;
+    for (int i = 0; i < o.warmup_steps + o.steps; ++i) {
+      if (i == o.warmup_steps)
+        for (Stage* s : pipe->stages()) s->tracker().reset_peaks(), s->executor().reset_peak_stash();
+      pipe->zero_grads();
+      auto t0 = std::chrono::steady_clock::now();
+      PipelineStepResult r = pipe->forward_backward(batches[i]);
+      if (i >= o.warmup_steps) {
+        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        row.bubble_measured += r.bubble_fraction / o.steps;
+        timed.push_back(std::move(r));
+        keep_max(row.gpu_used_bytes, gpu_used_bytes());
+      }
+    }
+    row.step_s = seconds / o.steps;
+    row.tokens_per_s = double(o.batch * o.seq_len) * o.steps / seconds;
+    row.costs = measured_costs(timed, *pipe, pc.stages, row.chunks());
+    row.bubble_simulated = simulate(make_schedule(pc.schedule, pc.stages, pc.microbatches, row.chunks()), row.costs)
+                               .bubble_fraction;
+    gather_memory(*pipe, pc.stages, row);
+  } catch (const OutOfMemoryError& e) {
+    const std::string what = e.what();
+    BenchRow failed;  // nothing measured survives
+    failed.schedule = row.schedule, failed.chunk_lengths = row.chunk_lengths;
+    failed.oom = true, failed.oom_message = what.substr(0, what.find('\n'));
+    row = std::move(failed);
+  }
+  release_device_cache();
+  return row;
 }
 
 BenchResult run_bench(const BenchOptions& o) {
@@ -49,103 +127,110 @@ BenchResult run_bench(const BenchOptions& o) {
     pc.schedule = parse_schedule_kind(name);
     pc.timeout_s = o.timeout_s;
     pc.recompute = o.recompute;
-    pc.chunk_lengths = pc.schedule == ScheduleKind::StateFlow ? o.chunk_lengths : std::vector<int64_t>{o.seq_len};
-    validate_chunk_lengths(pc.chunk_lengths, o.seq_len);
-    auto pipe = make_pipeline(pc, o.transport);
-    result.report = is_reporting_rank(*pipe);
-    BenchRow row;
-    row.schedule = name;
-    row.chunks = int(pc.chunk_lengths.size());
-    std::vector<PipelineStepResult> timed;
-    double seconds = 0;
-    for (int i = 0; i < o.warmup_steps + o.steps; ++i) {
-      if (i == o.warmup_steps)
-        for (Stage* s : pipe->stages()) s->tracker().reset_peaks(), s->executor().reset_peak_stash();
-      pipe->zero_grads();
-      auto t0 = std::chrono::steady_clock::now();
-      PipelineStepResult r = pipe->forward_backward(batches[i]);
-      if (i >= o.warmup_steps) {
-        seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        row.bubble_measured += r.bubble_fraction / o.steps;
-        timed.push_back(std::move(r));
-      }
+    std::vector<std::vector<int64_t>> chunkings{{o.seq_len}};
+    if (pc.schedule == ScheduleKind::StateFlow) {
+      chunkings = {o.chunk_lengths};
+      if (!o.chunk_sweep.empty()) chunkings.clear();
+      for (int n : o.chunk_sweep) chunkings.push_back(even_chunk_lengths(o.seq_len, n));
     }
-    row.step_s = seconds / o.steps;
-    row.tokens_per_s = double(o.batch * o.seq_len) * o.steps / seconds;
-    Schedule plan = make_schedule(pc.schedule, pc.stages, pc.microbatches, row.chunks);
-    row.bubble_simulated = simulate(plan, measured_costs(timed, *pipe, pc.stages, row.chunks)).bubble_fraction;
-    // Every stage's memory, gathered to every process (each process knows its own stages).
-    row.stage_memory.assign(pc.stages, MemorySnapshot{});
-    row.stage_peak_stash.assign(pc.stages, 0);
-    std::vector<MemorySnapshot> local(pc.stages);
-    std::vector<int64_t> local_stash(pc.stages, 0);
-    for (Stage* s : pipe->stages())
-      local[s->rank()] = s->tracker().snapshot(), local_stash[s->rank()] = s->executor().peak_stash_bytes();
-    for (int r = 0; r < pc.stages; ++r) {
-      for (int c = 0; c < kNumMemCategories; ++c)
-        row.stage_memory[r].peak[c] = int64_t(pipe->max_over_processes(double(local[r].peak[c])));
-      row.stage_memory[r].total_peak = int64_t(pipe->max_over_processes(double(local[r].total_peak)));
-      row.stage_peak_stash[r] = int64_t(pipe->max_over_processes(double(local_stash[r])));
+    for (auto& lengths : chunkings) {
+      validate_chunk_lengths(lengths, o.seq_len);
+      pc.chunk_lengths = lengths;
+      result.rows.push_back(run_one(o, pc, batches, result.report));
     }
-    result.rows.push_back(std::move(row));
+  }
+  if (!o.chunk_sweep.empty()) {
+    BenchRow* best = nullptr;
+    for (auto& row : result.rows)
+      if (row.schedule == "stateflow" && !row.oom && (!best || row.tokens_per_s > best->tokens_per_s)) best = &row;
+    if (best) best->best = true;
   }
   return result;
 }
 
-static const BenchRow* baseline(const BenchResult& r) {
+const BenchRow* baseline(const BenchResult& r) {
   for (auto& row : r.rows)
-    if (row.schedule == "1f1b") return &row;
+    if (row.schedule == "1f1b" && !row.oom) return &row;
   return nullptr;
 }
 
 void print_bench(const BenchResult& r, const BenchOptions& o, std::ostream& os) {
   if (!r.report) return;
   os << "model " << o.model.name << " (" << o.model.num_parameters() << " parameters, " << dtype_name(o.dtype)
-     << " on " << device_name(o.device) << "), batch " << o.batch << " x " << o.seq_len << " tokens, P=" << o.stages << ", M=" << o.microbatches
-     << ", " << o.transport << " transport, " << (o.recompute ? "full recomputation, " : "") << o.warmup_steps << " warm-up + " << o.steps << " timed steps\n";
+     << " on " << device_name(o.device) << "), batch " << o.batch << " x " << o.seq_len << " tokens, P=" << o.stages
+     << ", M=" << o.microbatches << ", " << o.transport << " transport, "
+     << (o.recompute ? "full recomputation, " : "") << o.warmup_steps << " warm-up + " << o.steps << " timed steps\n";
   const BenchRow* base = baseline(r);
+  auto ratio = [&](double x, double y) { return base && y > 0 ? x / y : 0.0; };
   char line[512];
-  std::snprintf(line, sizeof line, "%-10s %4s %11s %7s %9s %9s %14s %14s %14s\n", "schedule", "N", "tokens/s",
-                "x1f1b", "bubble", "bub.sim", "stash s0", "stash/1f1b", "peak total s0");
+  std::snprintf(line, sizeof line, "%-10s %4s %11s %7s %9s %9s %9s %12s %7s %12s %12s\n", "schedule", "N", "tokens/s",
+                "x1f1b", "step s", "bubble", "bub.sim", "peak/stage", "x1f1b", "stash s0", "driver/GPU");
   os << line;
   for (auto& row : r.rows) {
-    const double speed = base ? row.tokens_per_s / base->tokens_per_s : 0;
-    const double stash = base && base->stage_peak_stash[0] ? double(row.stage_peak_stash[0]) / base->stage_peak_stash[0] : 0;
-    std::snprintf(line, sizeof line, "%-10s %4d %11.0f %7.3f %9.3f %9.3f %14s %14.3f %14s\n", row.schedule.c_str(),
-                  row.chunks, row.tokens_per_s, speed, row.bubble_measured, row.bubble_simulated,
-                  format_bytes(row.stage_peak_stash[0]).c_str(), stash,
-                  format_bytes(row.stage_memory[0].total_peak).c_str());
+    if (row.oom) {
+      std::snprintf(line, sizeof line, "%-10s %4d %11s  ", row.schedule.c_str(), row.chunks(), "OOM");
+      os << line << row.oom_message << "\n";
+      continue;
+    }
+    const int64_t driver = row.gpu_used_bytes.empty()
+                               ? 0
+                               : *std::max_element(row.gpu_used_bytes.begin(), row.gpu_used_bytes.end());
+    std::snprintf(line, sizeof line, "%-10s %4d %11.0f %7.3f %9.4f %9.3f %9.3f %12s %7.3f %12s %12s%s\n",
+                  row.schedule.c_str(), row.chunks(), row.tokens_per_s,
+                  ratio(row.tokens_per_s, base ? base->tokens_per_s : 0), row.step_s, row.bubble_measured,
+                  row.bubble_simulated, format_bytes(row.peak_bytes()).c_str(),
+                  ratio(double(row.peak_bytes()), base ? double(base->peak_bytes()) : 0),
+                  format_bytes(row.stage_peak_stash[0]).c_str(), driver ? format_bytes(driver).c_str() : "-",
+                  row.best ? "  <- best N" : "");
     os << line;
   }
+  os << "(x1f1b: ratio to the 1f1b row; peak/stage: the allocator's peak total on the fullest stage; driver/GPU: "
+        "cudaMemGetInfo's bytes in use on the fullest GPU, most seen after a timed step)\n";
   os << "peak bytes per stage by category:\n";
-  for (auto& row : r.rows)
+  for (auto& row : r.rows) {
+    if (row.oom) continue;
     for (size_t s = 0; s < row.stage_memory.size(); ++s) {
-      os << "  " << row.schedule << " stage " << s << ":";
+      os << "  " << row.schedule << " N=" << row.chunks() << " stage " << s << ":";
       for (int c = 0; c < kNumMemCategories; ++c)
-        if (row.stage_memory[s].peak[c]) os << " " << mem_category_name(MemCategory(c)) << " " << format_bytes(row.stage_memory[s].peak[c]);
+        if (row.stage_memory[s].peak[c])
+          os << " " << mem_category_name(MemCategory(c)) << " " << format_bytes(row.stage_memory[s].peak[c]);
       os << " | total " << format_bytes(row.stage_memory[s].total_peak) << "\n";
     }
+    for (size_t g = 0; g < row.gpu_used_bytes.size(); ++g)
+      os << "  " << row.schedule << " N=" << row.chunks() << " GPU " << g << ": driver "
+         << format_bytes(row.gpu_used_bytes[g]) << " in use\n";
+  }
 }
 
-void write_bench_json(const BenchResult& r, const BenchOptions& o, const std::string& path) {
-  if (!r.report) return;
+nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
   nlohmann::json j;
   j["model"] = o.model.to_json();
+  j["parameters"] = o.model.num_parameters();
   j["dtype"] = dtype_name(o.dtype);
   j["device"] = device_name(o.device);
   j["batch"] = o.batch, j["seq_len"] = o.seq_len, j["stages"] = o.stages, j["microbatches"] = o.microbatches;
   j["transport"] = o.transport, j["recompute"] = o.recompute, j["warmup_steps"] = o.warmup_steps, j["steps"] = o.steps;
+  j["results"] = nlohmann::json::array();
   const BenchRow* base = baseline(r);
   for (auto& row : r.rows) {
-    nlohmann::json jr = {{"schedule", row.schedule},
-                         {"chunks", row.chunks},
-                         {"tokens_per_s", row.tokens_per_s},
-                         {"step_s", row.step_s},
-                         {"bubble_measured", row.bubble_measured},
-                         {"bubble_simulated", row.bubble_simulated},
-                         {"peak_stash_bytes", row.stage_peak_stash}};
+    nlohmann::json jr = {{"schedule", row.schedule}, {"chunks", row.chunks()}, {"chunk_lengths", row.chunk_lengths},
+                         {"oom", row.oom}};
+    if (row.oom) {
+      jr["oom_message"] = row.oom_message;
+      j["results"].push_back(jr);
+      continue;
+    }
+    jr.update({{"best", row.best},
+               {"tokens_per_s", row.tokens_per_s},
+               {"step_s", row.step_s},
+               {"bubble_measured", row.bubble_measured},
+               {"bubble_simulated", row.bubble_simulated},
+               {"peak_stash_bytes", row.stage_peak_stash},
+               {"peak_bytes_max", row.peak_bytes()},
+               {"gpu_used_bytes", row.gpu_used_bytes}});
     if (base) {
       jr["throughput_vs_1f1b"] = row.tokens_per_s / base->tokens_per_s;
+      jr["peak_bytes_vs_1f1b"] = double(row.peak_bytes()) / double(base->peak_bytes());
       jr["stash_stage0_vs_1f1b"] = double(row.stage_peak_stash[0]) / double(base->stage_peak_stash[0]);
     }
     for (auto& m : row.stage_memory) {
@@ -154,11 +239,12 @@ void write_bench_json(const BenchResult& r, const BenchOptions& o, const std::st
       js["total"] = m.total_peak;
       jr["peak_bytes"].push_back(js);
     }
+    jr["measured_costs"] = {{"forward_s", row.costs.forward_time},
+                            {"backward_s", row.costs.backward_time},
+                            {"send_s", row.costs.send_time}};
     j["results"].push_back(jr);
   }
-  std::ofstream f(path);
-  SF_CHECK(f.good(), "cannot write bench results to '", path, "'");
-  f << j.dump(2) << "\n";
+  return j;
 }
 
 }  // namespace stateflow

@@ -1,10 +1,15 @@
 // `stateflow bench`: the chosen schedules side by side on the same model, weights and
-// batches. Per schedule: tokens/s over timed steps (forward + backward; weights are not
-// updated, so every schedule sees the same model), peak bytes per stage by category (the
-// allocator's count), peak stash on each stage, the measured bubble fraction, and the bubble
-// the simulator predicts from the per-action times measured in the same run.
+// batches. Per run: tokens/s over timed steps (forward + backward; weights are not updated,
+// so every run sees the same model), peak bytes per stage by category (the allocator's
+// count) and, on GPUs, the driver's bytes in use per GPU, peak stash on each stage, the
+// measured bubble fraction, and the bubble the simulator predicts from the per-action times
+// measured in the same run. With a chunk sweep, stateflow runs once per N and the best N is
+// marked. A run that runs out of memory becomes an "OOM" row and the benchmark goes on.
 #pragma once
+#include <functional>
 #include <iosfwd>
+#include <memory>
+#include <nlohmann/json_fwd.hpp>
 #include <string>
 #include <vector>
 
@@ -12,9 +17,13 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "pipeline/launch.h"
+#include "pipeline/simulate.h"
 #include "train/data.h"
 
 namespace stateflow {
+
+using PipelineFactory = std::function<std::unique_ptr<Pipeline>(const PipelineConfig&, const std::string& transport)>;
 
 struct BenchOptions {
   ModelConfig model = model_preset("small");
@@ -24,22 +33,37 @@ struct BenchOptions {
   int64_t batch = 8, seq_len = 256;
   int stages = 2, microbatches = 8;
   std::vector<int64_t> chunk_lengths;  // for stateflow; 1f1b and gpipe run whole sequences
+  std::vector<int> chunk_sweep;        // non-empty: stateflow once per N (nearly equal chunks) instead
   std::vector<std::string> schedules{"1f1b", "stateflow"};
   std::string transport = "local";
   double timeout_s = 120;
   bool recompute = false;
   int warmup_steps = 1, steps = 3;
+  // Simulated depth (bench_depth.h): stage counts to predict, the models to predict for (empty:
+  // the measured one), and the memory of one GPU, above which a prediction is marked OOM.
+  std::vector<int> simulate_stages;
+  std::vector<ModelConfig> simulate_models;
+  double gpu_memory_bytes = 141.0 * (int64_t(1) << 30);  // H200
+  // Builds each run's pipeline; tests substitute one that fails.
+  PipelineFactory make_pipeline = stateflow::make_pipeline;
 };
 
 struct BenchRow {
   std::string schedule;
-  int chunks = 1;
+  std::vector<int64_t> chunk_lengths;
+  int chunks() const { return int(chunk_lengths.size()); }
+  bool oom = false;             // the run ran out of memory; nothing below is measured
+  std::string oom_message;      // first line of the error
+  bool best = false;            // the fastest stateflow row of a chunk sweep
   double tokens_per_s = 0;
   double step_s = 0;                         // mean wall time of a timed step
   double bubble_measured = 0;                // mean over timed steps
   double bubble_simulated = 0;               // simulator with the measured per-action times
   std::vector<MemorySnapshot> stage_memory;  // peaks per stage over the timed steps
   std::vector<int64_t> stage_peak_stash;     // peak stash bytes per stage
+  std::vector<int64_t> gpu_used_bytes;       // driver, per GPU: most seen after a step (empty on CPU)
+  CostTable costs;                           // measured per-action times (mean per stage and chunk)
+  int64_t peak_bytes() const;                // the allocator's peak total, most over stages
 };
 
 struct BenchResult {
@@ -48,7 +72,9 @@ struct BenchResult {
 };
 
 BenchResult run_bench(const BenchOptions& opts);
+// The 1f1b row when it ran (not OOM), else nullptr: the ratios' denominator.
+const BenchRow* baseline(const BenchResult& r);
 void print_bench(const BenchResult& r, const BenchOptions& opts, std::ostream& os);
-void write_bench_json(const BenchResult& r, const BenchOptions& opts, const std::string& path);
+nlohmann::json bench_json(const BenchResult& r, const BenchOptions& opts);
 
 }  // namespace stateflow

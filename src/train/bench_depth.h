@@ -1,0 +1,60 @@
+// Simulated depth: what each benchmarked schedule would do on P stages, predicted by the
+// simulator from the per-action costs one bench run measured (issue 6: deeper pipelines than
+// the GPUs at hand). From the measured run, per chunk:
+//   - a GDN block's forward and backward time: the stages before the last, divided by their
+//     block count (stage 0's embedding is folded in);
+//   - the LM head's: what the last stage takes beyond its blocks at that rate (0 if timing
+//     noise makes that negative; otherwise the measured shape reproduces the measured costs);
+//   - a send's time: the mean Send action;
+//   - a block's stash per unit: the stages' peak stash divided by the units the schedule
+//     keeps in flight there (in_flight_bound), per block as above; the head's the rest;
+//   - bytes per parameter of weights, grads and optimizer state, and the transient working
+//     memory (peak total less those and the stash): the most over the stages before the
+//     last, and the last's (it holds the LM head's logits) on its own.
+// A stage of the P-stage pipeline then costs its blocks (spread evenly) plus the head on the
+// last; its memory is its parameters' bytes, its transient memory, and the stash of the
+// units in flight as the simulator walks the schedule. For another model (--simulate-model)
+// block times scale by the ratio of per-token FLOPs (MATH.md section 9: matrix products and
+// the GDN core), the head's by d_model x vocab, stash and transient bytes by the activation
+// width (2 d_model + 2 H dk + 2 H dv + 2 H + 3 MLP width), sends by d_model.
+#pragma once
+#include <iosfwd>
+#include <nlohmann/json_fwd.hpp>
+#include <string>
+#include <vector>
+
+#include "train/bench.h"
+
+namespace stateflow {
+
+struct DepthPrediction {
+  std::string schedule;
+  int stages = 0, chunks = 0;
+  double step_s = 0, tokens_per_s = 0, bubble = 0;
+  std::vector<int64_t> stage_peak_bytes;  // weights + grads + optimizer + transient + peak stash
+  int64_t peak_bytes = 0;                 // most over stages
+  bool oom = false;                       // peak_bytes above BenchOptions::gpu_memory_bytes
+  bool best = false;                      // fastest stateflow prediction that fits, per stage count
+};
+
+struct DepthPredictions {
+  ModelConfig model;  // the model predicted for
+  bool scaled = false;  // another model than measured: the ratios below apply
+  double forward_ratio = 1, backward_ratio = 1, head_ratio = 1, width_ratio = 1;
+  std::vector<DepthPrediction> rows;  // by stage count, then in the measured rows' order
+};
+
+// Throws Error, before anything runs, when a prediction asked for cannot be made: a measured
+// run of fewer than 2 stages, or a model with fewer blocks than a stage count.
+void check_depth_targets(const BenchOptions& o);
+
+// Per-token FLOPs of one GDN block (forward, backward), as MATH.md section 9 counts them.
+std::pair<double, double> block_flops_per_token(const ModelConfig& m);
+
+// For `target`: one prediction per measured row that ran (not OOM) and per
+// BenchOptions::simulate_stages. Needs a measured run of at least 2 stages.
+DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, const ModelConfig& target);
+void print_depth_predictions(const DepthPredictions& p, const BenchOptions& o, std::ostream& os);
+nlohmann::json depth_predictions_json(const DepthPredictions& p, const BenchOptions& o);
+
+}  // namespace stateflow

@@ -1,0 +1,38 @@
+#include "train/device_memory.h"
+
+#include <cuda_runtime.h>
+
+#include "core/device.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_allocator.h"
+
+namespace stateflow {
+
+std::vector<int64_t> gpu_used_bytes() {
+  // Asking a GPU the CPU run never touched would start a context on it.
+  if (!device_available(Device::CUDA)) return {};
+  int count = 0, current = 0;
+  cuda_check(cudaGetDeviceCount(&count), "cudaGetDeviceCount");
+  cuda_check(cudaGetDevice(&current), "cudaGetDevice");
+  std::vector<int64_t> used;
+  for (int d = 0; d < count; ++d) {
+    cuda_check(cudaSetDevice(d), "cudaSetDevice");
+    used.push_back(device_used_bytes());
+  }
+  cuda_check(cudaSetDevice(current), "cudaSetDevice");
+  return used;
+}
+
+std::function<void()> device_cache_releaser(const std::vector<MemoryTracker*>& trackers) {
+  if (!device_available(Device::CUDA)) return [] {};
+  // The backend keeps each tracker's allocator for the life of the process, so these
+  // pointers stay valid after the trackers are gone.
+  std::vector<DeviceAllocator*> allocators;
+  for (MemoryTracker* t : trackers) allocators.push_back(&cuda_allocator_for(*t));
+  return [allocators] {
+    for (DeviceAllocator* a : allocators) a->release_cached();
+  };
+}
+
+}  // namespace stateflow

@@ -1,0 +1,163 @@
+// Simulated depth: predictions at the measured depth reproduce the run's own simulated bubble
+// and memory; deeper predictions and another model's follow the cost model of bench_depth.h.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "test_util.h"
+#include "train/bench_depth.h"
+
+using namespace stateflow;
+
+static BenchOptions options(uint64_t seed) {
+  BenchOptions o;
+  o.model = model_preset("tiny");
+  o.model.n_layers = 8;       // room for 8 stages
+  o.model.vocab_size = 8192;  // an LM head of dozens of blocks' work: its measured share is clearly positive
+  o.model.seed = seed, o.data.seed = seed;
+  o.dtype = DType::F64;
+  o.batch = 2, o.seq_len = 64, o.stages = 2, o.microbatches = 2;
+  o.warmup_steps = 0, o.steps = 1;
+  o.chunk_sweep = {2, 4};
+  return o;
+}
+
+TEST(BenchDepth, AtTheMeasuredDepthPredictionsReproduceTheRun) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = options(seed);
+  o.simulate_stages = {2, 4, 8};
+  BenchResult r = run_bench(o);
+  DepthPredictions d = predict_depths(r, o, o.model);
+  ASSERT_EQ(r.rows.size(), 3u);
+  ASSERT_EQ(d.rows.size(), 9u);
+  EXPECT_FALSE(d.scaled);
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const BenchRow& run = r.rows[i];
+    const DepthPrediction& p = d.rows[i];  // P = 2: the measured shape
+    EXPECT_EQ(p.stages, 2);
+    EXPECT_EQ(p.schedule, run.schedule);
+    EXPECT_EQ(p.chunks, run.chunks());
+    // Both stages hold 4 blocks, so the head's time is stage 1's less stage 0's; when a
+    // descheduled thread made that negative somewhere, it counts 0 and the costs differ.
+    bool head_positive = true;
+    for (int c = 0; c < run.chunks(); ++c)
+      head_positive = head_positive && run.costs.forward_time[1][c] >= run.costs.forward_time[0][c] &&
+                      run.costs.backward_time[1][c] >= run.costs.backward_time[0][c];
+    if (head_positive)
+      EXPECT_NEAR(p.bubble, run.bubble_simulated, 1e-9) << run.schedule << " N=" << run.chunks();
+    else
+      std::printf("%s N=%d: a timing spike made the measured head time negative; bubble not compared\n",
+                  run.schedule.c_str(), run.chunks());
+    EXPECT_NEAR(p.tokens_per_s * p.step_s, double(o.batch * o.seq_len), 1e-6);
+    // Each stage's memory is what was measured there: weights, grads and optimizer state
+    // follow the parameters, the transient memory is the stage's own, and the stash is the
+    // units in flight times the measured stash of a unit.
+    for (int s = 0; s < 2; ++s)
+      EXPECT_NEAR(double(p.stage_peak_bytes[s]), double(run.stage_memory[s].total_peak),
+                  0.02 * double(run.stage_memory[s].total_peak))
+          << run.schedule << " N=" << run.chunks() << " stage " << s;
+    EXPECT_NEAR(double(p.peak_bytes), double(run.peak_bytes()), 0.02 * double(run.peak_bytes()))
+        << run.schedule << " N=" << run.chunks();
+    EXPECT_FALSE(p.oom);
+  }
+  for (const DepthPrediction& p : d.rows) EXPECT_EQ(p.stage_peak_bytes.size(), size_t(p.stages));
+  // Per P, one best stateflow prediction, the fastest.
+  for (int P : o.simulate_stages) {
+    int marked = 0;
+    double fastest = 0, best = -1;
+    for (const DepthPrediction& p : d.rows)
+      if (p.stages == P && p.schedule == "stateflow") {
+        marked += p.best, fastest = std::max(fastest, p.tokens_per_s);
+        if (p.best) best = p.tokens_per_s;
+      }
+    EXPECT_EQ(marked, 1) << "P=" << P;
+    EXPECT_EQ(best, fastest) << "P=" << P;
+  }
+  // 1f1b with M = 2 whole sequences on 8 stages idles most of the time: bubble (P-1)/(M+P-1)
+  // when stages cost alike; with the head on the last stage it is near that.
+  const DepthPrediction& deep_1f1b = d.rows[6];
+  ASSERT_EQ(deep_1f1b.stages, 8);
+  EXPECT_GT(deep_1f1b.bubble, 0.5);
+
+  std::ostringstream out;
+  print_depth_predictions(d, o, out);
+  EXPECT_EQ(out.str().rfind("PREDICTED, not measured", 0), 0u) << out.str();
+  nlohmann::json j = depth_predictions_json(d, o);
+  EXPECT_TRUE(j["predicted"].get<bool>());
+  EXPECT_EQ(j["rows"].size(), 9u);
+}
+
+TEST(BenchDepth, AGpuMemoryLimitMarksPredictionsOom) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = options(seed);
+  o.simulate_stages = {4};
+  BenchResult r = run_bench(o);
+  o.gpu_memory_bytes = 1e12;
+  DepthPredictions fits = predict_depths(r, o, o.model);
+  int64_t least = fits.rows[0].peak_bytes, most = least;
+  for (const DepthPrediction& p : fits.rows) {
+    EXPECT_FALSE(p.oom);
+    least = std::min(least, p.peak_bytes), most = std::max(most, p.peak_bytes);
+  }
+  ASSERT_LT(least, most);
+  o.gpu_memory_bytes = double(least + most) / 2;  // some fit, some do not
+  for (const DepthPrediction& p : predict_depths(r, o, o.model).rows)
+    EXPECT_EQ(p.oom, double(p.peak_bytes) > o.gpu_memory_bytes);
+}
+
+TEST(BenchDepth, ABiggerModelScalesTheMeasuredCostsByFlopsAndWidth) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = options(seed);
+  o.simulate_stages = {2};
+  BenchResult r = run_bench(o);
+  const DepthPredictions same = predict_depths(r, o, o.model);
+  ModelConfig wide = o.model;
+  wide.d_model *= 2, wide.mlp_hidden *= 2, wide.n_heads *= 2;  // same layers, twice the width
+  const DepthPredictions d = predict_depths(r, o, wide);
+  EXPECT_TRUE(d.scaled);
+  auto [f0, b0] = block_flops_per_token(o.model);
+  auto [f1, b1] = block_flops_per_token(wide);
+  EXPECT_DOUBLE_EQ(d.forward_ratio, f1 / f0);
+  EXPECT_DOUBLE_EQ(d.backward_ratio, b1 / b0);
+  EXPECT_DOUBLE_EQ(d.head_ratio, 2.0);
+  EXPECT_DOUBLE_EQ(d.width_ratio, 2.0);  // every width doubled
+  ASSERT_EQ(d.rows.size(), same.rows.size());
+  for (size_t i = 0; i < d.rows.size(); ++i) {
+    EXPECT_GT(d.rows[i].step_s, same.rows[i].step_s);
+    EXPECT_GT(d.rows[i].peak_bytes, same.rows[i].peak_bytes);
+  }
+}
+
+TEST(BenchDepth, BlockFlopsCountTheMatricesAndTheGdnCore) {
+  // Reference: the block's weight matrices from the parameter count, less the vectors.
+  const ModelConfig m = model_preset("gdn-1.3b");
+  const int64_t hk = m.n_heads * m.head_dk, hv = m.n_heads * m.head_dv;
+  ModelConfig one = m, none = m;
+  one.n_layers = 1, none.n_layers = 0;
+  const int64_t block = one.num_parameters() - (none.num_parameters());
+  const double matrices = double(block - (2 * hk + hv) * m.conv_size - 2 * m.n_heads - m.head_dv - 2 * m.d_model);
+  const double C = double(m.block_size), dk = double(m.head_dk), dv = double(m.head_dv);
+  auto [forward, backward] = block_flops_per_token(m);
+  EXPECT_DOUBLE_EQ(forward, 2 * matrices + m.n_heads * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3));
+  EXPECT_DOUBLE_EQ(backward, 4 * matrices + m.n_heads * (18 * dk * dv + 18 * C * dk + 10 * C * dv + 4 * C * C));
+  // MATH.md's count for gdn-1.3b: 0.278 GFLOP of GDN core per token over 24 layers (fwd + bwd).
+  EXPECT_NEAR(24 * m.n_heads * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3 + 18 * dk * dv +
+                                18 * C * dk + 10 * C * dv + 4 * C * C) / 1e9,
+              0.278, 0.001);
+}
+
+TEST(BenchDepth, ImpossibleTargetsAreRefusedBeforeAnythingRuns) {
+  BenchOptions o = options(1);
+  o.simulate_stages = {4};
+  o.simulate_models = {model_preset("tiny")};  // 2 blocks
+  stateflow::testing::expect_error([&] { check_depth_targets(o); },
+                                   "--simulate-stages 4: model tiny has only 2 GDN blocks");
+  o.simulate_models = {o.model};  // 8 blocks
+  EXPECT_NO_THROW(check_depth_targets(o));
+  o.stages = 1;
+  stateflow::testing::expect_error([&] { check_depth_targets(o); }, "a measured run of at least 2 stages");
+}
