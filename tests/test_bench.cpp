@@ -100,7 +100,7 @@ TEST(Bench, OutOfMemoryBecomesAnOomRowAndTheBenchGoesOn) {
   // Stage 1 of the N = 4 run runs out of memory at its first receive, as a GPU would.
   struct OutOfMemoryTransport : LocalTransport {
     using LocalTransport::LocalTransport;
-    Tensor recv(int, const MessageTag&) override {
+    Tensor recv(int, const MessageTag&, const MessageSpec&) override {
       throw OutOfMemoryError("out of GPU memory allocating 9.00 GiB for activations\nsecond line");
     }
   };

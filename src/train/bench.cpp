@@ -68,18 +68,15 @@ static void keep_max(std::vector<int64_t>& most, const std::vector<int64_t>& now
 }
 
 // One schedule at one chunking: warm-up, timed steps, measurements. The pipeline is gone
-// (and its cached device memory returned) when this returns, whether it ran or threw.
+// (and, as each Stage releases its tracker's device memory, its cached blocks returned to the
+// driver) when this returns, whether it ran or threw.
 static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vector<Batch>& batches, bool& report) {
   BenchRow row;
   row.schedule = kind_name(pc.schedule);
   row.chunk_lengths = pc.chunk_lengths;
-  std::function<void()> release_device_cache = [] {};
   try {
     auto pipe = o.make_pipeline(pc, o.transport);
     report = is_reporting_rank(*pipe);
-    std::vector<MemoryTracker*> trackers;
-    for (Stage* s : pipe->stages()) trackers.push_back(&s->tracker());
-    release_device_cache = device_cache_releaser(trackers);
     std::vector<PipelineStepResult> timed;
     double seconds = 0;
     for (int i = 0; i < o.warmup_steps + o.steps; ++i) {
@@ -108,7 +105,6 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
     failed.oom = true, failed.oom_message = what.substr(0, what.find('\n'));
     row = std::move(failed);
   }
-  release_device_cache();
   return row;
 }
 

@@ -1,12 +1,8 @@
-// CPU-only builds: no GPU to ask and no device cache to release.
+// CPU-only builds: no GPU to ask.
 #include "train/device_memory.h"
 
 namespace stateflow {
 
 std::vector<int64_t> gpu_used_bytes() { return {}; }
-
-std::function<void()> device_cache_releaser(const std::vector<MemoryTracker*>&) {
-  return [] {};
-}
 
 }  // namespace stateflow

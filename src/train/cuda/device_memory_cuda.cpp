@@ -3,7 +3,6 @@
 #include <cuda_runtime.h>
 
 #include "core/device.h"
-#include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_allocator.h"
 
@@ -22,17 +21,6 @@ std::vector<int64_t> gpu_used_bytes() {
   }
   cuda_check(cudaSetDevice(current), "cudaSetDevice");
   return used;
-}
-
-std::function<void()> device_cache_releaser(const std::vector<MemoryTracker*>& trackers) {
-  if (!device_available(Device::CUDA)) return [] {};
-  // The backend keeps each tracker's allocator for the life of the process, so these
-  // pointers stay valid after the trackers are gone.
-  std::vector<DeviceAllocator*> allocators;
-  for (MemoryTracker* t : trackers) allocators.push_back(&cuda_allocator_for(*t));
-  return [allocators] {
-    for (DeviceAllocator* a : allocators) a->release_cached();
-  };
 }
 
 }  // namespace stateflow
