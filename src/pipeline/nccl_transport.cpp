@@ -120,7 +120,7 @@ class NcclTransport : public Transport {
   NcclTransport(std::shared_ptr<NcclProcess> process, size_t index, int rank, int world_size)
       : process_(std::move(process)), index_(index), rank_(rank), world_size_(world_size),
         device_(process_->devices[index]) {
-    cuda_check(cudaSetDevice(device_), "cudaSetDevice (NCCL transport)");
+    GpuScope on(device_);  // made on the caller's thread: leave its current GPU as it was
     cuda_check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate (comm stream)");
     cuda_check(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming), "cudaEventCreate");
     cuda_check(cudaMalloc(&reduce_device_, sizeof(double)), "cudaMalloc (all-reduce buffer)");
@@ -128,7 +128,7 @@ class NcclTransport : public Transport {
   }
 
   ~NcclTransport() override {
-    cudaSetDevice(device_);
+    GpuScope on(device_);
     if (process_->failed().empty()) cudaStreamSynchronize(comm_stream_);  // an aborted one has stopped
     for (Batch& b : in_flight_) cudaEventDestroy(b.done);
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);

@@ -118,6 +118,9 @@ TEST(PipelineCuda, TimelineComesFromTheGpuAndLiesWithinTheStep) {
 TEST(PipelineCuda, DestroyedPipelineGivesItsDeviceMemoryBack) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
+  // The stages (local transport: not placed) run on their threads' default GPU 0; the checks
+  // below read the same GPU's allocators from this thread.
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);

@@ -22,4 +22,23 @@ inline void check_aligned16(const void* p, const char* kernel, const char* what)
            " must be 16-byte aligned (device allocations are; offsets must be whole 16-byte rows)");
 }
 
+// Makes `gpu` current for a scope and the caller's GPU current again after it, so that code
+// acting for a given GPU (freeing its blocks, setting up its transport) leaves the calling
+// thread as it found it. Errors are ignored: destructors use it.
+class GpuScope {
+ public:
+  explicit GpuScope(int gpu) : gpu_(gpu) {
+    cudaGetDevice(&prev_);
+    if (prev_ != gpu_) cudaSetDevice(gpu_);
+  }
+  ~GpuScope() {
+    if (prev_ != gpu_) cudaSetDevice(prev_);
+  }
+  GpuScope(const GpuScope&) = delete;
+  GpuScope& operator=(const GpuScope&) = delete;
+
+ private:
+  int gpu_, prev_ = 0;
+};
+
 }  // namespace stateflow

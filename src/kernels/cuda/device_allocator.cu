@@ -13,21 +13,6 @@ constexpr int kClassesPerDoubling = 8;
 
 size_t round_up(size_t x, size_t step) { return (x + step - 1) / step * step; }
 
-// Makes `gpu` current for a scope, so that blocks go back to the GPU they came from whichever
-// thread releases them. Errors are ignored: destructors use it.
-class GpuScope {
- public:
-  explicit GpuScope(int gpu) : gpu_(gpu) {
-    cudaGetDevice(&prev_);
-    if (prev_ != gpu_) cudaSetDevice(gpu_);
-  }
-  ~GpuScope() {
-    if (prev_ != gpu_) cudaSetDevice(prev_);
-  }
-
- private:
-  int gpu_, prev_ = 0;
-};
 }  // namespace
 
 DeviceAllocator::DeviceAllocator(MemoryTracker& tracker) : tracker_(tracker), device_(0) {

@@ -32,11 +32,15 @@ __global__ void embedding_forward_kernel(const int32_t* tokens, const float* tab
 }
 
 // order[i] = the i-th row in reverse token order: token len - 1 of sequences batch - 1 .. 0,
-// then token len - 2, and so on.
-__global__ void reverse_token_order_kernel(int32_t* order, int64_t batch, int64_t len) {
+// then token len - 2, and so on; keys[i] = that row's token id (the sort's key for order[i]).
+__global__ void reverse_token_order_kernel(const int32_t* tokens, int32_t* keys, int32_t* order, int64_t batch,
+                                           int64_t len) {
   const int64_t n = batch * len;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    order[i] = int32_t((batch - 1 - i % batch) * len + (len - 1 - i / batch));
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int32_t r = int32_t((batch - 1 - i % batch) * len + (len - 1 - i / batch));
+    order[i] = r;
+    keys[i] = tokens[r];
+  }
 }
 
 // Block (i, y) owns the run of equal tokens that starts at sorted position i (blocks at other
@@ -63,7 +67,7 @@ __global__ void embedding_backward_kernel(const int32_t* token_sorted, const int
 }
 
 struct SortLayout {
-  size_t rows_in, token_sorted, row_sorted, temp, temp_bytes, total;
+  size_t rows_in, tokens_in, token_sorted, row_sorted, temp, temp_bytes, total;
   explicit SortLayout(int64_t rows) {
     temp_bytes = 0;
     cuda_check(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, static_cast<const int32_t*>(nullptr),
@@ -71,7 +75,7 @@ struct SortLayout {
                                                static_cast<int32_t*>(nullptr), int(rows)),
                "cub::DeviceRadixSort::SortPairs (size query)");
     const size_t ints = (size_t(rows) * 4 + 255) / 256 * 256;
-    rows_in = 0, token_sorted = ints, row_sorted = 2 * ints, temp = 3 * ints;
+    rows_in = 0, tokens_in = ints, token_sorted = 2 * ints, row_sorted = 3 * ints, temp = 4 * ints;
     total = temp + temp_bytes;
   }
 };
@@ -114,14 +118,16 @@ void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable
   const SortLayout L(rows);
   char* ws = static_cast<char*>(workspace);
   auto* rows_in = reinterpret_cast<int32_t*>(ws + L.rows_in);
+  auto* tokens_in = reinterpret_cast<int32_t*>(ws + L.tokens_in);
   auto* token_sorted = reinterpret_cast<int32_t*>(ws + L.token_sorted);
   auto* row_sorted = reinterpret_cast<int32_t*>(ws + L.row_sorted);
   reverse_token_order_kernel<<<unsigned(std::min<int64_t>((rows + 255) / 256, 4096)), 256, 0, stream>>>(
-      rows_in, batch, rows / batch);
+      tokens, tokens_in, rows_in, batch, rows / batch);
   cuda_check_launch("reverse_token_order_kernel");
   size_t temp_bytes = L.temp_bytes;
-  // All 32 key bits: equal ids are then adjacent even if a bad (negative or too large) id slipped through.
-  cuda_check(cub::DeviceRadixSort::SortPairs(ws + L.temp, temp_bytes, tokens, token_sorted, rows_in, row_sorted,
+  // All 32 key bits: equal ids are then adjacent even if a bad (negative or too large) id slipped
+  // through. The radix sort is stable: equal ids keep reverse token order.
+  cuda_check(cub::DeviceRadixSort::SortPairs(ws + L.temp, temp_bytes, tokens_in, token_sorted, rows_in, row_sorted,
                                              int(rows), 0, 32, stream),
              "cub::DeviceRadixSort::SortPairs");
   const int64_t nvec = dim / 8;
