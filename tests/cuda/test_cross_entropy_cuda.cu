@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/cross_entropy_cuda.h"
+#include "kernels/cuda/weight_grad_cuda.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 
@@ -30,8 +31,9 @@ struct Problem {
 };
 
 template <class A>
-Problem make_problem(Rng& rng) {
+Problem make_problem(Rng& rng, int64_t len = 150) {
   Problem p;
+  p.len = len, p.rows = p.batch * len;
   p.x = rounded<A>(normal_vec(rng, p.rows * p.dim));
   p.W = rounded<A>(normal_vec(rng, p.dim * p.vocab, 0.3));
   p.logits.resize(p.rows * p.vocab);
@@ -129,40 +131,52 @@ TYPED_TEST(LmHeadCrossEntropyCuda, MatchesTheCpuPath) {
 }
 
 // A sequence cut into chunks at multiples of 64, the forward run first chunk first and the
-// backward last chunk first (the training schedule), gives the unsplit run's loss statistics,
-// dx and dW bitwise, whatever the block size.
-TYPED_TEST(LmHeadCrossEntropyCuda, ChunksAtMultiplesOf64AreBitwiseTheWholeRun) {
+// backward last chunk first (the training schedule), gives the unsplit run's loss statistics
+// and dx bitwise, whatever the block size; dW is bitwise too where the cuts and the blocks are
+// multiples of kWeightGradTokens (its steps), and otherwise within fp32 rounding.
+TYPED_TEST(LmHeadCrossEntropyCuda, ChunksAreBitwiseTheWholeRun) {
   SKIP_WITHOUT_GPU();
   using A = TypeParam;
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const Problem p = make_problem<A>(rng);  // 2 sequences of 150 tokens
-  const Vec dW0 = rounded<float>(normal_vec(rng, p.dim * p.vocab));
-  const float scale = 1.f / float(p.rows);
-  LossStats whole_stats;
-  const GpuResult<A> whole = run_gpu<A>(p, dW0, scale, 128, true, &whole_stats);
-  for (const std::vector<int64_t>& cuts : {std::vector<int64_t>{0, 64, 150}, std::vector<int64_t>{0, 128, 150}}) {
-    SCOPED_TRACE("cut at " + std::to_string(cuts[1]));
+  const int64_t S = kWeightGradTokens;
+  struct Case {
+    int64_t len, whole_block, chunk_block;
+    std::vector<int64_t> cuts;
+    bool dW_bitwise;
+  };
+  for (const Case& k : {Case{150, 128, 64, {0, 64, 150}, false}, Case{150, 128, 64, {0, 128, 150}, false},
+                        Case{2 * S + 100, S, S, {0, S, 2 * S + 100}, true}}) {
+    SCOPED_TRACE("len " + std::to_string(k.len) + ", cut at " + std::to_string(k.cuts[1]));
+    const Problem p = make_problem<A>(rng, k.len);
+    const Vec dW0 = rounded<float>(normal_vec(rng, p.dim * p.vocab));
+    const float scale = 1.f / float(p.rows);
+    LossStats whole_stats;
+    const GpuResult<A> whole = run_gpu<A>(p, dW0, scale, k.whole_block, true, &whole_stats);
     LossStats running;
     std::vector<Problem> chunks;
-    for (size_t c = 0; c + 1 < cuts.size(); ++c) {
-      chunks.push_back(chunk_of(p, cuts[c], cuts[c + 1]));
-      run_gpu<A>(chunks.back(), dW0, scale, 64, false, &running);  // forward: statistics in token order
+    for (size_t c = 0; c + 1 < k.cuts.size(); ++c) {
+      chunks.push_back(chunk_of(p, k.cuts[c], k.cuts[c + 1]));
+      run_gpu<A>(chunks.back(), dW0, scale, k.chunk_block, false, &running);  // forward: statistics in token order
     }
     EXPECT_EQ(running.loss_sum, whole_stats.loss_sum) << "loss";
     EXPECT_EQ(running.correct, whole_stats.correct);
     Vec dW = dW0;
     std::vector<std::vector<A>> dx(chunks.size());
     for (size_t c = chunks.size(); c-- > 0;) {  // backward: last chunk first, dW carried
-      const GpuResult<A> r = run_gpu<A>(chunks[c], dW, scale, 64, true);
+      const GpuResult<A> r = run_gpu<A>(chunks[c], dW, scale, k.chunk_block, true);
       dW.assign(r.dW.begin(), r.dW.end());
       dx[c] = r.dx;
     }
-    EXPECT_TRUE(bitwise_equal(std::vector<float>(dW.begin(), dW.end()), whole.dW)) << "dW";
+    const std::vector<float> dW_f(dW.begin(), dW.end());
+    if (k.dW_bitwise)
+      EXPECT_TRUE(bitwise_equal(dW_f, whole.dW)) << "dW";
+    else
+      EXPECT_LE(rel_err(dW, Vec(whole.dW.begin(), whole.dW.end())), 1e-5) << "dW";
     for (int64_t b = 0; b < p.batch; ++b)
       for (size_t c = 0; c < chunks.size(); ++c) {
-        const int64_t n = chunks[c].len, off = (b * p.len + cuts[c]) * p.dim;
+        const int64_t n = chunks[c].len, off = (b * p.len + k.cuts[c]) * p.dim;
         const std::vector<A> want(whole.dx.begin() + off, whole.dx.begin() + off + n * p.dim);
         EXPECT_TRUE(bitwise_equal(std::vector<A>(dx[c].begin() + b * n * p.dim, dx[c].begin() + (b + 1) * n * p.dim),
                                   want))

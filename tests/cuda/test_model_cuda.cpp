@@ -12,6 +12,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/weight_grad_cuda.h"
 #include "layer_testing.h"
 #include "model/model.h"
 #include "test_util.h"
@@ -106,7 +107,9 @@ std::string first_difference(Model& m, const StepResult& a, const StepResult& b)
   return "";
 }
 
-TEST(ModelCuda, ChunksAtMultiplesOf64AreBitwiseTheUnchunkedStep) {
+// Cuts at multiples of kWeightGradTokens (which are multiples of every kernel's inner block:
+// the GDN core's 64-token chunks, the 64-token blocks of the reductions): bitwise equal.
+TEST(ModelCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUnchunkedStep) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
   const uint64_t seed = fresh_seed();
@@ -114,13 +117,13 @@ TEST(ModelCuda, ChunksAtMultiplesOf64AreBitwiseTheUnchunkedStep) {
   Rng rng(seed);
   const ModelConfig cfg = gpu_test_config(seed);
   Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
-  const int64_t T = 512;
+  const int64_t S = kWeightGradTokens, T = 3 * S + 128;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   const StepResult whole = run_step(gpu, b, {T});
   EXPECT_EQ(first_difference(gpu, run_step(gpu, b, {T}), whole), "") << "not repeatable run to run";
   for (const std::vector<int64_t>& lengths :
-       {std::vector<int64_t>{256, 256}, std::vector<int64_t>(4, 128), std::vector<int64_t>(8, 64),
-        std::vector<int64_t>{128, 320, 64}}) {
+       {std::vector<int64_t>{S, T - S}, std::vector<int64_t>{S, S, T - 2 * S}, std::vector<int64_t>{2 * S, T - 2 * S},
+        std::vector<int64_t>{S, S, S, T - 3 * S}}) {
     const StepResult got = run_step(gpu, b, lengths);
     const std::string diff = first_difference(gpu, got, whole);
     std::printf("[ chunks %s vs whole ] loss %.17g vs %.17g, first difference: %s\n", lengths_name(lengths).c_str(),
@@ -140,7 +143,7 @@ double mean_grad_error(Model& m, const StepResult& a, const StepResult& ref) {
   return sum / double(params.size());
 }
 
-// Boundaries off the multiples of 64: the split run's error against the fp64 CPU model is at
+// Boundaries off the multiples of kWeightGradTokens: the split run's error against the fp64 CPU model is at
 // most twice the unsplit run's (loss; mean gradient error). The loss is one number whose bf16
 // error can be near zero by chance, so its bound has a floor of 1e-4 relative.
 TEST(ModelCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {

@@ -6,6 +6,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/weight_grad_cuda.h"
 
 namespace stateflow {
 namespace {
@@ -184,9 +185,12 @@ void lm_head_cross_entropy_cuda(const CublasGemm& g, const In* x, const In* W, c
   const char* name = "lm_head_cross_entropy_cuda";
   SF_CHECK(vocab > 0 && vocab % 8 == 0 && vocab <= INT32_MAX, name, ": vocab = ", vocab,
            " must be a multiple of 8 on the GPU (pad the vocabulary)");
-  SF_CHECK(block_tokens > 0 && block_tokens % kTokenBlock == 0 && batch >= 0 && batch <= 65535 && len >= 0 &&
-               dim > 0,
-           name, ": block_tokens = ", block_tokens, " must be a positive multiple of ", kTokenBlock);
+  SF_CHECK(batch >= 0 && batch <= 65535 && len >= 0 && dim > 0, name, ": bad shape (batch ", batch, ", len ", len,
+           ", dim ", dim, ")");
+  SF_CHECK(block_tokens > 0 && block_tokens % kTokenBlock == 0 &&
+               (block_tokens % kWeightGradTokens == 0 || kWeightGradTokens % block_tokens == 0),
+           name, ": block_tokens = ", block_tokens, " must be a positive multiple of ", kTokenBlock,
+           " that divides ", kWeightGradTokens, " or is a multiple of it");
   SF_CHECK((dx == nullptr) == (dW == nullptr), name, ": give both dx and dW (training) or neither (evaluation)");
   SF_CHECK(workspace != nullptr && stats != nullptr, name,
            ": workspace and stats must be device buffers (lm_head_cross_entropy_workspace_bytes)");
@@ -215,7 +219,7 @@ void lm_head_cross_entropy_cuda(const CublasGemm& g, const In* x, const In* W, c
     cuda_check_launch("cross_entropy_stats_kernel");
     if (!dx) continue;
     const WeightGradOperands<In> ops{x + t0 * dim, dim, len * dim, dlogits, vocab, n * vocab};
-    weight_grad_cuda<In>(ops, dW, batch, n, dim, vocab, g.workspace(), g.workspace_bytes(), stream);
+    weight_grad_cuda<In>(g, ops, dW, batch, n, dim, vocab);
     for (int64_t b = 0; b < batch; ++b)
       gemm_cuda<In, In>(g, false, true, n, dim, vocab, 1.f, dlogits + b * n * vocab, vocab, W, vocab, 0.f,
                         dx + (b * len + t0) * dim, dim);

@@ -6,15 +6,16 @@
 //   dx = dlogits W^T (overwritten),   dW += x^T dlogits (fp32)
 // without ever holding the logits of all rows. The rows are batch sequences of len tokens;
 // they go through in blocks of block_tokens tokens of every sequence (a multiple of
-// kTokenBlock), last block first, and only one block's logits (fp32) and dlogits (In) live
+// kTokenBlock that divides kWeightGradTokens or is a multiple of it), last block first, and only one block's logits (fp32) and dlogits (In) live
 // in the workspace. In = float (fp32 GEMMs, the test path) or bf16 (bf16 GEMM operands with
 // fp32 accumulation; dlogits rounded to bf16 for the two backward GEMMs).
 //
-// Deterministic and chunk-invariant at cuts on multiples of kTokenBlock: pinned GEMM
-// algorithms (each row's logits and dx do not depend on the block), one CUDA block per row
-// with fixed-order reductions, dW through weight_grad_cuda (token blocks last to first across
-// the calls), and the loss statistics kept per token block of each sequence (summed in double
-// in a fixed order), to be added up on the host in token order (add_loss_stats_cuda).
+// Deterministic and chunk-invariant: pinned GEMM algorithms (each row's logits and dx do not
+// depend on the block), one CUDA block per row with fixed-order reductions, and the loss
+// statistics kept per token block of each sequence (summed in double in a fixed order), to be
+// added up in token order (add_loss_stats_cuda), give the same loss and dx at cuts on multiples
+// of kTokenBlock; dW goes through weight_grad_cuda (its steps last to first across the calls),
+// bitwise at cuts on multiples of kWeightGradTokens.
 #pragma once
 #include <cuda_runtime.h>
 
@@ -23,6 +24,7 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/reduce_cuda.h"
 
 namespace stateflow {
 

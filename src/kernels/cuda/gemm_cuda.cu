@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/weight_grad_cuda.h"
 
 namespace stateflow {
 
@@ -161,7 +162,7 @@ void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy,
            " sequences of equal length");
   const int64_t len = rows / batch;
   const WeightGradOperands<In> ops{x, in, len * in, dy, out, len * out};
-  weight_grad_cuda<In>(ops, dW, batch, len, in, out, g.workspace(), g.workspace_bytes(), g.stream());
+  weight_grad_cuda<In>(g, ops, dW, batch, len, in, out);
 }
 
 void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream) {

@@ -23,7 +23,6 @@
 #include <map>
 #include <tuple>
 
-#include "kernels/cuda/weight_grad_cuda.h"
 
 namespace stateflow {
 

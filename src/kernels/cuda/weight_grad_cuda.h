@@ -1,33 +1,29 @@
 // Weight gradients dW += x^T dy on the GPU with a fixed order of accumulation over tokens, so
-// that a sequence cut into chunks at multiples of kTokenBlock gives bitwise the gradient of
-// the unsplit run (cuBLAS would compute alpha * (sum) + beta * dW, rounding once per call).
+// that a sequence cut into chunks at multiples of the step gives bitwise the gradient of the
+// unsplit run. One cuBLAS call over all tokens would not: it computes alpha * (sum) + beta * dW,
+// rounding once per call, so where the calls begin and end changes the result.
 //
-// The tokens go in steps of one block of kTokenBlock tokens, from the last block of the
-// sequences to the first (within a block position: sequence batch - 1 first), and each dW
-// entry is one chain of fp32 additions starting from its current value: running the chunks of
-// a sequence backward (last chunk first) continues one and the same chain. Tensor-core path:
-// each step is four m16n8k16 mma.sync into the accumulators (ascending k). Plain path (fp32,
-// the reference, and bf16 shapes the tensor-core loads cannot take, such as the gate
-// projections' few heads): each step's partial sum (tokens ascending, from 0) is formed in
-// parallel in the workspace, then added to dW, one rounding per step, in walk order.
+// The tokens go in steps of `step_tokens` (kWeightGradTokens by default) counted from the first
+// token of the call, from the last step to the first (within a step: sequence batch - 1
+// first), and each step is one GEMM dW = x_step^T dy_step + dW with a fixed algorithm for its
+// shape. Running the chunks of a sequence backward (last chunk first), with cuts at multiples
+// of the step, therefore makes exactly the same GEMM calls on the same data as the unsplit run.
+// Steps of 2048 tokens keep cuBLAS near its full speed (the fp32 dW is read and written once
+// per step); cuts elsewhere still give the right gradient, rounded differently.
 //
 // Operands: x rows of `in` values, dy rows of `out` values, for token t of sequence b at
 //   x  + b * x_seq_stride  + t * ldx          dy + b * dy_seq_stride + t * ldy
-// (t < len, b < batch); dW is [in, out] row-major fp32. bf16 operands use tensor cores when
-// in, out, the strides and pointers allow 16-byte loads (multiples of 8 elements); otherwise,
-// and for fp32, the plain path, whose workspace (any size from 4 in out bytes up; more means
-// fewer launches) is scratch that must stay untouched until the call's work on the stream is
-// done (the stream's cuBLASLt workspace will do: CublasGemm::workspace()).
+// (t < len, b < batch); dW is [in, out] row-major fp32. In = float (fp32 GEMMs, the tests'
+// reference path) or bf16 (fp32 accumulation).
 #pragma once
-#include <cuda_bf16.h>
-#include <cuda_runtime.h>
-
-#include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/reduce_cuda.h"
+#include "kernels/cuda/gemm_cuda.h"
 
 namespace stateflow {
+
+// Chunk boundaries at multiples of this many tokens give bitwise-equal weight gradients.
+constexpr int64_t kWeightGradTokens = 2048;
 
 template <class In>
 struct WeightGradOperands {
@@ -37,13 +33,9 @@ struct WeightGradOperands {
   int64_t ldy = 0, dy_seq_stride = 0;
 };
 
-// CTA tile of the tensor-core path: 128 x 256 (Wide) or 128 x 128 (Narrow) entries of dW;
-// Auto takes Wide when that still gives nearly every SM a tile. The results are the same bits.
-enum class WeightGradTile { Auto, Narrow, Wide };
-
+// Runs on g's stream.
 template <class In>
-void weight_grad_cuda(const WeightGradOperands<In>& ops, float* dW, int64_t batch, int64_t len, int64_t in,
-                      int64_t out, void* workspace, size_t workspace_bytes, cudaStream_t stream,
-                      WeightGradTile tile = WeightGradTile::Auto);
+void weight_grad_cuda(const CublasGemm& g, const WeightGradOperands<In>& ops, float* dW, int64_t batch, int64_t len,
+                      int64_t in, int64_t out, int64_t step_tokens = kWeightGradTokens);
 
 }  // namespace stateflow

@@ -8,6 +8,7 @@
 
 #include "kernels/cuda/cross_entropy_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
+#include "kernels/cuda/weight_grad_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/lm_head.h"
 
@@ -26,10 +27,22 @@ struct HeadCudaStash : Stash {
 };
 
 // Tokens per sequence in a block of logits: enough rows for full GEMMs, while the block's
-// logits stay ~256 MiB; whole token blocks, so the blocks start at multiples of kTokenBlock.
+// logits stay ~256 MiB. The blocks must start at the same tokens whether or not the sequence
+// was cut (at multiples of kWeightGradTokens): multiples of kWeightGradTokens, or, where those
+// would be too large, its largest power-of-two divisor that fits (at least kTokenBlock); a
+// short chunk takes the smallest such size that holds it.
 int64_t head_block_tokens(int64_t batch, int64_t len, int64_t vocab) {
-  const int64_t fit = (int64_t(256) << 20) / (6 * vocab * batch) / kTokenBlock * kTokenBlock;
-  return std::clamp<int64_t>(fit, kTokenBlock, std::max<int64_t>(token_blocks(len), 1) * kTokenBlock);
+  const int64_t fit = (int64_t(256) << 20) / (6 * vocab * batch);
+  int64_t block = kWeightGradTokens;
+  if (fit >= kWeightGradTokens)
+    block = fit / kWeightGradTokens * kWeightGradTokens;
+  else
+    while (block > kTokenBlock && block > fit) block /= 2;
+  if (len > kWeightGradTokens)
+    return std::min(block, (len + kWeightGradTokens - 1) / kWeightGradTokens * kWeightGradTokens);
+  int64_t holds = kTokenBlock;
+  while (holds < len) holds *= 2;
+  return std::min(block, holds);
 }
 
 // Runs the head on one chunk; adds its statistics, token block by token block, into
