@@ -36,6 +36,18 @@ double rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
   return den == 0 ? num : num / den;
 }
 
+// ||a - ref||_2 / ||ref||_2: the whole tensor's error, steadier than the worst entry when two
+// runs' errors are compared (a single token can dominate the max of either).
+template <class A, class B>
+double rms_rel_err(const std::vector<A>& a, const std::vector<B>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    const double d = double(a[i]) - double(ref[i]);
+    num += d * d, den += double(ref[i]) * double(ref[i]);
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
 // Directional central finite differences in float64. `inputs` are the tensors the scalar
 // loss depends on and `grads` the hand-written gradients of the loss w.r.t. them. For each
 // of `n_dirs` random directions u, compares (L(x+hu) - L(x-hu)) / 2h with sum <grad, u>.

@@ -177,10 +177,12 @@ bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
 }
 
 // Named error of every output against the reference.
-std::vector<std::pair<const char*, double>> errors(const Gpu& x, const Ref& r) {
-  return {{"o", rel_err(x.o, r.o)},       {"S_out", rel_err(x.S_out, r.S_out)}, {"dq", rel_err(x.dq, r.dq)},
-          {"dk", rel_err(x.dk, r.dk)},    {"dv", rel_err(x.dv, r.dv)},          {"dbeta", rel_err(x.dbeta, r.dbeta)},
-          {"dg", rel_err(x.dg, r.dg)},    {"dS_in", rel_err(x.dS_in, r.dS_in)}};
+using ErrorFn = double (*)(const Vec&, const Vec&);
+
+std::vector<std::pair<const char*, double>> errors(const Gpu& x, const Ref& r, ErrorFn err = rel_err<double, double>) {
+  return {{"o", err(x.o, r.o)},       {"S_out", err(x.S_out, r.S_out)}, {"dq", err(x.dq, r.dq)},
+          {"dk", err(x.dk, r.dk)},    {"dv", err(x.dv, r.dv)},          {"dbeta", err(x.dbeta, r.dbeta)},
+          {"dg", err(x.dg, r.dg)},    {"dS_in", err(x.dS_in, r.dS_in)}};
 }
 
 // bf16 operands put every output at ~1e-3..1e-2 of its largest entry; per-token scalar
@@ -289,8 +291,9 @@ TEST(GdnCoreCuda, SplitElsewhereStaysWithinTwiceTheUnsplitError) {
   Rng rng(seed);
   const Problem p = make_problem(rng, 1, 260, 2);
   const Ref ref = reference(p);
-  const auto e_whole = errors(run_gpu(p), ref);
-  const auto e_split = errors(run_split(p, {37, 42, 150}), ref);  // pieces 37, 5, 108, 110
+  // Whole-tensor (2-norm) errors: the worst entry of a 260-token run is one token's luck.
+  const auto e_whole = errors(run_gpu(p), ref, rms_rel_err<double, double>);
+  const auto e_split = errors(run_split(p, {37, 42, 150}), ref, rms_rel_err<double, double>);  // 37, 5, 108, 110
   for (size_t i = 0; i < e_whole.size(); ++i) {
     std::printf("  %-6s unsplit %.3e  split %.3e\n", e_whole[i].first, e_whole[i].second, e_split[i].second);
     EXPECT_LE(e_split[i].second, 2 * e_whole[i].second + 1e-6) << e_whole[i].first;
