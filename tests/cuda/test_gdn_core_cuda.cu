@@ -22,6 +22,7 @@ namespace {
 
 using testing::fresh_seed;
 using testing::rel_err;
+using testing::rms_rel_err;
 using bf16 = __nv_bfloat16;
 using Vec = std::vector<double>;
 
