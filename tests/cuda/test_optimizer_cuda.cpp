@@ -26,7 +26,7 @@ TEST(OptimizerCuda, DeviceGradSqSumMatchesTheHostSumBitwiseEveryRun) {
   std::vector<Param> host, device;
   long double reference = 0;
   for (size_t k = 0; k < shapes.size(); ++k) {
-    Param p = make_param("p" + std::to_string(k), shapes[k], DType::F32);
+    Param p = make_param(cat("p", k), shapes[k], DType::F32);
     const double scale = std::pow(10.0, double(k % 3) - 1);
     float* g = p.grad.data<float>();
     for (int64_t i = 0; i < p.grad.numel(); ++i) {
