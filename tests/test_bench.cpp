@@ -1,9 +1,11 @@
 // `stateflow bench` on the tiny model: both schedules run on the same batches, the stash it
 // measures on stage 0 follows the model ((N+P-1)/N of a sequence vs P sequences), a chunk
 // sweep gives one row per N and marks the fastest, and a run that runs out of memory becomes
-// an OOM row while the others go on.
+// an OOM row while the others go on; each finished run prints a progress line to stderr.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -116,9 +118,20 @@ TEST(Bench, OutOfMemoryBecomesAnOomRowAndTheBenchGoesOn) {
     endpoints.push_back(std::make_unique<OutOfMemoryTransport>(std::move(hub), 1));
     return std::make_unique<Pipeline>(pc, std::move(endpoints));
   };
+  std::ostringstream progress;  // the runs' progress lines go to stderr as they finish
+  std::streambuf* stderr_buf = std::cerr.rdbuf(progress.rdbuf());
   BenchResult r = run_bench(o);
+  std::cerr.rdbuf(stderr_buf);
   EXPECT_EQ(built, 4);
   ASSERT_EQ(r.rows.size(), 4u);
+  const std::string lines = progress.str();
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 4) << lines;
+  EXPECT_NE(lines.find("bench [1/4] 1f1b N=1: "), std::string::npos) << lines;
+  EXPECT_NE(lines.find("bench [3/4] stateflow N=4: OOM ("), std::string::npos) << lines;
+  EXPECT_NE(lines.find("out of GPU memory allocating 9.00 GiB for activations\nbench [4/4] stateflow N=8: "),
+            std::string::npos)
+      << lines;
+  EXPECT_NE(lines.find(" tokens/s, "), std::string::npos) << lines;
   EXPECT_TRUE(r.rows[2].oom);
   EXPECT_EQ(r.rows[2].chunks(), 4);
   EXPECT_EQ(r.rows[2].oom_message, "out of GPU memory allocating 9.00 GiB for activations");

@@ -1,10 +1,19 @@
 // The whole model: chunked training step == unchunked (loss and every parameter gradient)
 // for many chunkings and microbatch counts; finite differences on the model loss; chunk
-// activations are released after backward.
+// activations are released after backward; layers built on several threads hold the weights
+// of their own random streams.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "core/rng.h"
 #include "layer_testing.h"
+#include "model/embedding_layer.h"
+#include "model/gdn_layer.h"
+#include "model/lm_head.h"
+#include "model/mlp_layer.h"
 #include "model/model.h"
+#include "model/residual.h"
 #include "test_util.h"
 #include "train/chunking.h"
 #include "train/optimizer.h"
@@ -107,4 +116,43 @@ TEST(Model, ActivationsAreReleasedAfterBackward) {
   EXPECT_LE(four, whole);
   EXPECT_GT(four, whole / 2);
   EXPECT_GT(tracker.snapshot().peak_of(MemCategory::Weights), 0);
+}
+
+// Layers are built on several threads; each must still hold the weights of its own random
+// stream, as a plain one-by-one construction gives them, in a whole model and in a part.
+TEST(Model, ThreadedBuildGivesEveryLayerTheWeightsOfItsOwnStream) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  ModelConfig cfg = model_preset("tiny");
+  cfg.n_layers = 5;  // more layers than threads
+  cfg.seed = seed;
+  const int n = Model::num_layers_of(cfg);
+  std::vector<std::unique_ptr<Layer>> reference;
+  for (int i = 0; i < n; ++i) {
+    Rng rng = Rng::derive(seed, uint64_t(i));
+    const std::string p = cat("blocks.", (i - 1) / 2);
+    if (i == 0)
+      reference.push_back(std::make_unique<Embedding>(cfg, DType::F32, rng));
+    else if (i == n - 1)
+      reference.push_back(std::make_unique<LmHead>(cfg, DType::F32, rng));
+    else if (i % 2 == 1)
+      reference.push_back(std::make_unique<PreNormResidual>(
+          p + ".mixer", cfg, DType::F32, std::make_unique<GatedDeltaNet>(p + ".mixer", cfg, DType::F32, rng)));
+    else
+      reference.push_back(std::make_unique<PreNormResidual>(
+          p + ".mlp", cfg, DType::F32, std::make_unique<SwiGluMlp>(p + ".mlp", cfg, DType::F32, rng)));
+  }
+  for (auto [begin, end] : {std::pair{0, n}, std::pair{3, n - 1}}) {
+    Model m(cfg, DType::F32, begin, end);
+    for (int i = begin; i < end; ++i) {
+      const std::vector<Param*> got = m.layers(i, i + 1)[0]->params(), want = reference[i]->params();
+      ASSERT_EQ(got.size(), want.size()) << "layer " << i;
+      for (size_t k = 0; k < got.size(); ++k) {
+        SCOPED_TRACE(cat("part [", begin, ", ", end, "), ", want[k]->name));
+        EXPECT_EQ(got[k]->name, want[k]->name);
+        ASSERT_EQ(got[k]->value.nbytes(), want[k]->value.nbytes());
+        EXPECT_EQ(std::memcmp(got[k]->value.raw(), want[k]->value.raw(), want[k]->value.nbytes()), 0);
+      }
+    }
+  }
 }

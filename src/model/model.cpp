@@ -1,5 +1,11 @@
 #include "model/model.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <thread>
+
 #include "core/rng.h"
 #include "model/embedding_layer.h"
 #include "model/gdn_layer.h"
@@ -9,30 +15,57 @@
 
 namespace stateflow {
 
+// Layer i of the flat list, its weights drawn from its own random stream.
+static std::unique_ptr<Layer> build_layer(const ModelConfig& cfg, DType dtype, int i) {
+  Rng rng = Rng::derive(cfg.seed, static_cast<uint64_t>(i));
+  const int n = Model::num_layers_of(cfg);
+  if (i == 0) return std::make_unique<Embedding>(cfg, dtype, rng);
+  if (i == n - 1) return std::make_unique<LmHead>(cfg, dtype, rng);
+  const std::string p = cat("blocks.", (i - 1) / 2);
+  if ((i - 1) % 2 == 0)
+    return std::make_unique<PreNormResidual>(p + ".mixer", cfg, dtype,
+                                             std::make_unique<GatedDeltaNet>(p + ".mixer", cfg, dtype, rng));
+  return std::make_unique<PreNormResidual>(p + ".mlp", cfg, dtype,
+                                           std::make_unique<SwiGluMlp>(p + ".mlp", cfg, dtype, rng));
+}
+
 Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end, Device device)
     : cfg_(cfg), dtype_(dtype), device_(device), begin_(begin), end_(end) {
   cfg_.validate();
   const int n = num_layers_of(cfg_);
   SF_CHECK(0 <= begin && begin < end && end <= n, "layer range [", begin, ", ", end, ") out of range for a model of ",
            n, " layers");
-  CategoryScope weights(MemCategory::Weights);
   layers_.resize(n);
-  for (int i = begin; i < end; ++i) {
-    Rng rng = Rng::derive(cfg_.seed, static_cast<uint64_t>(i));
-    if (i == 0) {
-      layers_[i] = std::make_unique<Embedding>(cfg_, dtype, rng);
-    } else if (i == n - 1) {
-      layers_[i] = std::make_unique<LmHead>(cfg_, dtype, rng);
-    } else {
-      const std::string p = cat("blocks.", (i - 1) / 2);
-      if ((i - 1) % 2 == 0)
-        layers_[i] = std::make_unique<PreNormResidual>(
-            p + ".mixer", cfg_, dtype, std::make_unique<GatedDeltaNet>(p + ".mixer", cfg_, dtype, rng));
-      else
-        layers_[i] = std::make_unique<PreNormResidual>(p + ".mlp", cfg_, dtype,
-                                                       std::make_unique<SwiGluMlp>(p + ".mlp", cfg_, dtype, rng));
+  // Drawing a 1.3B model's normals takes a minute on one core. Each layer has its own random
+  // stream, so building layers on several threads gives the weights one thread would; the two
+  // big ones (embedding, LM head) go first so that neither is left alone at the end.
+  std::vector<int> order;
+  for (int i = begin; i < end; ++i)
+    if (i == 0 || i == n - 1) order.push_back(i);
+  for (int i = begin; i < end; ++i)
+    if (i != 0 && i != n - 1) order.push_back(i);
+  const int n_threads = static_cast<int>(std::clamp<unsigned>(std::thread::hardware_concurrency(), 1, order.size()));
+  MemoryTracker& tracker = current_tracker();  // the builders charge the caller's tracker
+  std::atomic<size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto build = [&] {
+    TrackerScope track(tracker);
+    CategoryScope weights(MemCategory::Weights);
+    for (size_t k; (k = next++) < order.size();) {
+      try {
+        layers_[order[k]] = build_layer(cfg_, dtype, order[k]);
+      } catch (...) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (!error) error = std::current_exception();
+      }
     }
-  }
+  };
+  std::vector<std::thread> helpers;
+  for (int t = 1; t < n_threads; ++t) helpers.emplace_back(build);
+  build();
+  for (std::thread& h : helpers) h.join();
+  if (error) std::rethrow_exception(error);
   for (Param* p : params()) move_param_to(*p, device);
 }
 

@@ -13,7 +13,7 @@ void move_param_to(Param& p, Device d) {
            dtype_name(p.value.dtype()), ": GPU master weights are f32, use --dtype f32 with --device cuda");
   p.value_bf16 = p.gemm_operand && d != Device::CPU ? p.value.cast(DType::BF16).to(d, MemCategory::Weights) : Tensor();
   p.value = p.value.to(d, MemCategory::Weights);
-  p.grad = p.grad.to(d, MemCategory::Grads);
+  p.grad = Tensor::zeros(p.grad.shape(), p.grad.dtype(), MemCategory::Grads, d);
 }
 
 }  // namespace stateflow

@@ -19,7 +19,9 @@ struct Param {
 
 // Creates value and grad with the given shape; values are filled by the caller.
 Param make_param(const std::string& name, const Shape& shape, DType dtype);
-// Moves value and grad to device d (fp32 there), adding value_bf16 for a GEMM operand on the GPU.
+// Moves value to device d (fp32 there), adding value_bf16 for a GEMM operand on the GPU, and
+// gives p a zero grad there: params move when built, before any backward, so the host grad
+// is not copied (a 1.3B model's would be 6 GB).
 void move_param_to(Param& p, Device d);
 
 }  // namespace stateflow

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <iostream>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -108,6 +109,19 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
   return row;
 }
 
+// One line on stderr per finished run, as it finishes: a long matrix shows life, and a bench
+// stopped by a timeout leaves what it measured in the log.
+static void print_progress(const BenchRow& row, size_t done, size_t total, double run_s, double elapsed_s) {
+  char line[256];
+  if (row.oom)
+    std::snprintf(line, sizeof line, "bench [%zu/%zu] %s N=%d: OOM (run %.1f s, elapsed %.1f s): ", done, total,
+                  row.schedule.c_str(), row.chunks(), run_s, elapsed_s);
+  else
+    std::snprintf(line, sizeof line, "bench [%zu/%zu] %s N=%d: %.0f tokens/s, %.4f s/step (run %.1f s, elapsed %.1f s)",
+                  done, total, row.schedule.c_str(), row.chunks(), row.tokens_per_s, row.step_s, run_s, elapsed_s);
+  std::cerr << line << (row.oom ? row.oom_message : "") << std::endl;
+}
+
 BenchResult run_bench(const BenchOptions& o) {
   SF_CHECK(o.steps >= 1 && o.warmup_steps >= 0, "bench: --steps must be >= 1 and --warmup-steps >= 0");
   DataConfig dc = o.data;
@@ -116,7 +130,8 @@ BenchResult run_bench(const BenchOptions& o) {
   std::vector<Batch> batches;
   for (int i = 0; i < o.warmup_steps + o.steps; ++i) batches.push_back(data->next(o.batch, o.seq_len));
 
-  BenchResult result;
+  // Every run first (schedule, chunk lengths), so that progress lines can count them.
+  std::vector<PipelineConfig> runs;
   for (const std::string& name : o.schedules) {
     PipelineConfig pc;
     pc.model = o.model, pc.dtype = o.dtype, pc.device = o.device, pc.stages = o.stages, pc.microbatches = o.microbatches;
@@ -132,8 +147,20 @@ BenchResult run_bench(const BenchOptions& o) {
     for (auto& lengths : chunkings) {
       validate_chunk_lengths(lengths, o.seq_len);
       pc.chunk_lengths = lengths;
-      result.rows.push_back(run_one(o, pc, batches, result.report));
+      runs.push_back(pc);
     }
+  }
+  BenchResult result;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  for (const PipelineConfig& pc : runs) {
+    const auto run_start = Clock::now();
+    result.rows.push_back(run_one(o, pc, batches, result.report));
+    const auto end = Clock::now();
+    if (result.report)
+      print_progress(result.rows.back(), result.rows.size(), runs.size(),
+                     std::chrono::duration<double>(end - run_start).count(),
+                     std::chrono::duration<double>(end - start).count());
   }
   if (!o.chunk_sweep.empty()) {
     BenchRow* best = nullptr;

@@ -2,6 +2,7 @@
 // (train/cuda/device_ops_cuda.cpp; a CPU-only build has stubs that throw).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include "model/param.h"
 #include "train/optimizer.h"
@@ -14,8 +15,9 @@ void init_device(Device d);
 // AdamW on an fp32 device parameter (bitwise the CPU update), refreshing p.value_bf16 if any.
 void adamw_update_device(Param& p, Tensor& m, Tensor& v, double lr, double decay, const AdamWConfig& cfg,
                          int64_t step);
-// Sum of squares of a device fp32 tensor, in double, in a fixed order.
-double sq_sum_device(const Tensor& t);
+// Sum of squares of every element of the device fp32 tensors ts, in double, in a fixed order;
+// the host waits for the GPU once, whatever the number of tensors.
+double sq_sum_device(const std::vector<const Tensor*>& ts);
 // t *= factor on the device (fp32).
 void scale_device(Tensor& t, double factor);
 

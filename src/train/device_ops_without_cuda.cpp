@@ -10,7 +10,7 @@ void init_device(Device d) {
 }
 
 void adamw_update_device(Param&, Tensor&, Tensor&, double, double, const AdamWConfig&, int64_t) { no_cuda(); }
-double sq_sum_device(const Tensor&) { no_cuda(); }
+double sq_sum_device(const std::vector<const Tensor*>&) { no_cuda(); }
 void scale_device(Tensor&, double) { no_cuda(); }
 
 }  // namespace stateflow

@@ -75,9 +75,10 @@ void AdamW::set_steps(int64_t steps) {
 
 double grad_sq_sum(const std::vector<Param*>& params) {
   double sum = 0;
+  std::vector<const Tensor*> device_grads;  // reduced together: one wait for the GPU, not one per grad
   for (const Param* p : params) {
     if (!p->grad.on_host()) {
-      sum += sq_sum_device(p->grad);
+      device_grads.push_back(&p->grad);
       continue;
     }
     dispatch_float(p->grad.dtype(), [&](auto z) {
@@ -86,6 +87,7 @@ double grad_sq_sum(const std::vector<Param*>& params) {
       for (int64_t i = 0; i < p->grad.numel(); ++i) sum += static_cast<double>(g[i]) * static_cast<double>(g[i]);
     });
   }
+  if (!device_grads.empty()) sum += sq_sum_device(device_grads);
   return sum;
 }
 

@@ -18,18 +18,33 @@ __global__ void add_inplace_kernel(A* y, const A* x, int64_t n) {
 constexpr int kSumBlocks = 264;  // fixed, so the reduction order never changes
 constexpr int kSumThreads = 256;
 
-__global__ void sum_squares_kernel(const float* x, int64_t n, double* partials) {
+// The block's total of each thread's s, by a fixed tree; valid in thread 0.
+__device__ double block_sum(double s) {
   __shared__ double part[kSumThreads];
-  double s = 0;
-  for (int64_t i = blockIdx.x * int64_t(kSumThreads) + threadIdx.x; i < n; i += int64_t(kSumBlocks) * kSumThreads)
-    s += double(x[i]) * double(x[i]);
   part[threadIdx.x] = s;
   __syncthreads();
   for (int w = kSumThreads / 2; w > 0; w /= 2) {
     if (int(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
     __syncthreads();
   }
-  if (threadIdx.x == 0) partials[blockIdx.x] = part[0];
+  return part[0];
+}
+
+// partials[b] = block b's share of sum x[i]^2 (kSumBlocks blocks; zero when n == 0).
+__global__ void sum_squares_kernel(const float* x, int64_t n, double* partials) {
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t(kSumThreads) + threadIdx.x; i < n; i += int64_t(kSumBlocks) * kSumThreads)
+    s += double(x[i]) * double(x[i]);
+  s = block_sum(s);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// out[0] = sum of x[0..n), one block.
+__global__ void sum_kernel(const double* x, int64_t n, double* out) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < n; i += kSumThreads) s += x[i];
+  s = block_sum(s);
+  if (threadIdx.x == 0) out[0] = s;
 }
 
 __global__ void scale_inplace_kernel(float* x, double factor, int64_t n) {
@@ -47,18 +62,22 @@ void add_inplace_cuda(A* y, const A* x, int64_t n, cudaStream_t stream) {
   cuda_check_launch("add_inplace_kernel");
 }
 
-double sum_squares_cuda(const float* x, int64_t n, cudaStream_t stream) {
-  if (n == 0) return 0;
-  double* partials = nullptr;
-  cuda_check(cudaMallocAsync(&partials, kSumBlocks * sizeof(double), stream), "cudaMallocAsync");
-  sum_squares_kernel<<<kSumBlocks, kSumThreads, 0, stream>>>(x, n, partials);
-  cuda_check_launch("sum_squares_kernel");
-  double host[kSumBlocks];
-  cuda_check(cudaMemcpyAsync(host, partials, sizeof host, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync");
+double sum_squares_cuda(const std::vector<DeviceFloats>& xs, cudaStream_t stream) {
+  if (xs.empty()) return 0;
+  const int64_t n_partials = int64_t(xs.size()) * kSumBlocks;
+  double* partials = nullptr;  // n_partials block sums, then the total
+  cuda_check(cudaMallocAsync(&partials, (n_partials + 1) * sizeof(double), stream), "cudaMallocAsync");
+  for (size_t k = 0; k < xs.size(); ++k) {
+    sum_squares_kernel<<<kSumBlocks, kSumThreads, 0, stream>>>(xs[k].data, xs[k].n, partials + k * kSumBlocks);
+    cuda_check_launch("sum_squares_kernel");
+  }
+  sum_kernel<<<1, kSumThreads, 0, stream>>>(partials, n_partials, partials + n_partials);
+  cuda_check_launch("sum_kernel");
+  double sum = 0;
+  cuda_check(cudaMemcpyAsync(&sum, partials + n_partials, sizeof sum, cudaMemcpyDeviceToHost, stream),
+             "cudaMemcpyAsync");
   cuda_check(cudaFreeAsync(partials, stream), "cudaFreeAsync");
   cuda_check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
-  double sum = 0;
-  for (double p : host) sum += p;
   return sum;
 }
 

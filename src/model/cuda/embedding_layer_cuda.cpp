@@ -1,5 +1,5 @@
 // Embedding on the GPU: fp32 table and gradient, bf16 output. Token ids are checked on the
-// host (the kernel cannot throw), then copied over.
+// host (the kernel cannot throw), then copied over without the host waiting for the GPU.
 #include "kernels/cuda/embedding_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/embedding_layer.h"
@@ -21,7 +21,7 @@ Tensor Embedding::forward_cuda(const Tensor& tokens, std::unique_ptr<Stash>& sta
              "): check the data's tokenizer against the model's vocab_size");
   }
   auto s = std::make_unique<EmbeddingCudaStash>();
-  s->tokens = tokens.on_host() ? tokens.to(Device::CUDA) : tokens;
+  s->tokens = tokens.on_host() ? to_device_async(tokens) : tokens;
   Tensor y = bf16_zeros({rows, dim});
   embedding_forward_cuda<bf16>(s->tokens.data<int32_t>(), f32_ptr(table_.value), bf16_ptr(y), rows, dim, vocab,
                                nullptr, layer_stream());

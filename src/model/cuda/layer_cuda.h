@@ -7,6 +7,7 @@
 
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/pinned_upload_cuda.h"
 
 namespace stateflow {
 
@@ -26,5 +27,13 @@ inline Tensor bf16_zeros(const Shape& s) { return Tensor::zeros(s, DType::BF16, 
 inline Tensor f32_zeros(const Shape& s) { return Tensor::zeros(s, DType::F32, current_category(), Device::CUDA); }
 
 inline cudaStream_t layer_stream() { return cublas_for_thread().stream(); }
+
+// A device copy of host tensor t (token ids, targets) for the work queued after it on
+// layer_stream(); unlike t.to(Device::CUDA), the host does not wait for the GPU.
+inline Tensor to_device_async(const Tensor& t) {
+  Tensor d = Tensor::zeros(t.shape(), t.dtype(), current_category(), Device::CUDA);
+  upload_async(d.raw(), t.raw(), t.nbytes(), layer_stream());
+  return d;
+}
 
 }  // namespace stateflow

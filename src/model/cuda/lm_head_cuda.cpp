@@ -74,7 +74,7 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_pt
   s->x = x;
   s->rstd = f32_zeros({rows});
   s->xn = bf16_zeros({rows, D});
-  s->targets = ctx.targets.on_host() ? ctx.targets.to(Device::CUDA) : ctx.targets;
+  s->targets = ctx.targets.on_host() ? to_device_async(ctx.targets) : ctx.targets;
   rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(s->xn), f32_ptr(s->rstd), rows, D, eps_,
                              layer_stream());
   if (ctx.device_stats) {

@@ -19,7 +19,11 @@ void adamw_update_device(Param& p, Tensor& m, Tensor& v, double lr, double decay
                     decay, cfg, step, bf16_copy, cublas_for_thread().stream());
 }
 
-double sq_sum_device(const Tensor& t) { return sum_squares_cuda(t.data<float>(), t.numel(), cublas_for_thread().stream()); }
+double sq_sum_device(const std::vector<const Tensor*>& ts) {
+  std::vector<DeviceFloats> xs;
+  for (const Tensor* t : ts) xs.push_back({t->data<float>(), t->numel()});
+  return sum_squares_cuda(xs, cublas_for_thread().stream());
+}
 
 void scale_device(Tensor& t, double factor) {
   scale_inplace_cuda(t.data<float>(), factor, t.numel(), cublas_for_thread().stream());
