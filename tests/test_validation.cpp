@@ -154,7 +154,7 @@ TEST(Validation, PipelineShapeNamesTheFix) {
       {"1f1b with chunks", [](TrainOptions& o) { o.schedule = "1f1b"; },
        "schedule kind 1f1b runs whole sequences, so N must be 1 (got N=3)"},
       {"unknown transport", [](TrainOptions& o) { o.transport = "pigeon"; },
-       "unknown transport 'pigeon'; use local (threads, one process) or mpi"},
+       "unknown transport 'pigeon'; use auto, local (threads, one process), mpi"},
       {"pattern stage count", [](TrainOptions& o) { o.model.stage_pattern = "GG"; },
        "stage_pattern 'GG' cuts the model into 1 stages but --stages is 2"},
       {"pattern block count", [](TrainOptions& o) { o.model.stage_pattern = "G|GG"; },
