@@ -12,7 +12,7 @@
 #            [--transport NAME] [--steps N] [--warmup-steps N] [--] [extra bench options...]
 #
 #   --quick        gdn-1.3b only: T = 32K at B = 1 (the full sweep) and B = 2, T = 128K at B = 2
-#                  (sized for about 6 minutes of GPU time; the binary must be built already)
+#                  (the same runs made by hand took 0.5-1.3 min each; the binary must be built already)
 #   --dry-run      print the commands, run nothing
 #   --bin          the stateflow binary (default build-gpu/stateflow, else build/stateflow)
 #   --out          markdown file the rows are appended to (default bench-matrix.md)
