@@ -14,8 +14,18 @@
 #include <vector>
 
 #include "core/rng.h"
+#include "model/config.h"
 
 namespace stateflow::testing {
+
+// The smallest model the CUDA kernels run (GDN heads of 128, sub-chunks of 64, widths that
+// are multiples of 8): the model of the GPU tests.
+inline ModelConfig gpu_test_model(uint64_t seed, int64_t vocab = 512) {
+  ModelConfig c;
+  c.vocab_size = vocab, c.d_model = 256, c.n_layers = 2, c.n_heads = 2, c.head_dk = c.head_dv = 128;
+  c.conv_size = 4, c.block_size = 64, c.mlp_hidden = 512, c.seed = seed;
+  return c;
+}
 
 using bf16 = __nv_bfloat16;
 using Vec = std::vector<double>;

@@ -26,10 +26,7 @@ using testing::TempDir;
 // A model the CUDA kernels run (GDN heads of 128, sub-chunks of 64), a few steps of recall.
 TrainOptions gpu_options(Rng& rng) {
   TrainOptions o;
-  o.model = model_preset("small");
-  o.model.vocab_size = 512, o.model.d_model = 256, o.model.n_layers = 2, o.model.n_heads = 2;
-  o.model.head_dk = o.model.head_dv = 128, o.model.block_size = 64, o.model.mlp_hidden = 512;
-  o.model.seed = rng.next_u64();
+  o.model = testing::gpu_test_model(rng.next_u64());
   o.data.seed = rng.next_u64();
   o.device = Device::CUDA;
   o.steps = 5, o.batch = 2, o.seq_len = 128;

@@ -42,9 +42,8 @@ TEST(DeviceMemory, BenchOnTheGpuReportsTheDriverFigurePerRow) {
   SCOPED_TRACE(seed);
   BenchOptions o;
   // Shapes the CUDA kernels support: GDN heads of 128, C = 64.
-  o.model.vocab_size = 512, o.model.d_model = 256, o.model.n_layers = 2, o.model.n_heads = 2;
-  o.model.head_dk = o.model.head_dv = 128, o.model.block_size = 64, o.model.mlp_hidden = 512;
-  o.model.seed = seed, o.data.seed = seed;
+  o.model = testing::gpu_test_model(seed);
+  o.data.seed = seed;
   o.device = Device::CUDA;
   o.batch = 2, o.seq_len = 256, o.stages = 2, o.microbatches = 2;
   o.warmup_steps = 1, o.steps = 1;

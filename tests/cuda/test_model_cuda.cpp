@@ -26,20 +26,6 @@ using testing::fresh_seed;
 using testing::random_batch;
 
 // Shapes the CUDA kernels support: GDN heads of 128, C = 64, widths multiples of 8.
-ModelConfig gpu_test_config(uint64_t seed) {
-  ModelConfig cfg;
-  cfg.vocab_size = 512;
-  cfg.d_model = 256;
-  cfg.n_layers = 2;
-  cfg.n_heads = 2;
-  cfg.head_dk = cfg.head_dv = 128;
-  cfg.conv_size = 4;
-  cfg.block_size = 64;
-  cfg.mlp_hidden = 512;
-  cfg.seed = seed;
-  return cfg;
-}
-
 struct StepResult {
   double loss;
   double loss_sum;            // the step's LossStats sum (token order: chunk-invariant)
@@ -72,7 +58,7 @@ TEST(ModelCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = gpu_test_config(seed);
+  const ModelConfig cfg = testing::gpu_test_model(seed);
   Model cpu(cfg, DType::F32);
   Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
   const int64_t T = 200;  // not a multiple of C
@@ -115,7 +101,7 @@ TEST(ModelCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUnchunkedStep) 
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = gpu_test_config(seed);
+  const ModelConfig cfg = testing::gpu_test_model(seed);
   Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
   const int64_t S = kWeightGradTokens, T = 3 * S + 128;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
@@ -152,7 +138,7 @@ TEST(ModelCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = gpu_test_config(seed);
+  const ModelConfig cfg = testing::gpu_test_model(seed);
   Model cpu(cfg, DType::F64);
   Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
   const int64_t T = 200;

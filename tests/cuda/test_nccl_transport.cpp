@@ -44,15 +44,7 @@ using testing::random_batch;
 // Shapes the CUDA kernels support: GDN heads of 128, C = 64, widths multiples of 8.
 PipelineConfig two_layer_config(uint64_t seed, int stages, int microbatches) {
   PipelineConfig pc;
-  pc.model.vocab_size = 512;
-  pc.model.d_model = 256;
-  pc.model.n_layers = 2;
-  pc.model.n_heads = 2;
-  pc.model.head_dk = pc.model.head_dv = 128;
-  pc.model.conv_size = 4;
-  pc.model.block_size = 64;
-  pc.model.mlp_hidden = 512;
-  pc.model.seed = seed;
+  pc.model = testing::gpu_test_model(seed);
   pc.dtype = DType::F32;
   pc.device = Device::CUDA;
   pc.stages = stages;

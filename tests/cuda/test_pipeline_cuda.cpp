@@ -22,20 +22,6 @@ using testing::fresh_seed;
 using testing::random_batch;
 
 // Shapes the CUDA kernels support: GDN heads of 128, C = 64, widths multiples of 8.
-ModelConfig gpu_config(uint64_t seed, int64_t vocab = 512) {
-  ModelConfig cfg;
-  cfg.vocab_size = vocab;
-  cfg.d_model = 256;
-  cfg.n_layers = 2;
-  cfg.n_heads = 2;
-  cfg.head_dk = cfg.head_dv = 128;
-  cfg.conv_size = 4;
-  cfg.block_size = 64;
-  cfg.mlp_hidden = 512;
-  cfg.seed = seed;
-  return cfg;
-}
-
 PipelineConfig gpu_pipeline(const ModelConfig& m, int M, std::vector<int64_t> lengths) {
   PipelineConfig pc;
   pc.model = m;
@@ -51,7 +37,7 @@ TEST(PipelineCuda, LossEqualsTheSingleStageStepOnTheSameGpu) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = gpu_config(seed);
+  const ModelConfig cfg = testing::gpu_test_model(seed);
   const std::vector<int64_t> lengths{64, 128, 8};
   const Batch b = random_batch(rng, 2, 200, cfg.vocab_size);
   Model whole(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
@@ -77,7 +63,7 @@ TEST(PipelineCuda, TimelineComesFromTheGpuAndLiesWithinTheStep) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = gpu_config(seed);
+  const ModelConfig cfg = testing::gpu_test_model(seed);
   auto pipe = make_local_pipeline(gpu_pipeline(cfg, 2, {192, 64, 200, 56}));
   const Batch b = random_batch(rng, 4, 512, cfg.vocab_size);
   for (int step = 0; step < 3; ++step) {  // the first steps also load kernels and fill caches
@@ -124,7 +110,7 @@ TEST(PipelineCuda, DestroyedPipelineGivesItsDeviceMemoryBack) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = gpu_config(seed, 4096);  // embedding and head: 4 MiB of fp32 each
+  const ModelConfig cfg = testing::gpu_test_model(seed, 4096);  // embedding and head: 4 MiB of fp32 each
   const PipelineConfig pc = gpu_pipeline(cfg, 1, {100, 28});
   const Batch b = random_batch(rng, 1, 128, cfg.vocab_size);
   auto run_one = [&](int64_t* tracked) {
@@ -167,7 +153,7 @@ TEST(PipelineCuda, TwoGpusBuildEachStagesWeightsOnItsOwnGpu) {
   init_cuda_backend();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
-  const PipelineConfig pc = gpu_pipeline(gpu_config(seed), 1, {64});
+  const PipelineConfig pc = gpu_pipeline(testing::gpu_test_model(seed), 1, {64});
   auto hub = std::make_shared<LocalHub>(2, pc.timeout_s);
   std::vector<std::unique_ptr<Transport>> endpoints;
   for (int r = 0; r < 2; ++r) endpoints.push_back(std::make_unique<PlacedTransport>(hub, r));

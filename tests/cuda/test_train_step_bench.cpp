@@ -14,13 +14,6 @@ namespace {
 
 using testing::fresh_seed;
 
-ModelConfig small_gpu_model() {
-  ModelConfig c;
-  c.vocab_size = 512, c.d_model = 256, c.n_layers = 2, c.n_heads = 2, c.head_dk = c.head_dv = 128;
-  c.block_size = 64, c.mlp_hidden = 512;
-  return c;
-}
-
 TEST(TrainStepBench, FlopsPerTokenAreThoseOfTheCostModel) {
   // reference/cost_model.py: L x (dense_linear of the GDN in- and out-projections and the three
   // MLP matrices) + dense_linear(D, V), and L x gdn_core(H, dk, dv, C), fwd + bwd.
@@ -28,7 +21,7 @@ TEST(TrainStepBench, FlopsPerTokenAreThoseOfTheCostModel) {
   EXPECT_DOUBLE_EQ(big.dense, 8405385216.0);
   EXPECT_DOUBLE_EQ(big.gdn_core, 277872640.0);
   EXPECT_DOUBLE_EQ(big.total(), 8405385216.0 + 277872640.0);
-  const ModelFlops small = model_flops_per_token(small_gpu_model());
+  const ModelFlops small = model_flops_per_token(testing::gpu_test_model(fresh_seed()));
   EXPECT_DOUBLE_EQ(small.dense, 9449472.0);
   EXPECT_NEAR(small.gdn_core, 2894506.6666666665, 1e-6);
 }
@@ -38,7 +31,7 @@ TEST(TrainStepBench, TimesWholeStepsOfASmallModel) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   TrainStepBenchOptions o;
-  o.model = small_gpu_model();
+  o.model = testing::gpu_test_model(fresh_seed());
   o.model.seed = seed;
   o.batch = 2, o.seq_len = 128, o.warmup_steps = 1, o.steps = 3;
   const TrainStepBenchResult r = bench_training_steps(o);
