@@ -199,3 +199,20 @@ TEST(Simulate, Rejects) {
     EXPECT_NE(std::string(e.what()).find(">>F0.1<<"), std::string::npos) << e.what();
   }
 }
+
+// A negative or NaN cost (a measurement gone wrong) is refused with an error instead of a
+// simulation that never finds a ready action.
+TEST(Simulate, RejectsNegativeOrNanCosts) {
+  const Schedule s = make_schedule("stateflow", 2, 2, 4);
+  CostTable t = uniform_costs(2, 4, 1, 2);
+  t.backward_time[1][3] = -1e-3;
+  EXPECT_THROW(simulate(s, t), Error);
+  t = uniform_costs(2, 4, 1, 2);
+  t.forward_time[0][0] = std::nan("");
+  EXPECT_THROW(simulate(s, t), Error);
+  t = uniform_costs(2, 4, 1, 2);
+  t.send_time = {0.1, 0.1, -0.1, 0.1};
+  EXPECT_THROW(simulate(s, t), Error);
+  t.send_time = {0.1, 0.1, 0.1, 0.1};
+  EXPECT_GT(simulate(s, t).makespan, 0);
+}

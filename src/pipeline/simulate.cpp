@@ -34,6 +34,16 @@ void check_table(const Schedule& s, const CostTable& t) {
            "simulate: resident_bytes needs P=", s.P, " entries or none");
   SF_CHECK(t.send_time.empty() || static_cast<int>(t.send_time.size()) == s.N, "simulate: send_time needs N=", s.N,
            " entries or none");
+  // A negative (or NaN) time would keep an action from ever being ready: refuse it, don't spin.
+  auto valid = [](double x) { return x >= 0; };
+  auto all_valid = [&](const std::vector<std::vector<double>>& per_stage) {
+    return std::all_of(per_stage.begin(), per_stage.end(),
+                       [&](const auto& row) { return std::all_of(row.begin(), row.end(), valid); });
+  };
+  SF_CHECK(all_valid(t.forward_time) && all_valid(t.backward_time) &&
+               std::all_of(t.send_time.begin(), t.send_time.end(), valid),
+           "simulate: every forward, backward and send time must be a number >= 0 (a measured cost came out "
+           "negative or NaN)");
 }
 
 // Peak bytes of one stage: they change only with its own actions, so its list order decides them.
