@@ -161,3 +161,41 @@ TEST(BenchDepth, ImpossibleTargetsAreRefusedBeforeAnythingRuns) {
   o.stages = 1;
   stateflow::testing::expect_error([&] { check_depth_targets(o); }, "a measured run of at least 2 stages");
 }
+
+// A run recorded with --json predicts, read back anywhere (--predict-from), exactly what it
+// predicted when it ran; a file that is not such a record is refused naming it.
+TEST(BenchDepth, RecordedRunPredictsAsTheRunDid) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = options(seed);
+  o.simulate_stages = {4, 8};
+  const BenchResult r = run_bench(o);
+  const DepthPredictions in_run = predict_depths(r, o, o.model);
+  const nlohmann::json record = nlohmann::json::parse(bench_json(r, o).dump(2));
+  BenchOptions loaded;
+  loaded.simulate_stages = {4, 8};
+  const BenchResult back = bench_from_json(record, loaded, "record.json");
+  EXPECT_EQ(loaded.model.to_json(), o.model.to_json());
+  EXPECT_EQ(loaded.batch, o.batch);
+  EXPECT_EQ(loaded.microbatches, o.microbatches);
+  ASSERT_EQ(back.rows.size(), r.rows.size());
+  const DepthPredictions again = predict_depths(back, loaded, loaded.model);
+  ASSERT_EQ(again.rows.size(), in_run.rows.size());
+  for (size_t i = 0; i < again.rows.size(); ++i) {
+    EXPECT_EQ(again.rows[i].schedule, in_run.rows[i].schedule);
+    EXPECT_EQ(again.rows[i].tokens_per_s, in_run.rows[i].tokens_per_s) << i;
+    EXPECT_EQ(again.rows[i].stage_peak_bytes, in_run.rows[i].stage_peak_bytes) << i;
+  }
+  nlohmann::json broken = record;
+  broken["results"][0].erase("measured_costs");
+  EXPECT_THROW(
+      {
+        try {
+          bench_from_json(broken, loaded, "broken.json");
+        } catch (const Error& e) {
+          EXPECT_NE(std::string(e.what()).find("broken.json"), std::string::npos) << e.what();
+          throw;
+        }
+      },
+      Error);
+}

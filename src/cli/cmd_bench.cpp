@@ -49,6 +49,7 @@ void add_bench_command(CLI::App& root) {
   auto simulate_models = std::make_shared<std::string>();
   auto gpu_memory_gib = std::make_shared<double>(141);
   auto json = std::make_shared<std::string>();
+  auto predict_from = std::make_shared<std::string>();
   pipe->stages = opts->stages, pipe->microbatches = opts->microbatches, pipe->chunks = 8;
   model->add(*app, "small", "f32");
   data->add(*app);
@@ -76,6 +77,10 @@ void add_bench_command(CLI::App& root) {
                   "GiB of one GPU (141: H200): predictions whose peak per stage exceeds it are marked OOM")
       ->capture_default_str();
   app->add_option("--json", *json, "Also write the results (and predictions) as JSON to this file");
+  app->add_option("--predict-from", *predict_from,
+                  "Run nothing: read a run recorded with --json (e.g. on the GPU machine), print it, and predict "
+                  "--simulate-stages / --simulate-model from its measured costs (model, batch, lengths and stages "
+                  "come from the record)");
   app->callback([=]() {
     BenchOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
@@ -83,13 +88,23 @@ void add_bench_command(CLI::App& root) {
     o.schedules = comma_list<std::string>(*schedules);
     o.chunk_sweep = comma_list<int>(*sweep);
     o.simulate_stages = comma_list<int>(*simulate_stages);
+    SF_CHECK(*gpu_memory_gib > 0, "--gpu-memory must be positive (GiB)");
+    o.gpu_memory_bytes = *gpu_memory_gib * double(int64_t(1) << 30);
+    BenchResult r;
+    if (!predict_from->empty()) {
+      SF_CHECK(!o.simulate_stages.empty(), "--predict-from needs --simulate-stages (e.g. 4,8): it only predicts");
+      std::ifstream f(*predict_from);
+      SF_CHECK(f.good(), "cannot read the bench record '", *predict_from, "'");
+      nlohmann::json recorded = nlohmann::json::parse(f, nullptr, /*allow_exceptions=*/false);
+      SF_CHECK(!recorded.is_discarded(), "bench record '", *predict_from, "' is not valid JSON");
+      r = bench_from_json(recorded, o, *predict_from);
+      std::cout << "recorded run " << *predict_from << " (nothing was run now):\n";
+    }
     for (const std::string& name : comma_list<std::string>(*simulate_models))
       o.simulate_models.push_back(model_preset(name));
     if (o.simulate_models.empty()) o.simulate_models.push_back(o.model);
-    SF_CHECK(*gpu_memory_gib > 0, "--gpu-memory must be positive (GiB)");
-    o.gpu_memory_bytes = *gpu_memory_gib * double(int64_t(1) << 30);
     check_depth_targets(o);
-    BenchResult r = run_bench(o);
+    if (predict_from->empty()) r = run_bench(o);
     print_bench(r, o, std::cout);
     nlohmann::json predictions = nlohmann::json::array();
     for (const ModelConfig& target : o.simulate_stages.empty() ? std::vector<ModelConfig>{} : o.simulate_models) {

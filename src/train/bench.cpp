@@ -270,4 +270,53 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
   return j;
 }
 
+BenchResult bench_from_json(const nlohmann::json& j, BenchOptions& o, const std::string& where) {
+  try {
+    o.model = ModelConfig::from_json(j.at("model"));
+    o.dtype = parse_dtype(j.at("dtype").get<std::string>());
+    o.device = parse_device(j.at("device").get<std::string>());
+    o.batch = j.at("batch").get<int64_t>(), o.seq_len = j.at("seq_len").get<int64_t>();
+    o.stages = j.at("stages").get<int>(), o.microbatches = j.at("microbatches").get<int>();
+    o.transport = j.at("transport").get<std::string>(), o.recompute = j.at("recompute").get<bool>();
+    o.warmup_steps = j.at("warmup_steps").get<int>(), o.steps = j.at("steps").get<int>();
+    BenchResult r;
+    for (const nlohmann::json& jr : j.at("results")) {
+      BenchRow row;
+      row.schedule = jr.at("schedule").get<std::string>();
+      row.chunk_lengths = jr.at("chunk_lengths").get<std::vector<int64_t>>();
+      row.oom = jr.at("oom").get<bool>();
+      if (row.oom) {
+        row.oom_message = jr.at("oom_message").get<std::string>();
+        r.rows.push_back(std::move(row));
+        continue;
+      }
+      row.best = jr.at("best").get<bool>();
+      row.tokens_per_s = jr.at("tokens_per_s").get<double>(), row.step_s = jr.at("step_s").get<double>();
+      row.bubble_measured = jr.at("bubble_measured").get<double>();
+      row.bubble_simulated = jr.at("bubble_simulated").get<double>();
+      row.stage_peak_stash = jr.at("peak_stash_bytes").get<std::vector<int64_t>>();
+      row.gpu_used_bytes = jr.at("gpu_used_bytes").get<std::vector<int64_t>>();
+      for (const nlohmann::json& js : jr.at("peak_bytes")) {
+        MemorySnapshot m;
+        for (int c = 0; c < kNumMemCategories; ++c) m.peak[c] = js.at(mem_category_name(MemCategory(c))).get<int64_t>();
+        m.total_peak = js.at("total").get<int64_t>();
+        row.stage_memory.push_back(m);
+      }
+      const nlohmann::json& costs = jr.at("measured_costs");
+      row.costs.forward_time = costs.at("forward_s").get<std::vector<std::vector<double>>>();
+      row.costs.backward_time = costs.at("backward_s").get<std::vector<std::vector<double>>>();
+      row.costs.send_time = costs.at("send_s").get<std::vector<double>>();
+      SF_CHECK(int(row.stage_memory.size()) == o.stages && int(row.stage_peak_stash.size()) == o.stages &&
+                   int(row.costs.forward_time.size()) == o.stages && int(row.costs.backward_time.size()) == o.stages,
+               "bench record ", where, ": a ", row.schedule, " row does not hold one entry per stage (", o.stages,
+               ")");
+      r.rows.push_back(std::move(row));
+    }
+    return r;
+  } catch (const nlohmann::json::exception& e) {
+    fail("bench record ", where, " is not the JSON of `stateflow bench --json` (", e.what(),
+         "); record one with --json FILE");
+  }
+}
+
 }  // namespace stateflow

@@ -76,5 +76,10 @@ BenchResult run_bench(const BenchOptions& opts);
 const BenchRow* baseline(const BenchResult& r);
 void print_bench(const BenchResult& r, const BenchOptions& opts, std::ostream& os);
 nlohmann::json bench_json(const BenchResult& r, const BenchOptions& opts);
+// The inverse of bench_json: a recorded run (e.g. from the GPU machine) as its result and the
+// options that shape it (model, batch, sequence length, stages, microbatches, recomputation),
+// so that predict_depths can be run on it again later, anywhere. Other fields of `opts` are
+// kept. Throws Error naming the file and the field when the JSON is not such a record.
+BenchResult bench_from_json(const nlohmann::json& j, BenchOptions& opts, const std::string& where);
 
 }  // namespace stateflow
