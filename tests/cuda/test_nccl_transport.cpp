@@ -140,27 +140,29 @@ void compare(const StageRuns& got, const StageRuns& ref, bool bitwise) {
 }
 #endif
 
-TEST(NcclTransportCuda, TwoGpusOneMicrobatchEqualOneGpuBitwise) {
-  SKIP_WITHOUT_TWO_GPUS();
 #ifdef STATEFLOW_HAVE_NCCL
+// The same step on 2 GPUs over NCCL and on one GPU, from fresh weights and a fresh batch.
+void two_gpus_against_one(int microbatches, bool bitwise) {
   init_cuda_backend();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   const Batch b = random_batch(rng, 2, 128, 512);
-  compare(two_gpus(seed, 1, b), one_gpu(seed, 1, b), /*bitwise=*/true);
+  compare(two_gpus(seed, microbatches, b), one_gpu(seed, microbatches, b), bitwise);
+}
+#endif
+
+TEST(NcclTransportCuda, TwoGpusOneMicrobatchEqualOneGpuBitwise) {
+  SKIP_WITHOUT_TWO_GPUS();
+#ifdef STATEFLOW_HAVE_NCCL
+  two_gpus_against_one(1, /*bitwise=*/true);
 #endif
 }
 
 TEST(NcclTransportCuda, TwoGpusTwoMicrobatchesMatchOneGpu) {
   SKIP_WITHOUT_TWO_GPUS();
 #ifdef STATEFLOW_HAVE_NCCL
-  init_cuda_backend();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const Batch b = random_batch(rng, 2, 128, 512);
-  compare(two_gpus(seed, 2, b), one_gpu(seed, 2, b), /*bitwise=*/false);
+  two_gpus_against_one(2, /*bitwise=*/false);
 #endif
 }
 
