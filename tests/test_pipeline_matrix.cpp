@@ -52,11 +52,13 @@ TEST(PipelineMatrix, DryRunPrintsOneBenchPerConfigurationAndItsRecomputeRetry) {
   EXPECT_EQ(count_with(lines, "NCCL_"), 0);
 }
 
-TEST(PipelineMatrix, QuickDryRunIsThreeConfigurations) {
+TEST(PipelineMatrix, QuickDryRunIsFiveConfigurations) {
   const auto lines = run_lines("--quick --limit 100");
-  EXPECT_EQ(count_with(lines, "timeout 100 /opt/sf bench --device cuda"), 6);
+  EXPECT_EQ(count_with(lines, "timeout 100 /opt/sf bench --device cuda"), 10);
   EXPECT_EQ(count_with(lines, "--chunk-sweep 2,4,8,16,32 "), 2);
-  EXPECT_EQ(count_with(lines, "--preset gdn-1.3b"), 6);
+  EXPECT_EQ(count_with(lines, "--preset gdn-1.3b"), 10);
+  EXPECT_EQ(count_with(lines, "--seq-len 65536 --batch 2 "), 2);
+  EXPECT_EQ(count_with(lines, "--seq-len 131072 --batch 1 "), 2);
 }
 
 TEST(PipelineMatrix, TheScriptSetsNoNcclVariable) {
@@ -104,8 +106,8 @@ EOF
   std::ifstream f(out);
   std::vector<std::string> lines;
   for (std::string line; std::getline(f, line);) lines.push_back(line);
-  // 3 configurations x (without and with recomputation) x (1f1b, stateflow).
-  EXPECT_EQ(count_with(lines, "| gdn-1.3b | "), 12);
+  // 5 configurations x (without and with recomputation) x (1f1b, stateflow).
+  EXPECT_EQ(count_with(lines, "| gdn-1.3b | "), 20);
   EXPECT_EQ(count_with(lines, "| gdn-1.3b | 32768 | 1 | none | stateflow | 8 | OOM | | | | | | | out of GPU memory "
                               "allocating 9.00 GiB |"),
             1);
@@ -115,9 +117,9 @@ EOF
   EXPECT_EQ(count_with(lines, "| gdn-1.3b | 32768 | 2 | none | 1f1b | 1 | 1000 | 1.000 | 0.500 | 0.450 | 2.00 / 1.00 "
                               "| 1.000 | 3.00 / 2.00 |  |"),
             1);
-  // The predictions of all six runs, under their own heading.
+  // The predictions of all ten runs, under their own heading.
   EXPECT_EQ(count_with(lines, "Predictions of the simulator (not measured)"), 1);
-  EXPECT_EQ(count_with(lines, "| gdn-7b | 8 | "), 6);
-  EXPECT_EQ(count_with(lines, "| 150.00 | OOM |"), 6);
+  EXPECT_EQ(count_with(lines, "| gdn-7b | 8 | "), 10);
+  EXPECT_EQ(count_with(lines, "| 150.00 | OOM |"), 10);
   EXPECT_EQ(count_with(lines, "### Run of "), 1);
 }
