@@ -11,6 +11,8 @@
 #               short lease); steps whose program was not built are skipped
 #   CTEST=0     skip CTest (the CPU tests also run in CI; the CUDA tests ran just before)
 #   CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default "90a-real;80-virtual"; "90a-real" builds faster)
+#   MATRIX=quick  also runs bench/pipeline_matrix.sh --quick (needs 2 GPUs; made by hand its runs took about 5 min), its
+#               rows in $LOG/bench-matrix.md and each run's log and JSON in $LOG/matrix/
 # Where the Debian dev packages the CPU build needs are missing (a bare GPU image), .deb files
 # in .deps/ (apt-get download libgtest-dev libopenblas0-pthread libopenblas-pthread-dev
 # libopenblas-dev libgfortran5 libcli11-dev nlohmann-json3-dev) are unpacked and used instead.
@@ -74,13 +76,23 @@ if [[ ${status[build]} == ok ]]; then
   fi
 fi
 
+if [[ ${MATRIX:-} == quick && ${status[build]} == ok && -x $BUILD/stateflow ]]; then
+  if (($(nvidia-smi -L 2>/dev/null | wc -l) >= 2)); then
+    bash bench/pipeline_matrix.sh --quick --bin "$BUILD/stateflow" --out "$LOG/bench-matrix.md" --logs "$LOG/matrix"
+    status[matrix]=$([[ $? == 0 ]] && echo ok || echo FAILED)
+  else
+    echo "gpu-check: MATRIX=quick needs 2 GPUs; skipped"
+  fi
+fi
+
 echo
 echo "================ gpu-check summary ================"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-for step in build cuda_tests memcheck racecheck ctest bench kernels_bench; do
+for step in build cuda_tests memcheck racecheck ctest bench kernels_bench matrix; do
   [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
 done
 grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'
 [[ -f $LOG/bench.log ]] && sed -n '/^ *T |/,$p' "$LOG/bench.log"
 [[ -f $LOG/kernels_bench.log ]] && sed -n '/^| kernel |/,$p' "$LOG/kernels_bench.log"
+[[ -f $LOG/bench-matrix.md ]] && cat "$LOG/bench-matrix.md"
 for step in "${!status[@]}"; do [[ ${status[$step]} == ok ]] || exit 1; done
