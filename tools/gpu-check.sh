@@ -11,8 +11,8 @@
 #               short lease); steps whose program was not built are skipped
 #   CTEST=0     skip CTest (the CPU tests also run in CI; the CUDA tests ran just before)
 #   CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default "90a-real;80-virtual"; "90a-real" builds faster)
-#   MATRIX=quick  also runs bench/pipeline_matrix.sh --quick (needs 2 GPUs; made by hand its runs took about 5 min), its
-#               rows in $LOG/bench-matrix.md and each run's log and JSON in $LOG/matrix/
+#   MATRIX=quick  also runs bench/pipeline_matrix.sh --quick (needs 2 GPUs; made by hand, its runs
+#               took about 5 min): rows in $LOG/bench-matrix.md, each run's log and JSON in $LOG/matrix/
 # Where the Debian dev packages the CPU build needs are missing (a bare GPU image), .deb files
 # in .deps/ (apt-get download libgtest-dev libopenblas0-pthread libopenblas-pthread-dev
 # libopenblas-dev libgfortran5 libcli11-dev nlohmann-json3-dev) are unpacked and used instead.
