@@ -106,3 +106,38 @@ TEST(Layers, LmHeadBackward) {
   EXPECT_LE(fd_check_tensors(loss, {head.params()[0]->value}, {grads[0]}, rng, 2), 1e-7) << "final_norm";
   EXPECT_LE(fd_check_tensors(loss, {head.params()[1]->value}, {grads[1]}, rng, 2), 1e-7) << "lm_head";
 }
+
+// A forward redone in backward (--recompute full) keeps only the stash: no loss, no statistics,
+// and the backward that follows is bitwise the one after the first forward.
+TEST(Layers, LmHeadRecomputedForwardKeepsTheStashOnly) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  LmHead head(cfg(), DType::F64, rng);
+  const int64_t rows = 9;
+  LossStats stats;
+  ChunkCtx ctx;
+  ctx.len = rows, ctx.batch = 1, ctx.loss_scale = 0.5, ctx.stats = &stats;
+  ctx.targets = Tensor::zeros({rows}, DType::I32);
+  for (int i = 0; i < rows; ++i) ctx.targets.data<int32_t>()[i] = int32_t(rng.below(17));
+  const Tensor x = random_tensor(rng, {rows, 12});
+  auto backward_after = [&](const ChunkCtx& forward_ctx, Tensor* loss) {
+    State none;
+    std::unique_ptr<Stash> stash;
+    *loss = head.forward(forward_ctx, x, none, none, stash);
+    for (Param* p : head.params()) p->grad.zero_();
+    std::vector<Tensor> out{head.backward(ctx, Tensor(), none, none, *stash)};
+    for (Param* p : head.params()) out.push_back(p->grad.clone());
+    return out;
+  };
+  Tensor loss;
+  const std::vector<Tensor> first = backward_after(ctx, &loss);
+  EXPECT_TRUE(loss.defined());
+  EXPECT_EQ(stats.counted, rows);
+  ChunkCtx again = ctx;
+  again.recomputing = true;
+  const std::vector<Tensor> redone = backward_after(again, &loss);
+  EXPECT_FALSE(loss.defined()) << "a recomputed forward computes no loss";
+  EXPECT_EQ(stats.counted, rows) << "nor counts the statistics again";
+  for (size_t i = 0; i < first.size(); ++i) EXPECT_EQ(max_rel_diff(redone[i], first[i]), 0.0) << i;
+}

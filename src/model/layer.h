@@ -43,6 +43,9 @@ struct ChunkCtx {
   // no loss tensor, instead of filling `stats` and returning the loss, which would make the
   // host wait for the GPU at every chunk. The caller reads the sums once, after the step.
   DeviceLossStats* device_stats = nullptr;
+  // A forward run again in backward only to rebuild the stash (--recompute full): its output is
+  // not used, so loss layers keep what their backward needs and skip the loss (no logits).
+  bool recomputing = false;
 };
 
 // Layer-defined boundary state: e.g. GDN = {S, conv prefix q, k, v}; empty when stateless.

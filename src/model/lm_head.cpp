@@ -32,13 +32,15 @@ Tensor LmHead::forward_impl(const ChunkCtx& ctx, const Tensor& x, std::unique_pt
   s->rstd = Tensor::zeros({rows}, x.dtype());
   s->xn = Tensor::zeros({rows, D}, x.dtype());
   rmsnorm_forward<T>(x.data<T>(), norm_.value.data<T>(), s->xn.data<T>(), s->rstd.data<T>(), rows, D, eps_);
+  const Tensor xn = s->xn;  // the same storage
+  stash = std::move(s);
+  if (ctx.recomputing) return Tensor();  // backward recomputes the logits anyway
   Tensor logits = Tensor::zeros({rows, V}, x.dtype());
-  linear_forward<T>(s->xn.data<T>(), proj_.value.data<T>(), logits.data<T>(), rows, D, V);
+  linear_forward<T>(xn.data<T>(), proj_.value.data<T>(), logits.data<T>(), rows, D, V);
   LossStats st = cross_entropy_forward<T>(logits.data<T>(), ctx.targets.data<int32_t>(), rows, V);
   if (ctx.stats) ctx.stats->add(st);
   Tensor loss = Tensor::zeros({1}, x.dtype());
   loss.data<T>()[0] = static_cast<T>(st.loss_sum * ctx.loss_scale);
-  stash = std::move(s);
   return loss;
 }
 

@@ -44,8 +44,7 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
   CategoryScope activations(MemCategory::Activations);
   UnitStash& unit = it->second;
   ChunkCtx again = ctx;
-  again.stats = nullptr;  // a recomputed forward must not count the loss twice
-  again.device_stats = nullptr;
+  again.recomputing = true;  // the loss was counted in the first forward
   Tensor g = dy;
   for (size_t j = layers_.size(); j-- > 0;) {
     const int id = first_layer_ + static_cast<int>(j);

@@ -77,6 +77,10 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_pt
   s->targets = ctx.targets.on_host() ? to_device_async(ctx.targets) : ctx.targets;
   rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(s->xn), f32_ptr(s->rstd), rows, D, eps_,
                              layer_stream());
+  if (ctx.recomputing) {  // backward recomputes the logits anyway; no statistics, no wait
+    stash = std::move(s);
+    return Tensor();
+  }
   if (ctx.device_stats) {
     run_head(ctx, s->xn, proj_, s->targets, nullptr, nullptr, nullptr, ctx.device_stats);
     stash = std::move(s);
