@@ -24,8 +24,7 @@ cudaDataType_t cuda_type() {
   return std::is_same_v<T, float> ? CUDA_R_32F : CUDA_R_16BF;
 }
 
-// The row count the pinned algorithm is chosen for: a long chunk, where speed matters.
-constexpr int64_t kRepresentativeRows = 16384;
+}  // namespace
 
 // Descriptors of one column-major product C^T = op(B)^T op(A)^T for a given M, freed at scope end.
 struct LtProblem {
@@ -49,6 +48,11 @@ struct LtProblem {
   LtProblem(const LtProblem&) = delete;
   LtProblem& operator=(const LtProblem&) = delete;
 };
+
+namespace {
+
+// The row count the pinned algorithm is chosen for: a long chunk, where speed matters.
+constexpr int64_t kRepresentativeRows = 16384;
 
 // The largest power of two up to 16 that divides every pointer's address.
 uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
@@ -132,13 +136,17 @@ void gemm_cuda(const CublasGemm& g, bool ta, bool tb, int64_t M, int64_t N, int6
     const LtProblem rep(ta, tb, ta ? M : kRepresentativeRows, N, K, lda, ldb, ldc, in, out);
     it = pinned.emplace(key, CublasGemm::Pinned{heuristic_algo(g, rep, align), {}}).first;
   }
-  const LtProblem p(ta, tb, M, N, K, lda, ldb, ldc, in, out);
-  auto fit = it->second.runs_m.find(M);
-  if (fit == it->second.runs_m.end()) fit = it->second.runs_m.emplace(M, algo_fits(g, p, it->second.algo)).first;
-  // An algorithm that cannot run this M (not seen on H200) falls back to this M's own choice:
-  // correct, but then not row-invariant.
-  const cublasLtMatmulAlgo_t algo = fit->second ? it->second.algo : heuristic_algo(g, p, align);
-  cublas_check(cublasLtMatmul(g.handle(), p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &algo,
+  auto run = it->second.runs.find(M);
+  if (run == it->second.runs.end()) {
+    auto p = std::make_shared<const LtProblem>(ta, tb, M, N, K, lda, ldb, ldc, in, out);
+    // An algorithm that cannot run this M (not seen on H200) falls back to this M's own choice:
+    // correct, but then not row-invariant.
+    const cublasLtMatmulAlgo_t algo =
+        algo_fits(g, *p, it->second.algo) ? it->second.algo : heuristic_algo(g, *p, align);
+    run = it->second.runs.emplace(M, CublasGemm::Pinned::Run{std::move(p), algo}).first;
+  }
+  const LtProblem& p = *run->second.problem;
+  cublas_check(cublasLtMatmul(g.handle(), p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &run->second.algo,
                               g.workspace(), g.workspace_bytes(), g.stream()),
                "cublasLtMatmul");
 }

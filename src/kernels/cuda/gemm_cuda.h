@@ -21,10 +21,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <tuple>
 
 
 namespace stateflow {
+
+struct LtProblem;  // the cuBLASLt descriptors of one GEMM shape (gemm_cuda.cu)
 
 // A cuBLASLt handle bound to one stream, with its own fixed workspace and pinned algorithms.
 // One per stream/thread: it must not be used by two threads at once.
@@ -43,10 +46,15 @@ class CublasGemm {
   // (trans_a, trans_b, M if trans_a else 0, N, K, lda, ldb, ldc, operand type, result type, beta != 0,
   //  pointer alignment in bytes up to 16)
   using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, int>;
-  // A pinned algorithm, and for which row counts M it has been checked (true: it runs them).
+  // A pinned algorithm, and per row count M met so far the cuBLASLt descriptors of the call and
+  // the algorithm it runs (the pinned one wherever that can run M): built once, not per call.
   struct Pinned {
+    struct Run {
+      std::shared_ptr<const LtProblem> problem;
+      cublasLtMatmulAlgo_t algo;
+    };
     cublasLtMatmulAlgo_t algo;
-    std::map<int64_t, bool> runs_m;
+    std::map<int64_t, Run> runs;
   };
   // The pinned algorithms (filled by gemm_cuda; the cache is not part of the handle's state).
   std::map<AlgoKey, Pinned>& algorithms() const { return algorithms_; }
