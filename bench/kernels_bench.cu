@@ -32,6 +32,7 @@
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/short_conv_cuda.h"
 #include "kernels/cuda/swiglu_cuda.h"
+#include "model/flops.h"
 #include "train/cuda/train_step_bench.h"
 
 namespace {

@@ -121,16 +121,6 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
 
 }  // namespace
 
-std::pair<double, double> block_flops_per_token(const ModelConfig& m) {
-  const double d = double(m.d_model), H = double(m.n_heads), dk = double(m.head_dk), dv = double(m.head_dv);
-  const double C = double(m.block_size), F = double(m.mlp_hidden);
-  // Weight matrices: q, k, v, the output gate, beta and g projections; output projection; MLP.
-  const double matrices = d * (2 * H * dk + 2 * H * dv + 2 * H) + H * dv * d + 3 * d * F;
-  const double core_forward = H * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3);
-  const double core_backward = H * (18 * dk * dv + 18 * C * dk + 10 * C * dv + 4 * C * C);
-  return {2 * matrices + core_forward, 4 * matrices + core_backward};
-}
-
 void check_depth_targets(const BenchOptions& o) {
   if (o.simulate_stages.empty()) return;
   SF_CHECK(o.stages >= 2, "--simulate-stages needs a measured run of at least 2 stages (--stages 2) to tell the "
@@ -151,9 +141,9 @@ DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, con
   d.model = target;
   d.scaled = target.to_json() != o.model.to_json();
   if (d.scaled) {
-    auto [f0, b0] = block_flops_per_token(o.model);
-    auto [f1, b1] = block_flops_per_token(d.model);
-    d.forward_ratio = f1 / f0, d.backward_ratio = b1 / b0;
+    const BlockFlops measured = block_flops_per_token(o.model), target_flops = block_flops_per_token(d.model);
+    d.forward_ratio = target_flops.forward() / measured.forward();
+    d.backward_ratio = target_flops.backward() / measured.backward();
     d.head_ratio = double(d.model.d_model * d.model.vocab_size) / double(o.model.d_model * o.model.vocab_size);
     d.width_ratio = activation_width(d.model) / activation_width(o.model);
   }

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "model/flops.h"
 #include "train/bench.h"
 
 namespace stateflow {
@@ -47,9 +48,6 @@ struct DepthPredictions {
 // Throws Error, before anything runs, when a prediction asked for cannot be made: a measured
 // run of fewer than 2 stages, or a model with fewer blocks than a stage count.
 void check_depth_targets(const BenchOptions& o);
-
-// Per-token FLOPs of one GDN block (forward, backward), as MATH.md section 9 counts them.
-std::pair<double, double> block_flops_per_token(const ModelConfig& m);
 
 // For `target`: one prediction per measured row that ran (not OOM) and per
 // BenchOptions::simulate_stages. Needs a measured run of at least 2 stages.

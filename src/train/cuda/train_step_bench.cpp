@@ -10,22 +10,6 @@
 
 namespace stateflow {
 
-ModelFlops model_flops_per_token(const ModelConfig& c) {
-  const double D = double(c.d_model), H = double(c.n_heads), dk = double(c.head_dk), dv = double(c.head_dv);
-  const double F = double(c.mlp_hidden), V = double(c.vocab_size), C = double(c.block_size), L = double(c.n_layers);
-  // Weights that multiply every token: GDN in-projections (q, k: H x dk; v, gate: H x dv; a, b:
-  // H) and out-projection, the MLP's three matrices, the LM head. The embedding is a lookup.
-  const double gdn_weights = D * (2 * H * dk + 2 * H * dv + 2 * H) + H * dv * D;
-  const double mlp_weights = 3 * D * F;
-  // Each weight: 2 FLOPs forward, 4 backward (dX and dW).
-  ModelFlops f;
-  f.dense = 6 * (L * (gdn_weights + mlp_weights) + D * V);
-  const double core_fwd = 6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3;
-  const double core_bwd = 18 * dk * dv + 18 * C * dk + 10 * C * dv + 4 * C * C;  // recomputes W, U, ST
-  f.gdn_core = L * H * (core_fwd + core_bwd);
-  return f;
-}
-
 TrainStepBenchResult bench_training_steps(const TrainStepBenchOptions& o) {
   SF_CHECK(o.steps >= 1 && o.warmup_steps >= 0, "training-step bench: steps must be >= 1 and warm-up steps >= 0");
   init_cuda_backend();

@@ -12,15 +12,6 @@
 
 namespace stateflow {
 
-// Model FLOPs per token of one training step (forward + backward), as MATH.md section 9
-// counts them (reference/cost_model.py): matrix products only, a multiply-add is 2 FLOPs.
-struct ModelFlops {
-  double dense = 0;     // projections of the GDN blocks, the SwiGLU MLPs, the LM head: 6 per weight
-  double gdn_core = 0;  // the chunked GDN core, charged full C x C tiles
-  double total() const { return dense + gdn_core; }
-};
-ModelFlops model_flops_per_token(const ModelConfig& c);
-
 struct TrainStepBenchOptions {
   ModelConfig model = model_preset("gdn-1.3b");
   int64_t batch = 1, seq_len = 32768;
