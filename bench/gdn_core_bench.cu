@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "kernels/cuda/gdn_core_cuda.h"
+#include "model/flops.h"
 
 namespace {
 
@@ -169,9 +170,8 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
   for (bf16* x : {o, dq, dk, dv}) count_nonfinite<<<blocks(nk, 256), 256>>>(x, nk, bad);
   CK(cudaMemcpy(&r.nonfinite, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
 
-  const double C = 64, dkk = 128, dvv = 128;  // MATH.md section 9, per value head per token
-  const double f_fwd = 6 * dkk * dvv + 2 * C * (3 * dkk + 2 * dvv) + 2 * C * C / 3;
-  const double f_bwd = 18 * dkk * dvv + 18 * C * dkk + 10 * C * dvv + 4 * C * C;
+  const stateflow::CoreFlops per_head_token = stateflow::gdn_core_flops_per_head_token(128, 128, 64);  // MATH.md 9
+  const double f_fwd = per_head_token.forward, f_bwd = per_head_token.backward;
   r.fwd_tflops = f_fwd * nt / (r.fwd_ms * 1e-3) / 1e12;
   r.fwdbwd_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_ms * 1e-3) / 1e12;
   r.fwdbwd_saved_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_saved_ms * 1e-3) / 1e12;

@@ -8,6 +8,13 @@
 
 namespace stateflow {
 
+// The GDN chunk core per value head and token, with blocks of C tokens: {forward, backward}
+// (backward recomputes W, U and the state transition).
+struct CoreFlops {
+  double forward = 0, backward = 0;
+};
+CoreFlops gdn_core_flops_per_head_token(double dk, double dv, double C);
+
 // One GDN block (mixer + MLP) per token.
 struct BlockFlops {
   double matrices_forward = 0, matrices_backward = 0;  // projections and MLP: 2 and 4 per weight
