@@ -139,7 +139,7 @@ TEST(Safetensors, RefusesMalformedHeadersSayingWhy) {
   expect_refused(R"({"": {)" + ok + "}}", 8, "empty name");
   expect_refused(R"({"a": {)" + ok + R"(,"extra":1}})", 8, "unknown field 'extra'");
   expect_refused(R"({"a": {"shape":[2],"data_offsets":[0,8]}})", 8, "dtype is missing");
-  expect_refused(R"({"a": {"dtype":"BF16","shape":[2],"data_offsets":[0,4]}})", 4, "dtype 'BF16' is not supported");
+  expect_refused(R"({"a": {"dtype":"F16","shape":[2],"data_offsets":[0,4]}})", 4, "dtype 'F16' is not supported");
   expect_refused(R"({"a": {"dtype":"F32","data_offsets":[0,8]}})", 8, "shape is missing");
   expect_refused(R"({"a": {"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", 8, "non-negative integers");
   expect_refused(R"({"a": {"dtype":"F32","shape":[2.5],"data_offsets":[0,8]}})", 8, "non-negative integers");

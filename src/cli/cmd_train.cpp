@@ -44,6 +44,11 @@ static TrainOptions resumed_options(const CLI::App& app, const TrainOptions& giv
   keep_given({"--save-every"}, o.save_every, given.save_every);
   keep_given({"--keep"}, o.keep, given.keep);
   keep_given({"--skip-nonfinite"}, o.skip_nonfinite, given.skip_nonfinite);
+  keep_given({"--eval-data"}, o.eval_data.kind, given.eval_data.kind);
+  keep_given({"--eval-data-path"}, o.eval_data.path, given.eval_data.path);
+  keep_given({"--eval-every"}, o.eval_every, given.eval_every);
+  keep_given({"--eval-tokens"}, o.eval_tokens, given.eval_tokens);
+  keep_given({"--metrics"}, o.metrics_path, given.metrics_path);
   // Keep saving beside the checkpoint resumed from, wherever that directory is now.
   o.save_dir = app.count("--save-dir") ? given.save_dir : std::filesystem::path(dir).parent_path().string();
   o.device = given.device, o.transport = given.transport, o.timeout_s = given.timeout_s;
@@ -85,6 +90,15 @@ void add_train_command(CLI::App& root) {
   app->add_option("--resume", opts->resume,
                   "Continue from a --save-dir (its newest complete checkpoint) or one step-NNNNNN directory; "
                   "options not given here are the checkpoint's");
+  app->add_option("--eval-data", opts->eval_data.kind,
+                  "Held-out data to evaluate on, of the kinds --data takes (recall: a stream the training "
+                  "batches never draw); loss, perplexity and accuracy in the progress output and --metrics");
+  app->add_option("--eval-data-path", opts->eval_data.path, "File for --eval-data text|tokens|tokens-u16|tokens-u32");
+  app->add_option("--eval-every", opts->eval_every, "Evaluate every this many steps (0: only at the end)")
+      ->capture_default_str();
+  app->add_option("--eval-tokens", opts->eval_tokens,
+                  "Tokens per evaluation: the first this many of --eval-data, in whole batches")
+      ->capture_default_str();
   app->add_flag("--skip-nonfinite", opts->skip_nonfinite,
                 "Skip steps whose loss or gradient is NaN/Inf (no update, a warning) instead of stopping");
   app->callback([=]() {

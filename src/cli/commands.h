@@ -14,5 +14,9 @@ void add_train_command(CLI::App& root);
 void add_verify_command(CLI::App& root);
 void add_bench_command(CLI::App& root);
 void add_plan_command(CLI::App& root);
+void add_eval_command(CLI::App& root);
+void add_generate_command(CLI::App& root);
+void add_export_command(CLI::App& root);
+void add_import_command(CLI::App& root);
 
 }  // namespace stateflow::cli

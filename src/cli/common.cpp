@@ -1,5 +1,8 @@
 #include "cli/common.h"
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "core/error.h"
 #include "pipeline/launch.h"
 #include "train/chunking.h"
@@ -29,6 +32,13 @@ Device ModelOptions::resolve_device() const {
 
 ModelConfig ModelOptions::resolve() const {
   return config_path.empty() ? model_preset(preset) : load_model_config(config_path);
+}
+
+bool ModelOptions::vocab_fixed() const {
+  if (config_path.empty()) return false;
+  std::ifstream in(config_path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);  // resolve() reports bad files
+  return j.is_object() && j.contains("vocab_size");
 }
 
 void PipelineOptions::add(CLI::App& app, bool with_chunks) {
@@ -80,14 +90,31 @@ std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {
   return even_chunk_lengths(seq_len, chunks);
 }
 
+void CheckpointOptions::add(CLI::App& app, bool with_device) {
+  app.add_option("--resume", resume,
+                 "The trained model: a --save-dir of stateflow train (its newest complete checkpoint) or one of its "
+                 "step-NNNNNN directories")
+      ->required();
+  if (with_device)
+    app.add_option("--device", device, "Where the model runs: cpu, or cuda (f32 checkpoints; bf16 GEMMs)")
+        ->capture_default_str();
+}
+
+LoadedModel CheckpointOptions::load() const {
+  const Device d = parse_device(device);
+  init_device(d);
+  return load_model_from_checkpoint(resume, d);
+}
+
 void DataOptions::add(CLI::App& app) {
   app.add_option("--data", data.kind,
-                 "Training data: recall (built-in associative recall task), text (a file read as bytes), "
-                 "tokens-u16 or tokens-u32 (binary token files)")
+                 "Training data: recall (built-in associative recall task), text (a file read as bytes), tokens "
+                 "(the .json manifest of tools/prepare_data.py), tokens-u16 or tokens-u32 (raw binary token files)")
       ->capture_default_str();
-  app.add_option("--data-path", data.path, "File for --data text|tokens-u16|tokens-u32");
+  app.add_option("--data-path", data.path, "File for --data text|tokens|tokens-u16|tokens-u32");
   app.add_option("--data-vocab", data.vocab_size,
-                 "Vocabulary of the data (0: the model's vocab for recall, 256 for text); token files need it");
+                 "Vocabulary of the data (0: the model's vocab for recall, 256 for text, a manifest's for tokens); "
+                 "raw token files need it");
   app.add_option("--data-seed", data.seed, "Seed of the recall task's generator")->capture_default_str();
   app.add_option("--recall-pairs", data.recall.num_pairs, "Recall task: key-value pairs per sequence")
       ->capture_default_str();

@@ -7,6 +7,7 @@
 #include "core/device.h"
 #include "core/dtype.h"
 #include "model/config.h"
+#include "train/checkpoint.h"
 #include "train/data.h"
 
 namespace stateflow::cli {
@@ -18,6 +19,9 @@ struct ModelOptions {
   std::string device = "cpu";
   void add(CLI::App& app, const std::string& default_preset, const std::string& default_dtype);
   ModelConfig resolve() const;  // --config wins over --preset
+  // Whether the model's vocab_size is the user's (a --config file that sets it); otherwise the
+  // vocabulary follows the data (apply_common_options).
+  bool vocab_fixed() const;
   Device resolve_device() const;  // parses --device and starts its backend
 };
 
@@ -46,11 +50,22 @@ struct DataOptions {
   void add(CLI::App& app);
 };
 
+// --resume (and --device) of the commands that use a trained model: eval, generate, export.
+struct CheckpointOptions {
+  std::string resume;
+  std::string device = "cpu";
+  void add(CLI::App& app, bool with_device);
+  LoadedModel load() const;  // the checkpoint's whole model, on --device
+};
+
 // Copies what train, verify and bench share (model, precision, device, data, pipeline shape)
-// into their option struct.
+// into their option struct. A preset's vocabulary is the data's (text: 256, a token manifest:
+// its tokenizer's) unless the --config file sets vocab_size.
 template <class Options>
 void apply_common_options(Options& o, const ModelOptions& m, const DataOptions& d, const PipelineOptions& p) {
   o.model = m.resolve();
+  if (!m.vocab_fixed())
+    if (int64_t v = data_vocab_size(d.data)) o.model.vocab_size = v;
   o.dtype = parse_dtype(m.dtype);
   o.device = m.resolve_device();
   o.data = d.data;

@@ -11,6 +11,10 @@ int main(int argc, char** argv) {
   stateflow::cli::add_verify_command(app);
   stateflow::cli::add_bench_command(app);
   stateflow::cli::add_plan_command(app);
+  stateflow::cli::add_eval_command(app);
+  stateflow::cli::add_generate_command(app);
+  stateflow::cli::add_export_command(app);
+  stateflow::cli::add_import_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

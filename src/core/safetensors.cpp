@@ -20,6 +20,7 @@ const char* st_dtype_name(StDtype t) {
     case StDtype::I32: return "I32";
     case StDtype::I64: return "I64";
     case StDtype::U8: return "U8";
+    case StDtype::BF16: return "BF16";
   }
   return "?";
 }
@@ -31,6 +32,7 @@ size_t st_dtype_size(StDtype t) {
     case StDtype::I32: return 4;
     case StDtype::I64: return 8;
     case StDtype::U8: return 1;
+    case StDtype::BF16: return 2;
   }
   return 0;
 }
@@ -46,9 +48,9 @@ StDtype st_dtype_of(DType t) {
 }
 
 static StDtype parse_st_dtype(const std::string& s, const std::string& where) {
-  for (StDtype t : {StDtype::F32, StDtype::F64, StDtype::I32, StDtype::I64, StDtype::U8})
+  for (StDtype t : {StDtype::F32, StDtype::F64, StDtype::I32, StDtype::I64, StDtype::U8, StDtype::BF16})
     if (s == st_dtype_name(t)) return t;
-  fail(where, ": dtype '", s, "' is not supported; supported: F32, F64, I32, I64, U8");
+  fail(where, ": dtype '", s, "' is not supported; supported: F32, F64, I32, I64, U8, BF16");
 }
 
 // ---------------------------------------------------------------- reading

@@ -9,7 +9,7 @@
 // Reading validates everything before any tensor byte is touched: the header length
 // against the file size, the JSON, every entry's fields, sizes = numel * dtype size, and
 // that the tensors tile the data section exactly (contiguous, non-overlapping, nothing
-// left over). Supported dtypes: F32, F64, I32, I64, U8.
+// left over). Supported dtypes: F32, F64, I32, I64, U8, BF16.
 #pragma once
 #include <cstdint>
 #include <map>
@@ -21,7 +21,7 @@
 
 namespace stateflow {
 
-enum class StDtype { F32, F64, I32, I64, U8 };  // safetensors' names for them: "F32", ...
+enum class StDtype { F32, F64, I32, I64, U8, BF16 };  // safetensors' names for them: "F32", ...
 const char* st_dtype_name(StDtype t);
 size_t st_dtype_size(StDtype t);
 StDtype st_dtype_of(DType t);

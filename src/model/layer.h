@@ -46,6 +46,9 @@ struct ChunkCtx {
   // A forward run again in backward only to rebuild the stash (--recompute full): its output is
   // not used, so loss layers keep what their backward needs and skip the loss (no logits).
   bool recomputing = false;
+  // Inference (evaluation, generation): when set, loss layers also store the chunk's logits
+  // [batch*len, vocab] here, on the host, in the layer's precision (f32 on the GPU).
+  Tensor* logits = nullptr;
 };
 
 // Layer-defined boundary state: e.g. GDN = {S, conv prefix q, k, v}; empty when stateless.

@@ -39,6 +39,7 @@ Tensor LmHead::forward_impl(const ChunkCtx& ctx, const Tensor& x, std::unique_pt
   linear_forward<T>(xn.data<T>(), proj_.value.data<T>(), logits.data<T>(), rows, D, V);
   LossStats st = cross_entropy_forward<T>(logits.data<T>(), ctx.targets.data<int32_t>(), rows, V);
   if (ctx.stats) ctx.stats->add(st);
+  if (ctx.logits) *ctx.logits = logits;
   Tensor loss = Tensor::zeros({1}, x.dtype());
   loss.data<T>()[0] = static_cast<T>(st.loss_sum * ctx.loss_scale);
   return loss;

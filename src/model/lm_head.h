@@ -1,5 +1,6 @@
 // Final RMSNorm + LM head + cross-entropy: x [batch*len, D] -> the chunk's share of the loss
-// (a 1-element tensor: sum of token losses times ctx.loss_scale). Stateless. The logits are
+// (a 1-element tensor: sum of token losses times ctx.loss_scale), and the logits themselves
+// when ctx.logits asks for them (inference). Stateless. The logits are
 // recomputed in backward rather than stashed: they are the largest activation of the model.
 #pragma once
 #include "model/config.h"

@@ -302,20 +302,21 @@ static Tensor load_tensor(const SafetensorsFile& f, const std::string& name, Ten
   return host;
 }
 
-CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir) {
-  const CheckpointManifest m = read_manifest(step_dir);
-  const PipelineConfig& pc = pipeline.config();
-  const ModelConfig saved = ModelConfig::from_json(m.state.options.at("model"));
-  const std::string diff = model_differences(saved, pc.model);
-  SF_CHECK(diff.empty(), "checkpoint ", step_dir, " was made with another model (checkpoint vs this run: ", diff,
-           "); resume with the checkpoint's model, or start a new run");
-  const std::string saved_dtype = m.state.options.at("dtype").get<std::string>();
-  SF_CHECK(pc.device == Device::CPU || saved_dtype == dtype_name(DType::F32), "checkpoint ", step_dir, " holds ",
-           saved_dtype, " weights, but GPU runs keep f32 master weights: resume it on the CPU (--device cpu)");
-  SF_CHECK(saved_dtype == dtype_name(pc.dtype), "checkpoint ", step_dir, " holds ", saved_dtype,
-           " weights but this run is ", dtype_name(pc.dtype), ": pass --dtype ", saved_dtype);
-
+// A checkpoint whose files were all verified, and which file holds each parameter.
+struct VerifiedCheckpoint {
+  CheckpointManifest manifest;
+  ModelConfig model;
+  std::string dtype;
   std::vector<StagePart> parts;
+  std::map<std::string, size_t> owner;  // parameter name -> index into parts
+};
+
+static VerifiedCheckpoint verify_checkpoint(const std::string& step_dir) {
+  VerifiedCheckpoint v{read_manifest(step_dir)};
+  const CheckpointManifest& m = v.manifest;
+  v.model = ModelConfig::from_json(m.state.options.at("model"));
+  v.dtype = m.state.options.at("dtype").get<std::string>();
+  std::vector<StagePart>& parts = v.parts;
   for (int i = 0; i < int(m.files.size()); ++i) parts.push_back(read_stage_part(step_dir, m, i));
   // The parts must tile the model's layers in order, and agree on the optimizer's step count.
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -326,16 +327,15 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
              parts[i].optimizer_steps, " optimizer steps but stage 0 ", parts[0].optimizer_steps,
              ": the stage files do not belong together");
   }
-  SF_CHECK(parts.back().end == Model::num_layers_of(saved), "the stage files of ", step_dir, " end at layer ",
-           parts.back().end, " but the model has ", Model::num_layers_of(saved), ": a stage part is missing");
+  SF_CHECK(parts.back().end == Model::num_layers_of(v.model), "the stage files of ", step_dir, " end at layer ",
+           parts.back().end, " but the model has ", Model::num_layers_of(v.model), ": a stage part is missing");
 
   // Each parameter by name: where it is, and that no two parts hold it.
-  std::map<std::string, size_t> owner;
   for (size_t i = 0; i < parts.size(); ++i) {
     size_t weights = 0;
     for (const StTensorInfo& t : parts[i].file.tensors()) {
       if (t.name.rfind("optim.", 0) == 0) continue;
-      auto [it, fresh] = owner.emplace(t.name, i);
+      auto [it, fresh] = v.owner.emplace(t.name, i);
       SF_CHECK(fresh, "parameter ", t.name, " is in both ", parts[it->second].file.what(), " and ",
                parts[i].file.what(), ": the stage parts overlap");
       ++weights;
@@ -344,28 +344,61 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
              parts[i].file.tensors().size(), " tensors for ", weights,
              " parameters; expected each parameter with its optim.m and optim.v");
   }
+  return v;
+}
+
+// Loads parameter p's value from the checkpoint (and its bf16 GEMM copy, from the loaded
+// master, rounded as the GPU's AdamW rounds it); returns the file that held it.
+static const SafetensorsFile& load_param(const VerifiedCheckpoint& v, const std::string& step_dir, Param& p,
+                                         const std::string& needed_by) {
+  auto it = v.owner.find(p.name);
+  SF_CHECK(it != v.owner.end(), "checkpoint ", step_dir, " has no parameter ", p.name, " (", needed_by, " needs it)");
+  const SafetensorsFile& f = v.parts[it->second].file;
+  const Tensor master = load_tensor(f, p.name, p.value);
+  if (p.value_bf16.defined()) p.value_bf16.copy_from(master.cast(DType::BF16));
+  return f;
+}
+
+CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir) {
+  const VerifiedCheckpoint v = verify_checkpoint(step_dir);
+  const PipelineConfig& pc = pipeline.config();
+  const std::string diff = model_differences(v.model, pc.model);
+  SF_CHECK(diff.empty(), "checkpoint ", step_dir, " was made with another model (checkpoint vs this run: ", diff,
+           "); resume with the checkpoint's model, or start a new run");
+  SF_CHECK(pc.device == Device::CPU || v.dtype == dtype_name(DType::F32), "checkpoint ", step_dir, " holds ",
+           v.dtype, " weights, but GPU runs keep f32 master weights: resume it on the CPU (--device cpu)");
+  SF_CHECK(v.dtype == dtype_name(pc.dtype), "checkpoint ", step_dir, " holds ", v.dtype, " weights but this run is ",
+           dtype_name(pc.dtype), ": pass --dtype ", v.dtype);
   int64_t loaded = 0;
   for (Stage* s : pipeline.stages()) {
     AdamW& opt = s->optimizer();
     for (size_t i = 0; i < opt.params().size(); ++i) {
       Param& p = *opt.params()[i];
-      auto it = owner.find(p.name);
-      SF_CHECK(it != owner.end(), "checkpoint ", step_dir, " has no parameter ", p.name, " (stage ", s->rank(),
-               " of this run needs it)");
-      const SafetensorsFile& f = parts[it->second].file;
-      const Tensor master = load_tensor(f, p.name, p.value);
-      // The GEMMs' bf16 copy, from the loaded master, rounded as the GPU's AdamW rounds it.
-      if (p.value_bf16.defined()) p.value_bf16.copy_from(master.cast(DType::BF16));
+      const SafetensorsFile& f = load_param(v, step_dir, p, cat("stage ", s->rank(), " of this run"));
       load_tensor(f, kMomentPrefix + p.name, opt.exp_avg(i));
       load_tensor(f, kSquarePrefix + p.name, opt.exp_avg_sq(i));
       ++loaded;
     }
-    opt.set_steps(parts[0].optimizer_steps);
+    opt.set_steps(v.parts[0].optimizer_steps);
   }
   const int64_t total = static_cast<int64_t>(pipeline.sum_over_processes(double(loaded)));
-  SF_CHECK(total == int64_t(owner.size()), "checkpoint ", step_dir, " holds ", owner.size(),
+  SF_CHECK(total == int64_t(v.owner.size()), "checkpoint ", step_dir, " holds ", v.owner.size(),
            " parameters but this model has ", total, ": it has tensors this model does not know");
-  return m.state;
+  return v.manifest.state;
+}
+
+LoadedModel load_model_from_checkpoint(const std::string& path, Device device) {
+  const std::string step_dir = find_checkpoint(path);
+  const VerifiedCheckpoint v = verify_checkpoint(step_dir);
+  const DType dtype = parse_dtype(v.dtype);
+  SF_CHECK(device == Device::CPU || dtype == DType::F32, "checkpoint ", step_dir, " holds ", v.dtype,
+           " weights, but the GPU runs f32 master weights: use it on the CPU (--device cpu)");
+  LoadedModel out{step_dir, v.manifest.state, std::make_unique<Model>(v.model, dtype, 0, Model::num_layers_of(v.model), device)};
+  const std::vector<Param*> params = out.model->params();
+  for (Param* p : params) load_param(v, step_dir, *p, "the model");
+  SF_CHECK(params.size() == v.owner.size(), "checkpoint ", step_dir, " holds ", v.owner.size(),
+           " parameters but its model has ", params.size(), ": it has tensors this model does not know");
+  return out;
 }
 
 }  // namespace stateflow

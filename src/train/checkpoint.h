@@ -12,6 +12,7 @@
 // copies, and their bf16 GEMM copies are re-cast from the masters after loading.
 #pragma once
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -62,5 +63,15 @@ void write_manifest(const std::string& step_dir, const CheckpointManifest& m);
 // model and dtype against the pipeline's, then loads each local stage's weights and
 // optimizer state by parameter name. Every process of the run calls it.
 CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir);
+
+// A checkpoint's whole model, for inference (eval, generate, export): built on `device` from
+// the checkpoint's model config and dtype, its weights loaded after the same checks as
+// load_checkpoint (no optimizer state). `path` is a save dir or a step directory.
+struct LoadedModel {
+  std::string step_dir;
+  CheckpointState state;  // state.options: the run's TrainOptions::to_json()
+  std::unique_ptr<Model> model;
+};
+LoadedModel load_model_from_checkpoint(const std::string& path, Device device = Device::CPU);
 
 }  // namespace stateflow

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "core/rng.h"
+#include "train/token_manifest.h"
 
 namespace stateflow {
 
@@ -179,20 +180,42 @@ TokenFile::TokenFile(const std::string& path, int width, int64_t vocab_size)
 
 // ---------------------------------------------------------------- factory
 
-std::unique_ptr<DataSource> make_data_source(const DataConfig& cfg) {
-  const bool file_kind = cfg.kind == "text" || cfg.kind == "tokens-u16" || cfg.kind == "tokens-u32";
-  SF_CHECK(cfg.kind == "recall" || file_kind, "unknown data kind '", cfg.kind,
-           "': use recall, text, tokens-u16 or tokens-u32");
+static bool is_file_kind(const std::string& kind) {
+  return kind == "text" || kind == "tokens" || kind == "tokens-u16" || kind == "tokens-u32";
+}
+
+static void check_data_config(const DataConfig& cfg) {
+  SF_CHECK(cfg.kind == "recall" || is_file_kind(cfg.kind), "unknown data kind '", cfg.kind,
+           "': use recall, text, tokens (a tools/prepare_data.py manifest), tokens-u16 or tokens-u32");
   SF_CHECK(cfg.vocab_size >= 0, "vocab size ", cfg.vocab_size, " must be >= 0 (0 = the data kind's default)");
-  if (cfg.kind == "recall") {
+  if (cfg.kind == "recall")
     SF_CHECK(cfg.path.empty(), "recall data is generated, but a data path was given (", cfg.path,
-             "): drop the path or choose --data text / tokens-u16 / tokens-u32");
+             "): drop the path or choose --data text / tokens / tokens-u16 / tokens-u32");
+  else
+    SF_CHECK(!cfg.path.empty(), cfg.kind, " data needs a file: pass --data-path");
+  if (cfg.kind == "tokens-u16" || cfg.kind == "tokens-u32")
+    SF_CHECK(cfg.vocab_size > 0, cfg.kind, " data needs the tokenizer's vocab size: pass --data-vocab (or prepare ",
+             "the data with tools/prepare_data.py and pass --data tokens --data-path its .json manifest)");
+}
+
+int64_t data_vocab_size(const DataConfig& cfg) {
+  check_data_config(cfg);
+  if (cfg.kind == "recall") return cfg.vocab_size;
+  if (cfg.kind == "text") return cfg.vocab_size ? cfg.vocab_size : 256;
+  if (cfg.kind == "tokens") return std::max(cfg.vocab_size, read_token_manifest(cfg.path).vocab_size);
+  return cfg.vocab_size;
+}
+
+std::unique_ptr<DataSource> make_data_source(const DataConfig& cfg) {
+  check_data_config(cfg);
+  if (cfg.kind == "recall")
     return std::make_unique<AssociativeRecall>(cfg.vocab_size ? cfg.vocab_size : kDefaultRecallVocab, cfg.recall,
                                                cfg.seed);
-  }
-  SF_CHECK(!cfg.path.empty(), cfg.kind, " data needs a file: pass --data-path");
   if (cfg.kind == "text") return std::make_unique<TextBytes>(cfg.path, cfg.vocab_size ? cfg.vocab_size : 256);
-  SF_CHECK(cfg.vocab_size > 0, cfg.kind, " data needs the tokenizer's vocab size: pass --data-vocab");
+  if (cfg.kind == "tokens") {
+    const TokenManifest m = read_token_manifest(cfg.path);
+    return std::make_unique<TokenFile>(m.tokens_path, m.token_width, std::max(cfg.vocab_size, m.vocab_size));
+  }
   return std::make_unique<TokenFile>(cfg.path, cfg.kind == "tokens-u16" ? 2 : 4, cfg.vocab_size);
 }
 

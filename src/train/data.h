@@ -121,9 +121,10 @@ class TokenFile : public TokenWindows {
 };
 
 struct DataConfig {
-  std::string kind = "recall";  // recall | text | tokens-u16 | tokens-u32
-  std::string path;             // text and token files
-  int64_t vocab_size = 0;       // 0: the kind's default (recall 64, text 256); required for tokens
+  std::string kind = "recall";  // recall | text | tokens | tokens-u16 | tokens-u32
+  std::string path;             // text and token files; for tokens, the manifest (train/token_manifest.h)
+  int64_t vocab_size = 0;       // 0: the kind's default (recall 64, text 256, tokens the manifest's);
+                                // required for tokens-u16/u32
   uint64_t seed = 0;            // recall only: file windows are sequential
   RecallConfig recall;
 };
@@ -131,5 +132,9 @@ struct DataConfig {
 constexpr int64_t kDefaultRecallVocab = 64;  // 31 keys and values: small enough to learn fast
 
 std::unique_ptr<DataSource> make_data_source(const DataConfig& cfg);
+// The vocabulary the data needs, without reading its tokens (a manifest at most): a model
+// whose vocabulary follows the data takes this. 0 for recall without a vocab size (the
+// task then takes the model's).
+int64_t data_vocab_size(const DataConfig& cfg);
 
 }  // namespace stateflow

@@ -55,6 +55,10 @@ void TrainOptions::validate() const {
            save_every);
   SF_CHECK(save_every == 0 || !save_dir.empty(), "--save-every ", save_every, " needs --save-dir DIR to save into");
   SF_CHECK(keep >= 0, "--keep must be >= 0 (0 keeps every checkpoint), got ", keep);
+  SF_CHECK(eval_every >= 0, "--eval-every must be >= 0 (0: evaluate only at the end), got ", eval_every);
+  SF_CHECK(eval_tokens >= 1, "--eval-tokens must be at least 1, got ", eval_tokens);
+  SF_CHECK(!eval_data.kind.empty() || eval_every == 0, "--eval-every ", eval_every,
+           " needs held-out data to evaluate on: pass --eval-data KIND --eval-data-path FILE");
   adamw.validate();
   parse_schedule_kind(schedule);
   resolved_chunk_lengths();
@@ -76,6 +80,8 @@ static void visit_fields(Options& o, Fn&& field) {
   field("data_kind", o.data.kind), field("data_path", o.data.path), field("data_vocab_size", o.data.vocab_size);
   field("data_seed", o.data.seed), field("recall_pairs", o.data.recall.num_pairs);
   field("recall_queries", o.data.recall.num_queries), field("recall_noise_tokens", o.data.recall.noise_tokens);
+  field("eval_data_kind", o.eval_data.kind), field("eval_data_path", o.eval_data.path);
+  field("eval_every", o.eval_every), field("eval_tokens", o.eval_tokens);
 }
 
 json TrainOptions::to_json() const {

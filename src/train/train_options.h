@@ -42,6 +42,12 @@ struct TrainOptions {
   int64_t keep = 3;            // keep the newest this many checkpoints (0: keep all)
   std::string resume;          // a save dir (its newest checkpoint) or one step directory
   bool skip_nonfinite = false; // skip steps whose loss or gradient is NaN/Inf instead of stopping
+  // Held-out evaluation (train/evaluate.h): eval_data.kind empty = none. Every eval_every steps
+  // (0: only at the end), on the first eval_tokens tokens of eval_data, in batches of
+  // batch x seq_len cut into this run's chunks.
+  DataConfig eval_data{"", "", 0, 0, {}};
+  int64_t eval_every = 0;
+  int64_t eval_tokens = 8192;
 
   std::vector<int64_t> resolved_chunk_lengths() const;
   PipelineConfig pipeline_config() const;

@@ -32,8 +32,34 @@ Trainer::Trainer(const TrainOptions& opts) : opts_(opts) {
   SF_CHECK(data_->vocab_size() <= opts_.model.vocab_size, "the data uses ", data_->vocab_size(),
            " token ids but the model's vocab_size is ", opts_.model.vocab_size,
            ": raise vocab_size in the model config");
+  if (!opts_.eval_data.kind.empty()) {
+    DataConfig ec = opts_.eval_data;
+    ec.vocab_size = dc.vocab_size;
+    ec.recall = dc.recall;
+    ec.seed = dc.seed + 1;  // recall: a stream the training batches never draw
+    eval_data_ = make_data_source(ec);
+    SF_CHECK(eval_data_->vocab_size() <= opts_.model.vocab_size, "the evaluation data uses ",
+             eval_data_->vocab_size(), " token ids but the model's vocab_size is ", opts_.model.vocab_size,
+             ": --eval-data must be tokenized like the training data");
+    SF_CHECK(opts_.device == Device::CPU, "--eval-data runs on the CPU only for now: on the GPU, save checkpoints ",
+             "(--save-dir, --save-every) and evaluate them with stateflow eval --device cuda --resume DIR");
+  }
   pipeline_ = make_pipeline(opts_.pipeline_config(), opts_.transport);
+  SF_CHECK(!eval_data_ || pipeline_->runs_all_stages(), "--eval-data needs every stage in this process (",
+           "--transport local); with one process per stage, evaluate checkpoints with stateflow eval --resume DIR");
   if (!opts_.resume.empty()) load_checkpoint(opts_.resume);
+}
+
+EvalResult Trainer::evaluate_held_out() {
+  SF_CHECK(eval_data_, "no held-out data: pass --eval-data KIND --eval-data-path FILE");
+  std::vector<Layer*> layers;
+  for (Stage* s : pipeline_->stages())
+    for (Layer* l : s->model().layers()) layers.push_back(l);
+  RecurrentForward model(layers, opts_.model.vocab_size);
+  const std::vector<int64_t> chunks = opts_.resolved_chunk_lengths();
+  eval_data_->set_position(0);  // the same held-out tokens every time
+  return evaluate(model, *eval_data_, {opts_.eval_tokens, opts_.batch, opts_.seq_len,
+                                       *std::max_element(chunks.begin(), chunks.end())});
 }
 
 std::string Trainer::save_checkpoint() {
@@ -90,10 +116,16 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
   const bool report = is_reporting_rank(*pipeline_);
   const PipelineConfig pc = pipeline_->config();
   if (report) {
-    log << "model " << opts_.model.name << ": " << opts_.model.num_parameters() << " parameters, "
+    log << "model " << opts_.model.name << ": " << opts_.model.num_parameters() << " parameters, vocab "
+        << opts_.model.vocab_size << ", "
         << opts_.model.n_layers << " GDN blocks, d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
         << " on " << device_name(opts_.device)
-        << "\ndata: " << data_->describe() << "\nbatch " << opts_.batch << " x " << opts_.seq_len << " tokens; "
+        << "\ndata: " << data_->describe()
+        << (eval_data_ ? cat("\nheld-out data: ", eval_data_->describe(), "; ", opts_.eval_tokens, " tokens ",
+                             opts_.eval_every ? cat("every ", opts_.eval_every, " steps and ") : std::string(),
+                             "at the end")
+                       : std::string())
+        << "\nbatch " << opts_.batch << " x " << opts_.seq_len << " tokens; "
         << kind_name(pc.schedule) << " schedule over " << pc.stages << " stage(s) (" << opts_.transport
         << " transport), " << pc.microbatches << " microbatch(es), chunks " << format_chunk_lengths(pc.chunk_lengths)
         << (pc.recompute ? ", full recomputation" : "") << "\n";
@@ -112,7 +144,7 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
   if (report && !opts_.metrics_path.empty()) {
     metrics.open(opts_.metrics_path, step_ > 0 ? std::ios::app : std::ios::trunc);
     SF_CHECK(metrics.good(), "cannot write --metrics file '", opts_.metrics_path, "'");
-    if (step_ == 0) metrics << "step,loss,accuracy,grad_norm,lr,seconds,bubble_fraction\n";
+    if (step_ == 0) metrics << "step,loss,accuracy,grad_norm,lr,seconds,bubble_fraction,eval_loss,eval_ppl,eval_accuracy\n";
     metrics.precision(17);
   }
   std::vector<StepReport> out;
@@ -130,11 +162,19 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
       return out;
     }
     out.push_back(step());
-    const StepReport& r = out.back();
+    StepReport& r = out.back();
     window_tokens += r.tokens, window_seconds += r.seconds;
-    if (metrics.is_open())
+    if (eval_data_ && ((opts_.eval_every && step_ % opts_.eval_every == 0) || step_ == opts_.steps)) {
+      r.eval = evaluate_held_out();
+      r.evaluated = true;
+    }
+    if (metrics.is_open()) {
       metrics << step_ << ',' << r.loss << ',' << r.accuracy << ',' << r.grad_norm << ',' << r.lr << ',' << r.seconds
-              << ',' << r.bubble_fraction << std::endl;
+              << ',' << r.bubble_fraction << ',';
+      if (r.evaluated) metrics << r.eval.loss << ',' << r.eval.perplexity << ',' << r.eval.accuracy;
+      else metrics << ",,";
+      metrics << std::endl;
+    }
     if (report && r.skipped)
       log << "warning: skipped " << r.warning << " (" << skipped_ << " skipped so far)\n" << std::flush;
     if (report && (step_ % opts_.log_every == 0 || step_ == opts_.steps)) {
@@ -149,6 +189,8 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
       log << std::flush;
       window_tokens = window_seconds = 0;
     }
+    if (report && r.evaluated)
+      log << "eval  " << step_ << "/" << opts_.steps << "  " << format_eval(r.eval) << "\n" << std::flush;
     if (!opts_.save_dir.empty() && opts_.save_every > 0 && step_ % opts_.save_every == 0) save();
   }
   if (!opts_.save_dir.empty() && last_saved_step_ != step_) save();

@@ -11,6 +11,7 @@
 
 #include "pipeline/pipeline.h"
 #include "train/data.h"
+#include "train/evaluate.h"
 #include "train/train_options.h"
 
 namespace stateflow {
@@ -21,6 +22,8 @@ struct StepReport {
   int64_t tokens = 0;
   bool skipped = false;  // non-finite loss or gradient under --skip-nonfinite: no update
   std::string warning;   // why it was skipped
+  bool evaluated = false;  // held-out evaluation ran after this step
+  EvalResult eval;
 };
 
 class Trainer {
@@ -36,6 +39,10 @@ class Trainer {
   // in progress when SIGINT or SIGTERM arrives (see stop_signal.h): saves, then returns
   // with stopped_by() set.
   std::vector<StepReport> run(std::ostream& log);
+
+  // Loss, perplexity and accuracy on the first opts.eval_tokens of opts.eval_data, chunk by
+  // chunk through the stages' layers (run() does it every eval_every steps and at the end).
+  EvalResult evaluate_held_out();
 
   // Writes a checkpoint of the current state into opts.save_dir; returns its directory.
   std::string save_checkpoint();
@@ -54,6 +61,7 @@ class Trainer {
  private:
   TrainOptions opts_;
   std::unique_ptr<DataSource> data_;
+  std::unique_ptr<DataSource> eval_data_;  // none without opts.eval_data
   std::unique_ptr<Pipeline> pipeline_;
   PipelineStepResult last_;
   int64_t step_ = 0;

@@ -7,6 +7,8 @@
 #include <cstddef>
 
 #include "kernels/cuda/cross_entropy_cuda.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "model/cuda/layer_cuda.h"
@@ -87,6 +89,13 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_pt
     return Tensor();
   }
   const LossStats st = run_head(ctx, s->xn, proj_, s->targets, nullptr, nullptr, ctx.stats, nullptr);
+  if (ctx.logits) {  // inference only: the fused kernel above never holds them all
+    Tensor logits = f32_zeros({rows, proj_.value.dim(1)});
+    linear_forward_cuda<bf16, float>(cublas_for_thread(), bf16_ptr(s->xn), bf16_ptr(proj_.value_bf16),
+                                     f32_ptr(logits), rows, D, proj_.value.dim(1));
+    cuda_check(cudaStreamSynchronize(layer_stream()), "lm_head logits");
+    *ctx.logits = logits.to(Device::CPU, MemCategory::Activations);
+  }
   Tensor loss = Tensor::zeros({1}, DType::F32);  // on the host: the caller reads it
   loss.data<float>()[0] = static_cast<float>(st.loss_sum * ctx.loss_scale);
   stash = std::move(s);
