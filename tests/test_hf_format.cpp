@@ -148,6 +148,8 @@ TEST(HfFormat, RefusesWhatCannotMapAndSaysWhy) {
   refused("use_short_conv", false, "short convolutions");
   refused("allow_neg_eigval", true, "allow_neg_eigval");
   refused("hidden_act", "gelu", "SwiGLU");
+  refused("output_gate_activation", "sigmoid", "output gate is silu");
+  refused("attnres_block_size", 4, "attention residuals");
   refused("num_heads", "four", "'num_heads' is missing or not an integer");
   ModelConfig odd = c;
   odd.head_dk = 11, odd.head_dv = 15;  // int(11 * (15 / 11.0)) = 14

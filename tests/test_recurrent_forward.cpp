@@ -64,9 +64,15 @@ TEST(Evaluate, ChunkedEqualsUnchunkedAndTheTrainingStepsLossF64) {
   for (int32_t t : data.b.targets) counted += t >= 0;
   EXPECT_EQ(whole.tokens, counted);
   EXPECT_NEAR(whole.perplexity, std::exp(whole.loss), 1e-9 * whole.perplexity);
+  Tensor whole_logits;
+  evaluate(rf, data, {B * T, B, T, 0}, &whole_logits);
+  ASSERT_EQ(whole_logits.shape(), (Shape{B * T, 48}));
   for (int64_t chunk : {1, 3, 8, 13, 36}) {
     SCOPED_TRACE(chunk);
-    const EvalResult r = evaluate(rf, data, {B * T, B, T, chunk});
+    Tensor logits;
+    const EvalResult r = evaluate(rf, data, {B * T, B, T, chunk}, &logits);
+    for (int64_t row : {int64_t(0), T - 1, T, B * T - 1})  // each sequence's rows in place, both sequences
+      EXPECT_LT(rel_err(row_values(logits, row), row_values(whole_logits, row)), 1e-12) << "row " << row;
     EXPECT_NEAR(r.loss, whole.loss, 1e-12 * whole.loss);
     EXPECT_EQ(r.accuracy, whole.accuracy);
     EXPECT_EQ(r.tokens, whole.tokens);

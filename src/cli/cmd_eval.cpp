@@ -4,6 +4,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "core/safetensors.h"
 #include "train/evaluate.h"
 #include "train/train_options.h"
 
@@ -14,6 +15,7 @@ struct EvalCommand {
   CheckpointOptions ckpt;
   DataOptions data;
   int64_t tokens = 0, batch = 1, seq_len = -1, chunk_len = 2048;
+  std::string logits_out;
 };
 
 // The data to evaluate on: --data if given, else the run's held-out data, else its training
@@ -56,6 +58,9 @@ void add_eval_command(CLI::App& root) {
   app->add_option("--chunk-len", c->chunk_len, "Tokens per chunk (memory; the result does not depend on it; 0: "
                                                "whole sequences)")
       ->capture_default_str();
+  app->add_option("--logits-out", c->logits_out,
+                  "Also write the first batch's logits [batch * seq_len, vocab] to this safetensors file (tensor "
+                  "'logits'), to compare with another framework");
   app->callback([=]() {
     std::ostream& log = std::cout;
     LoadedModel m = c->ckpt.load();
@@ -79,7 +84,12 @@ void add_eval_command(CLI::App& root) {
                        : 16 * ec.batch * ec.seq_len;
     log << "data: " << data->describe() << "\n";
     RecurrentForward model(*m.model);
-    const EvalResult r = evaluate(model, *data, ec);
+    Tensor logits;
+    const EvalResult r = evaluate(model, *data, ec, c->logits_out.empty() ? nullptr : &logits);
+    if (!c->logits_out.empty()) {
+      write_safetensors(c->logits_out, {st_ref("logits", logits)}, {{"format", "pt"}});
+      log << "logits of the first batch: " << c->logits_out << "\n";
+    }
     log << "evaluated " << r.batches << " batch(es) of " << ec.batch << " x " << ec.seq_len << " tokens in chunks of "
         << (ec.chunk_len ? std::min(ec.chunk_len, ec.seq_len) : ec.seq_len) << "\n"
         << "eval: " << format_eval(r) << "\n"

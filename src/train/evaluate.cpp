@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "core/error.h"
 
@@ -16,7 +17,16 @@ void EvalConfig::validate() const {
   SF_CHECK(chunk_len >= 0, "--chunk-len must be >= 0 (0: whole sequences), got ", chunk_len);
 }
 
-EvalResult evaluate(RecurrentForward& model, DataSource& data, const EvalConfig& cfg) {
+// Copies a chunk's logits [batch * len, V] into rows [off, off + len) of each sequence of the
+// batch's logits [batch * seq_len, V].
+static void place_chunk_logits(const Tensor& chunk, Tensor& all, int64_t batch, int64_t seq_len, int64_t off) {
+  const int64_t len = chunk.dim(0) / batch, row_bytes = chunk.nbytes() / chunk.dim(0);
+  for (int64_t s = 0; s < batch; ++s)
+    std::memcpy(static_cast<char*>(all.raw()) + (s * seq_len + off) * row_bytes,
+                static_cast<const char*>(chunk.raw()) + s * len * row_bytes, len * row_bytes);
+}
+
+EvalResult evaluate(RecurrentForward& model, DataSource& data, const EvalConfig& cfg, Tensor* first_batch_logits) {
   cfg.validate();
   const auto t0 = std::chrono::steady_clock::now();
   const int64_t per_batch = cfg.batch * cfg.seq_len;
@@ -35,7 +45,15 @@ EvalResult evaluate(RecurrentForward& model, DataSource& data, const EvalConfig&
           tokens[s * len + t] = batch.tokens[s * cfg.seq_len + off + t];
           targets[s * len + t] = batch.targets[s * cfg.seq_len + off + t];
         }
-      model.forward(tokens, targets, cfg.batch, &stats);
+      if (b == 0 && first_batch_logits) {
+        Tensor logits;
+        model.forward(tokens, targets, cfg.batch, &stats, &logits);
+        if (off == 0)
+          *first_batch_logits = Tensor::zeros({cfg.batch * cfg.seq_len, logits.dim(1)}, logits.dtype(), MemCategory::Other);
+        place_chunk_logits(logits, *first_batch_logits, cfg.batch, cfg.seq_len, off);
+      } else {
+        model.forward(tokens, targets, cfg.batch, &stats);
+      }
     }
   }
   EvalResult r;

@@ -28,8 +28,11 @@ struct EvalResult {
   double seconds = 0;
 };
 
-// Draws ceil(tokens / (batch * seq_len)) batches from `data` from where it stands.
-EvalResult evaluate(RecurrentForward& model, DataSource& data, const EvalConfig& cfg);
+// Draws ceil(tokens / (batch * seq_len)) batches from `data` from where it stands. With
+// first_batch_logits, also keeps the first batch's logits [batch * seq_len, vocab] (host, rows
+// in the batch's order), e.g. to compare with another framework.
+EvalResult evaluate(RecurrentForward& model, DataSource& data, const EvalConfig& cfg,
+                    Tensor* first_batch_logits = nullptr);
 
 // "loss 2.3456  ppl 10.45  acc 0.412  (12288 tokens, 1.2 s)"
 std::string format_eval(const EvalResult& r);

@@ -119,6 +119,8 @@ json hf_config_of(const ModelConfig& c) {
           {"allow_neg_eigval", false},
           {"attn", nullptr},
           {"attn_mode", "chunk"},
+          {"attnres_block_size", nullptr},
+          {"output_gate_activation", "swish"},
           {"tie_word_embeddings", false},
           {"initializer_range", c.init_std},
           {"torch_dtype", "float32"},
@@ -155,6 +157,11 @@ ModelConfig model_config_of_hf(const json& j, const std::string& what) {
                 "use_short_conv is false, but stateflow's GDN always has the short convolutions");
   refuse_unless(!flag_or("allow_neg_eigval", false), "allow_neg_eigval is true (beta in (0, 2)), not supported");
   refuse_unless(!flag_or("conv_bias", false), "conv_bias is true; stateflow's short convolutions have no bias");
+  refuse_unless(!j.contains("attnres_block_size") || j.at("attnres_block_size").is_null(),
+                "it has attention residuals (field 'attnres_block_size'), which stateflow's blocks do not have");
+  const std::string gate = j.value("output_gate_activation", "swish");
+  refuse_unless(gate == "swish" || gate == "silu",
+                cat("output_gate_activation is '", gate, "'; stateflow's output gate is silu (swish)"));
   const std::string act = j.value("hidden_act", "swish");
   refuse_unless(act == "swish" || act == "silu", cat("hidden_act is '", act, "'; the MLP is SwiGLU (swish) only"));
 
