@@ -10,6 +10,7 @@
 
 #include "core/safetensors.h"
 #include "temp_dir.h"
+#include "mixers/gdn/gdn_config.h"
 #include "train/hf_format.h"
 
 using namespace stateflow;
@@ -21,8 +22,9 @@ namespace {
 ModelConfig random_config(Rng& rng) {
   ModelConfig c = model_preset("tiny");
   c.seed = rng.next_u64();
-  c.n_layers = 1 + static_cast<int64_t>(rng.below(3));
-  c.conv_size = 2 + static_cast<int64_t>(rng.below(3));
+  c.pattern = std::string(1 + rng.below(3), 'G');
+  c.mixers["gdn"]["conv_size"] = 2 + static_cast<int64_t>(rng.below(3));
+  c.complete_sections();
   return c;
 }
 
@@ -68,7 +70,8 @@ TEST(HfFormat, TensorsHaveFlasNamesAndLayouts) {
     std::memcpy(&v, f.data(*t) + 4 * i, 4);
     return v;
   };
-  const int64_t last = c.n_layers - 1, HK = c.n_heads * c.head_dk, D = c.d_model;
+  const GdnConfig g = gdn_config(c);
+  const int64_t last = c.num_blocks() - 1, HK = g.heads * g.head_dk, D = c.d_model;
   // nn.Linear weight [out, in]: q_proj.weight[o][i] = Wq[i][o].
   const Param* Wq = m.find_param("blocks." + std::to_string(last) + ".mixer.Wq");
   const std::string q = "model.layers." + std::to_string(last) + ".attn.q_proj.weight";
@@ -78,17 +81,17 @@ TEST(HfFormat, TensorsHaveFlasNamesAndLayouts) {
   // Conv1d weight [channels, 1, K], the current token's tap last as in stateflow.
   const Param* conv = m.find_param("blocks.0.mixer.conv_v");
   const StTensorInfo* cv = f.find("model.layers.0.attn.v_conv1d.weight");
-  EXPECT_EQ(cv->shape, (Shape{c.n_heads * c.head_dv, 1, c.conv_size}));
-  EXPECT_EQ(value(cv->name, c.conv_size - 1), float(conv->value.data<double>()[c.conv_size - 1]));
+  EXPECT_EQ(cv->shape, (Shape{g.heads * g.head_dv, 1, g.conv_size}));
+  EXPECT_EQ(value(cv->name, g.conv_size - 1), float(conv->value.data<double>()[g.conv_size - 1]));
   EXPECT_EQ(f.find("lm_head.weight")->shape, (Shape{c.vocab_size, D}));
-  EXPECT_EQ(f.find("model.layers.0.attn.A_log")->shape, (Shape{c.n_heads}));
-  EXPECT_EQ(f.find("model.layers.0.attn.o_norm.weight")->shape, (Shape{c.head_dv}));
+  EXPECT_EQ(f.find("model.layers.0.attn.A_log")->shape, (Shape{g.heads}));
+  EXPECT_EQ(f.find("model.layers.0.attn.o_norm.weight")->shape, (Shape{g.head_dv}));
   const json j = read_hf_config(tmp / "hf");
   EXPECT_EQ(j["model_type"], "gated_deltanet");
   EXPECT_EQ(j["architectures"][0], "GatedDeltaNetForCausalLM");
   EXPECT_EQ(j["hidden_size"], D);
-  EXPECT_EQ(j["head_dim"], c.head_dk);
-  EXPECT_EQ(double(c.head_dk) * j["expand_v"].get<double>(), double(c.head_dv));
+  EXPECT_EQ(j["head_dim"], g.head_dk);
+  EXPECT_EQ(double(g.head_dk) * j["expand_v"].get<double>(), double(g.head_dv));
   EXPECT_EQ(j["intermediate_size"], c.mlp_hidden);
 }
 
@@ -118,7 +121,7 @@ TEST(HfFormat, ImportsBf16AndTiedEmbeddingsAndFlasDefaults) {
   j["tie_word_embeddings"] = true;
   j.erase("stateflow");  // fla's own configs have no block size: the GPU kernels' 64
   write_json(tmp / "hf/config.json", j);
-  EXPECT_EQ(model_config_of_hf(j, "x").block_size, 64);
+  EXPECT_EQ(gdn_config(model_config_of_hf(j, "x")).block_size, 64);
   Model b(c, DType::F32);
   load_hf_weights(b, tmp / "hf");
   const Tensor& emb = b.find_param("embedding.weight")->value;
@@ -143,7 +146,7 @@ TEST(HfFormat, RefusesWhatCannotMapAndSaysWhy) {
   };
   refused("model_type", "mamba2", "not fla's 'gated_deltanet'");
   refused("attn", {{"layers", {1}}, {"num_heads", 4}}, "no attention mixer yet");
-  refused("num_v_heads", 2 * c.n_heads, "grouped value heads");
+  refused("num_v_heads", 2 * gdn_config(c).heads, "grouped value heads");
   refused("use_gate", false, "output gate");
   refused("use_short_conv", false, "short convolutions");
   refused("allow_neg_eigval", true, "allow_neg_eigval");
@@ -152,8 +155,9 @@ TEST(HfFormat, RefusesWhatCannotMapAndSaysWhy) {
   refused("attnres_block_size", 4, "attention residuals");
   refused("num_heads", "four", "'num_heads' is missing or not an integer");
   ModelConfig odd = c;
-  odd.head_dk = 11, odd.head_dv = 15;  // int(11 * (15 / 11.0)) = 14
-  expect_error([&] { hf_config_of(odd); }, "fla cannot express head_dv 15");
+  odd.mixers["gdn"]["head_dk"] = 11, odd.mixers["gdn"]["head_dv"] = 15;  // int(11 * (15 / 11.0)) = 14
+  expect_error([&] { hf_config_of(odd); }, "fla cannot express gdn.head_dv 15");
+
 
   Model m(c, DType::F32);
   TempDir tmp;

@@ -30,8 +30,8 @@ from fla.models import GatedDeltaNetConfig, GatedDeltaNetForCausalLM
 from transformers import AutoModelForCausalLM
 
 # GPU-kernel compatible (heads of 128, inner block 64) and small.
-CONFIG = {"preset": "small", "d_model": 256, "n_layers": 2, "n_heads": 2, "head_dk": 128, "head_dv": 128,
-          "block_size": 64, "mlp_hidden": 512}
+CONFIG = {"preset": "small", "d_model": 256, "pattern": "GG", "mlp_hidden": 512,
+          "gdn": {"heads": 2, "head_dk": 128, "head_dv": 128, "block_size": 64}}
 WINDOW = 256  # tokens evaluated (the window holds WINDOW + 1 bytes)
 
 

@@ -15,10 +15,11 @@ namespace stateflow::cli {
 struct ModelOptions {
   std::string preset;
   std::string config_path;
+  std::string pattern;
   std::string dtype;
   std::string device = "cpu";
   void add(CLI::App& app, const std::string& default_preset, const std::string& default_dtype);
-  ModelConfig resolve() const;  // --config wins over --preset
+  ModelConfig resolve() const;  // --config wins over --preset; --pattern over both
   // Whether the model's vocab_size is the user's (a --config file that sets it); otherwise the
   // vocabulary follows the data (apply_common_options).
   bool vocab_fixed() const;

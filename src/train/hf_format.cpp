@@ -1,5 +1,6 @@
 #include "train/hf_format.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include "core/error.h"
 #include "core/file_io.h"
 #include "core/safetensors.h"
+#include "mixers/gdn/gdn_config.h"
+#include "model/mixer.h"
 
 namespace stateflow {
 
@@ -72,7 +75,7 @@ std::map<std::string, Mapped> tensor_names(const ModelConfig& c) {
   std::map<std::string, Mapped> out;
   for (const TensorRow& r : kTensorTable) {
     const bool per_block = std::string(r.ours).find("{i}") != std::string::npos;
-    for (int64_t i = 0; i < (per_block ? c.n_layers : 1); ++i)
+    for (int64_t i = 0; i < (per_block ? c.num_blocks() : 1); ++i)
       out[with_index(r.ours, i)] = {with_index(r.theirs, i), r.layout};
   }
   return out;
@@ -96,21 +99,27 @@ int64_t fla_default_intermediate(int64_t hidden, double ratio) {
 
 json hf_config_of(const ModelConfig& c) {
   c.validate();
+  const std::string blocks = c.blocks();
+  const size_t other = blocks.find_first_not_of('G');
+  SF_CHECK(other == std::string::npos, "block ", other, " of pattern ", c.pattern, " is a ",
+           other == std::string::npos ? "" : mixer_for_letter(blocks[other]).name,
+           " mixer, but fla's GatedDeltaNetForCausalLM has Gated DeltaNet blocks only");
+  const GdnConfig g = gdn_config(c);
   // fla derives the value head size as int(head_dim * expand_v).
-  const double expand_v = double(c.head_dv) / double(c.head_dk);
-  SF_CHECK(static_cast<int64_t>(double(c.head_dk) * expand_v) == c.head_dv, "fla cannot express head_dv ", c.head_dv,
-           " with head_dk ", c.head_dk, ": it derives the value head size as int(head_dk * expand_v), which gives ",
-           static_cast<int64_t>(double(c.head_dk) * expand_v));
+  const double expand_v = double(g.head_dv) / double(g.head_dk);
+  SF_CHECK(static_cast<int64_t>(double(g.head_dk) * expand_v) == g.head_dv, "fla cannot express gdn.head_dv ",
+           g.head_dv, " with gdn.head_dk ", g.head_dk, ": it derives the value head size as int(head_dk * expand_v), ",
+           "which gives ", static_cast<int64_t>(double(g.head_dk) * expand_v));
   return {{"architectures", {"GatedDeltaNetForCausalLM"}},
           {"model_type", "gated_deltanet"},
           {"vocab_size", c.vocab_size},
           {"hidden_size", c.d_model},
-          {"num_hidden_layers", c.n_layers},
-          {"num_heads", c.n_heads},
-          {"num_v_heads", c.n_heads},
-          {"head_dim", c.head_dk},
+          {"num_hidden_layers", c.num_blocks()},
+          {"num_heads", g.heads},
+          {"num_v_heads", g.heads},
+          {"head_dim", g.head_dk},
           {"expand_v", expand_v},
-          {"conv_size", c.conv_size},
+          {"conv_size", g.conv_size},
           {"intermediate_size", c.mlp_hidden},
           {"hidden_act", "swish"},
           {"norm_eps", c.norm_eps},
@@ -125,7 +134,7 @@ json hf_config_of(const ModelConfig& c) {
           {"initializer_range", c.init_std},
           {"torch_dtype", "float32"},
           // What fla does not use but a round trip keeps (the kernel's inner block size, the name).
-          {"stateflow", {{"name", c.name}, {"block_size", c.block_size}, {"seed", c.seed}}}};
+          {"stateflow", {{"name", c.name}, {"block_size", g.block_size}, {"seed", c.seed}}}};
 }
 
 ModelConfig model_config_of_hf(const json& j, const std::string& what) {
@@ -169,19 +178,22 @@ ModelConfig model_config_of_hf(const json& j, const std::string& what) {
   c.name = j.contains("stateflow") ? j["stateflow"].value("name", "imported") : "imported";
   c.vocab_size = integer("vocab_size");
   c.d_model = integer("hidden_size");
-  c.n_layers = integer("num_hidden_layers");
-  c.n_heads = heads;
-  c.head_dk = integer("head_dim");
-  c.head_dv = static_cast<int64_t>(double(c.head_dk) * number_or("expand_v", 2.0));  // fla's rule
-  c.conv_size = j.contains("conv_size") ? integer("conv_size") : 4;
+  c.pattern = std::string(static_cast<size_t>(std::clamp<int64_t>(integer("num_hidden_layers"), 0, 4096)), 'G');
+  const int64_t head_dk = integer("head_dim");
+  c.mixers["gdn"] = {
+      {"heads", heads},
+      {"head_dk", head_dk},
+      {"head_dv", static_cast<int64_t>(double(head_dk) * number_or("expand_v", 2.0))},  // fla's rule
+      {"conv_size", j.contains("conv_size") ? integer("conv_size") : 4},
+      // The chunkwise kernel's inner block: not a property of the weights. 64 is the GPU kernels'.
+      {"block_size", j.contains("stateflow") ? j["stateflow"].value("block_size", int64_t{64}) : 64}};
   c.mlp_hidden = j.contains("intermediate_size") && !j.at("intermediate_size").is_null()
                      ? integer("intermediate_size")
                      : fla_default_intermediate(c.d_model, number_or("hidden_ratio", 4));
   c.norm_eps = number_or("norm_eps", 1e-6);  // fla's config default
   c.init_std = number_or("initializer_range", 0.02);
-  // The chunkwise kernel's inner block: not a property of the weights. 64 is the GPU kernels'.
-  c.block_size = j.contains("stateflow") ? j["stateflow"].value("block_size", int64_t{64}) : 64;
   if (j.contains("stateflow")) c.seed = j["stateflow"].value("seed", c.seed);
+  c.complete_sections();
   c.validate();
   return c;
 }

@@ -117,8 +117,8 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
   const PipelineConfig pc = pipeline_->config();
   if (report) {
     log << "model " << opts_.model.name << ": " << opts_.model.num_parameters() << " parameters, vocab "
-        << opts_.model.vocab_size << ", "
-        << opts_.model.n_layers << " GDN blocks, d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
+        << opts_.model.vocab_size << ", " << opts_.model.num_blocks() << " blocks (pattern " << opts_.model.pattern
+        << "), d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
         << " on " << device_name(opts_.device)
         << "\ndata: " << data_->describe()
         << (eval_data_ ? cat("\nheld-out data: ", eval_data_->describe(), "; ", opts_.eval_tokens, " tokens ",
