@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/rng.h"
@@ -281,4 +282,48 @@ TEST(MakeDataSource, KindsDefaultsAndErrors) {
   expect_error([] { make_data_source({"tokens-u16", "x.bin", 0, 0, {}}); }, "--data-vocab");
   expect_error([] { make_data_source({"text", "x.txt", 100, 0, {}}); }, "vocab size is 256");
   expect_error([] { make_data_source({"recall", "", -5, 0, {}}); }, "vocab size -5");
+}
+
+// A tools/prepare_data.py manifest: the token file, width and vocabulary come from it, and
+// data_vocab_size tells a preset's vocabulary without reading the tokens.
+TEST(TokenManifest, TrainReadsTheTokenFileItNamesAndChecksIt) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE(::testing::Message() << "seed " << seed);
+  Rng rng(seed);
+  TempDir tmp(seed);
+  for (int width : {2, 4}) {
+    const uint64_t vocab = width == 2 ? 300 : 70000;
+    std::vector<uint32_t> ids = random_ids(rng, 50 + static_cast<int64_t>(rng.below(50)), vocab);
+    ids.back() = static_cast<uint32_t>(vocab - 1);
+    tmp.write("c.tokens", little_endian(ids, width));
+    nlohmann::json m = {{"format", "stateflow-tokens"}, {"version", 1}, {"tokens", "c.tokens"},
+                        {"token_width", width}, {"vocab_size", vocab}, {"num_tokens", ids.size()},
+                        {"documents", 1}, {"tokenizer", {{"kind", "sentencepiece"}}}};
+    const std::string path = tmp.write("c.json", {});
+    std::ofstream(path) << m.dump();
+    const DataConfig cfg{"tokens", path, 0, 0, {}};
+    EXPECT_EQ(data_vocab_size(cfg), static_cast<int64_t>(vocab));
+    std::unique_ptr<DataSource> src = make_data_source(cfg);
+    EXPECT_EQ(src->vocab_size(), static_cast<int64_t>(vocab));
+    check_windows(*src, ids, 2, 7, 3);
+
+    auto broken = [&](const char* key, nlohmann::json value, const std::string& needle) {
+      nlohmann::json b = m;
+      if (value.is_null()) b.erase(key);
+      else b[key] = value;
+      std::ofstream(path) << b.dump();
+      expect_error([&] { make_data_source(cfg); }, needle);
+    };
+    broken("format", "other", "lacks \"format\": \"stateflow-tokens\"");
+    broken("num_tokens", ids.size() + 1, "do not belong together");
+    broken("token_width", 3, "token_width 3 must be 2");
+    broken("tokens", "missing.tokens", "which does not exist");
+    broken("vocab_size", nullptr, "field 'vocab_size' is missing");
+    broken("vocab_size", 2, "not below the vocab size 2");
+  }
+  std::ofstream(tmp.dir / "raw.bin") << "not json";
+  expect_error([&] { make_data_source({"tokens", (tmp.dir / "raw.bin").string(), 0, 0, {}}); },
+               "for a raw token file use --data tokens-u16");
+  EXPECT_EQ(data_vocab_size({"text", "x.txt", 0, 0, {}}), 256);
+  EXPECT_EQ(data_vocab_size({"recall", "", 0, 0, {}}), 0);  // recall takes the model's
 }

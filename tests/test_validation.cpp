@@ -183,7 +183,7 @@ TEST(Validation, PipelineShapeNamesTheFix) {
 TEST(Validation, DataSettingsNameTheFix) {
   const Case cases[] = {
       {"unknown kind", [](TrainOptions& o) { o.data.kind = "csv"; },
-       "unknown data kind 'csv': use recall, text, tokens-u16 or tokens-u32"},
+       "unknown data kind 'csv': use recall, text, tokens (a tools/prepare_data.py manifest), tokens-u16 or tokens-u32"},
       {"recall with a path", [](TrainOptions& o) { o.data.path = "x.txt"; },
        "recall data is generated, but a data path was given (x.txt)"},
       {"text without a path", [](TrainOptions& o) { o.data.kind = "text"; },

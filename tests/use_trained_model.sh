@@ -53,6 +53,10 @@ run resume_imported "$bin" train --resume imported --data text --data-path corpu
 # Clear errors.
 if "$bin" generate --resume run --max-new-tokens 3 >no_prompt.log 2>&1; then fail "generate without a prompt"; fi
 grep -q "give a prompt" no_prompt.log || fail "generate without a prompt: unclear error"
+echo '{"preset": "small", "vocab_size": 96}' >fixed_vocab.json
+if "$bin" train --config fixed_vocab.json --data text --data-path corpus.txt --steps 1 >fixed.log 2>&1; then
+  fail "a config's vocab_size 96 should not take 256 byte ids"; fi
+grep -q "raise vocab_size" fixed.log || fail "a too-small vocab_size of the config: unclear error"
 if "$bin" import --format hf corpus.txt --save-dir x >bad_import.log 2>&1; then fail "import of a non-folder"; fi
 grep -q "no config.json" bad_import.log || fail "import of a non-folder: unclear error"
 

@@ -314,7 +314,8 @@ struct VerifiedCheckpoint {
 };
 
 static VerifiedCheckpoint verify_checkpoint(const std::string& step_dir) {
-  VerifiedCheckpoint v{read_manifest(step_dir)};
+  VerifiedCheckpoint v;
+  v.manifest = read_manifest(step_dir);
   const CheckpointManifest& m = v.manifest;
   v.model = ModelConfig::from_json(m.state.options.at("model"));
   v.dtype = m.state.options.at("dtype").get<std::string>();
