@@ -557,7 +557,7 @@ std::vector<RankPlace> gather_places(NcclProcess& process, int rank, int world_s
     fail("NCCL: gathering every rank's host and GPU failed: ",
          r == cudaErrorNotReady ? cat("no answer within ", process.timeout_s, " s") : cudaGetErrorString(r));
   }
-  std::vector<Record> all(size_t(world_size));
+  std::vector<Record> all(static_cast<size_t>(world_size));
   cuda_check(cudaMemcpy(all.data(), device_records, sizeof(Record) * all.size(), cudaMemcpyDeviceToHost),
              "cudaMemcpy (placement)");
   cudaFree(device_records);
