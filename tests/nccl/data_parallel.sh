@@ -12,6 +12,7 @@
 # usage: data_parallel.sh STATEFLOW [MPIEXEC]
 set -uo pipefail
 here=$(dirname "$0")
+source "$here/common.sh"
 stateflow=$1 mpiexec=${2:-}
 gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 if ((gpus < 2)); then
@@ -24,24 +25,6 @@ trap 'rm -rf "$work"' EXIT
 args=(train --device cuda --dtype f32 --config "$here/gpu_2_blocks.json" --steps 3 --batch 2 --seq-len 128
   --chunks 2 --log-every 1 --timeout 60)
 failures=0
-
-losses() { python3 -c 'import csv,sys; print(" ".join(r["loss"] for r in csv.DictReader(open(sys.argv[1]))))' "$1"; }
-
-check() {  # label, metrics file, exit status, output
-  local label=$1 metrics=$2 rc=$3 out=$4
-  if [[ $rc -eq 0 && -s $metrics ]] && grep -q "process grid" <<<"$out" && python3 - "$work/ref.csv" "$metrics" <<'PY'; then
-import csv, sys
-ref = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[1]))]
-got = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[2]))]
-sys.exit(0 if len(ref) == len(got) == 3 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, ref)) else 1)
-PY
-    echo "ok   $label: losses $(losses "$metrics") (1 GPU: $(losses "$work/ref.csv"))"
-  else
-    echo "FAIL $label: exit $rc, losses '$( [[ -s $metrics ]] && losses "$metrics")' vs 1 GPU '$(losses "$work/ref.csv")'"
-    echo "$out"
-    failures=$((failures + 1))
-  fi
-}
 
 out=$(timeout 120 "$stateflow" "${args[@]}" --stages 1 --microbatches 2 --transport local --metrics "$work/ref.csv" 2>&1)
 if [[ $? -ne 0 || ! -s $work/ref.csv ]]; then
@@ -59,7 +42,7 @@ mpi() {  # ranks, metrics file, more arguments
 
 if [[ -n $mpiexec ]]; then
   out=$(mpi 2 "$work/mpi2.csv" --stages 1 --data-parallel 2)
-  check "1 stage x 2 replicas, mpirun -n 2" "$work/mpi2.csv" $? "$out"
+  check "1 stage x 2 replicas, mpirun -n 2" "$work/mpi2.csv" $? "$out" "process grid"
 else
   echo "skip the mpirun runs: no mpirun on this machine"
 fi
@@ -73,12 +56,12 @@ for r in 0 1; do
 done
 rc=0
 for p in "${pids[@]}"; do wait "$p" || rc=$?; done
-check "1 stage x 2 replicas, torchrun-style environment" "$work/env0.csv" $rc "$(cat "$work"/env*.log)"
+check "1 stage x 2 replicas, torchrun-style environment" "$work/env0.csv" $rc "$(cat "$work"/env*.log)" "process grid"
 
 if ((gpus < 4)); then
   echo "skip 2 stages x 2 replicas: needs 4 GPUs, found $gpus"
 elif [[ -n $mpiexec ]]; then
   out=$(mpi 4 "$work/mpi4.csv" --stages 2 --data-parallel 2)
-  check "2 stages x 2 replicas, mpirun -n 4" "$work/mpi4.csv" $? "$out"
+  check "2 stages x 2 replicas, mpirun -n 4" "$work/mpi4.csv" $? "$out" "process grid"
 fi
 exit $((failures > 0))
