@@ -1,11 +1,20 @@
-# Sourced by the NCCL test scripts: comparing a run's per-step losses (--metrics CSV) with the
-# one-GPU reference run's, $work/ref.csv. The caller sets `work` and `failures`.
+# Sourced by the NCCL test scripts: skipping without enough GPUs, and comparing a run's
+# per-step losses (--metrics CSV) with the one-GPU reference run's, $work/ref.csv.
+
+# Sets `gpus`; exits 77 (CTest's SKIP_RETURN_CODE) when there are fewer than $1.
+require_gpus() {
+  gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+  if ((gpus < $1)); then
+    echo "SKIPPED: needs $1 GPUs, found ${gpus:-0}"
+    exit 77
+  fi
+}
 
 losses() { python3 -c 'import csv,sys; print(" ".join(r["loss"] for r in csv.DictReader(open(sys.argv[1]))))' "$1"; }
 
 # label, metrics file, exit status, output[, a pattern the output must contain]: passes when
 # the run exited 0 and its 3 losses are within 1e-5 of the reference's; else counts a failure
-# and prints the output.
+# (in `failures`) and prints the output. The caller sets `work`.
 check() {
   local label=$1 metrics=$2 rc=$3 out=$4 want=${5:-}
   if [[ $rc -eq 0 && -s $metrics ]] && { [[ -z $want ]] || grep -q "$want" <<<"$out"; } &&

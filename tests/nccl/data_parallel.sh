@@ -14,11 +14,7 @@ set -uo pipefail
 here=$(dirname "$0")
 source "$here/common.sh"
 stateflow=$1 mpiexec=${2:-}
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if ((gpus < 2)); then
-  echo "SKIPPED: needs 2 GPUs, found ${gpus:-0}"
-  exit 77
-fi
+require_gpus 2
 [[ -n $mpiexec ]] || mpiexec=$(command -v mpirun) || mpiexec=""
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
