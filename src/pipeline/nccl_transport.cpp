@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "pipeline/watchdog.h"
 
 namespace stateflow {
 namespace {
@@ -46,10 +47,16 @@ struct NcclProcess {
   std::vector<std::unique_ptr<std::mutex>> locks;
   std::mutex failure_mu;
   std::string failure;
+  // Watches every transfer in flight from its own thread: the host may be blocked in a CUDA
+  // synchronisation that waits for one (a dead peer's), where no timeout of ours runs. After
+  // --timeout it aborts the communicators, which ends that wait; the stage then fails naming
+  // the peer at its next transport call, or the process exits after another --timeout.
+  std::unique_ptr<Watchdog> watchdog;
 
   NcclProcess(int endpoints, double timeout)
       : timeout_s(timeout), comms(size_t(endpoints), nullptr), devices(size_t(endpoints), -1) {
     for (int i = 0; i < endpoints; ++i) locks.push_back(std::make_unique<std::mutex>());
+    watchdog = std::make_unique<Watchdog>(timeout, timeout, [this](const std::string& why) { abort_all(why); });
   }
 
   std::string failed() {
@@ -95,6 +102,7 @@ struct NcclProcess {
   // Every healthy communicator is finalised together (finalize waits for the peers' to be
   // quiescent), then destroyed; one that does not settle in time is aborted.
   ~NcclProcess() {
+    watchdog.reset();  // it calls abort_all(): gone before anything that uses
     int caller_device = 0;
     cudaGetDevice(&caller_device);
     std::vector<size_t> live;
@@ -130,7 +138,7 @@ class NcclTransport : public Transport {
   ~NcclTransport() override {
     GpuScope on(device_);
     if (process_->failed().empty()) cudaStreamSynchronize(comm_stream_);  // an aborted one has stopped
-    for (Batch& b : in_flight_) cudaEventDestroy(b.done);
+    for (Batch& b : in_flight_) process_->watchdog->forget(b.watch), cudaEventDestroy(b.done);
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     cudaEventDestroy(compute_ready_);
     cudaFree(reduce_device_);
@@ -161,6 +169,11 @@ class NcclTransport : public Transport {
       stop(cat("stage ", rank_, " could not start the transfer of the ", batch_.what, ": ", why));
     batch_.done = take_event();
     cuda_check(cudaEventRecord(batch_.done, comm_stream_), "cudaEventRecord (transfer done)");
+    batch_.watch = process_->watchdog->watch(cat("stage ", rank_, ": the ", batch_.what),
+                                             [e = batch_.done, gpu = device_] {
+                                               cudaSetDevice(gpu);  // the watchdog's own thread
+                                               return cudaEventQuery(e) != cudaErrorNotReady;
+                                             });
     if (batch_.receives)  // the stage's next kernels read the data
       cuda_check(cudaStreamWaitEvent(compute_stream(), batch_.done, 0), "cudaStreamWaitEvent (receive)");
     in_flight_.push_back(std::move(batch_));
@@ -211,6 +224,7 @@ class NcclTransport : public Transport {
     std::vector<Tensor> keep;
     bool receives = false;
     cudaEvent_t done = nullptr;
+    int64_t watch = -1;  // its id on the process's watchdog
   };
 
   static cudaStream_t compute_stream() { return cublas_for_thread().stream(); }
@@ -293,6 +307,7 @@ class NcclTransport : public Transport {
   // Drops the batches whose transfers are done (their sent tensors go back to the stage).
   void complete_batches() {
     while (!in_flight_.empty() && done(in_flight_.front().done)) {
+      process_->watchdog->forget(in_flight_.front().watch);  // before its event is used again
       spare_events_.push_back(in_flight_.front().done);
       in_flight_.pop_front();
     }
