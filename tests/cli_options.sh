@@ -21,12 +21,12 @@ refused() {
   echo "refused as it should be: $what"
 }
 
-refused "verify --chunks -3" "--chunks -3: give a whole number of chunks, at least 1" "$bin" verify --chunks -3
-refused "verify --chunks 0" "--chunks 0: give a whole number" "$bin" verify --chunks 0
-refused "verify --chunk-lengths ''" "--chunk-lengths is empty" "$bin" verify --chunk-lengths ""
-refused "train --chunk-lengths ''" "--chunk-lengths is empty" "$bin" train --chunk-lengths ""
+refused "verify --chunks -3" "--chunks: -3 is not a number of chunks: give a whole number, at least 1" "$bin" verify --chunks -3
+refused "verify --chunks 0" "--chunks: 0 is not a number of chunks" "$bin" verify --chunks 0
+refused "verify --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" verify --chunk-lengths ""
+refused "train --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" train --chunk-lengths ""
 for t in -1 0 nan; do
-  refused "verify --tolerance $t" "--tolerance $t: give a positive, finite relative difference" \
+  refused "verify --tolerance $t" "--tolerance: $t is not a positive, finite relative difference" \
     "$bin" verify --tolerance "$t"
 done
 

@@ -5,19 +5,22 @@
 # is being written), and each time resumed from its newest complete checkpoint, until it ends.
 #   chain A keeps the shape (P=2, N=2, M=2): its final weights and AdamW moments must be
 #           bitwise those of an uninterrupted run;
-#   chain B resumes under a random P, N, M each time: equal to rounding (float64).
+#   chain B resumes under a random P, N, M each time: equal to rounding (float64: measured
+#           ~5e-10 relative after 150 steps; a lost or repeated step moves weights by ~1e-3).
 # After every kill, every step directory with a manifest must read back and pass all checks
 # (checkpoint_check verify): no checkpoint is ever left half-written or unreadable.
 # Usage: kill_resume_soak.sh path/to/stateflow path/to/checkpoint_check [kills per chain] [seed]
-# The default 12 kills per chain take about a minute on 2 cores (more under sanitizers).
+# The default 40 kills per chain take about a minute on 2 cores (several times that under
+# sanitizers: CMake gives them fewer).
 set -euo pipefail
-bin=$1 check=$2 kills=${3:-12} seed=${4:-${SOAK_SEED:-16}}
+bin=$1 check=$2 kills=${3:-40} seed=${4:-${SOAK_SEED:-16}}
 RANDOM=$seed
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAILED (seed $seed): $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -5 "$f"; done; exit 1; }
 echo '{"preset": "tiny", "n_layers": 3}' >"$dir/model.json"
-steps=60
+steps=150
+mid_save=0  # kills that left an incomplete step directory behind
 common=(--config "$dir/model.json" --dtype f64 --batch 4 --seq-len 32 --recall-pairs 4 --recall-queries 4
         --lr 3e-3 --min-lr 3e-4 --warmup 5 --steps "$steps" --log-every 1 --save-every 1 --keep 2)
 shapes=("--stages 2 --chunks 2 --microbatches 2" "--stages 1 --chunks 1 --microbatches 1"
@@ -40,7 +43,7 @@ segment() {
   done
   sleep "0.0$(printf %02d "$pause")"
   kill -"$signal" "$pid" 2>/dev/null || true
-  wait "$pid" || rc=$?
+  wait "$pid" 2>/dev/null || rc=$?  # (no "Killed" line from the shell)
   if ((rc == 0)); then
     ended=1
   elif ((rc != want)); then
@@ -48,9 +51,13 @@ segment() {
   elif [[ $signal == TERM ]] && ! grep -q "stopped by SIGTERM" "$log"; then
     fail "$chain round $round: no 'stopped by SIGTERM' line"
   fi
-  "$check" verify "$dir/$chain" >/dev/null 2>"$dir/check.err" || [[ ! -d $dir/$chain ]] ||
-    { grep -q "no complete checkpoint" "$dir/check.err" || fail "$chain round $round: $(cat "$dir/check.err")"; }
-  echo "  $chain round $round: SIG$signal after $after step(s) + ${pause} ms -> exit $rc"
+  local found=""
+  if [[ -d $dir/$chain ]]; then
+    found=$("$check" verify "$dir/$chain" 2>"$dir/check.err") ||
+      grep -q "no complete checkpoint" "$dir/check.err" || fail "$chain round $round: $(cat "$dir/check.err")"
+    [[ $found == *", 0 incomplete" || -z $found ]] || mid_save=$((mid_save + 1))
+  fi
+  echo "  $chain round $round: SIG$signal after $after step(s) + ${pause} ms -> exit $rc; ${found#*: }"
 }
 
 # A chain: kills until the run ends or `kills` are spent, then runs to the end unkilled.
@@ -81,5 +88,5 @@ chain A 0
 "$check" compare "$dir/A/$final" "$dir/unbroken/$final" 0 || fail "chain A differs from the unbroken run"
 echo "chain B: resumed under random shapes"
 chain B 1
-"$check" compare "$dir/B/$final" "$dir/unbroken/$final" 1e-9 || fail "chain B differs from the unbroken run"
-echo "soak passed (seed $seed)"
+"$check" compare "$dir/B/$final" "$dir/unbroken/$final" 1e-6 || fail "chain B differs from the unbroken run"
+echo "soak passed (seed $seed): $mid_save kill(s) cut a checkpoint short, and every complete one verified"

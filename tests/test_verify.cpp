@@ -61,7 +61,7 @@ TEST(Verify, AgainstFloat64EachChunkingStaysWithinTwiceTheUnsplitError) {
 }
 
 TEST(Verify, BadTolerancesAreRefusedNotReplacedByTheDefault) {
-  for (double t : {-1.0, std::nan(""), INFINITY}) {
+  for (double t : {-1.0, std::nan(""), double(INFINITY)}) {
     VerifyOptions o;
     o.tolerance = t;
     stateflow::testing::expect_error([&] { run_verify(o); }, "--tolerance must be a positive, finite relative difference");

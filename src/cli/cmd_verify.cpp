@@ -34,7 +34,7 @@ void add_verify_command(CLI::App& root) {
         } catch (const std::exception&) {
         }
         return t > 0 && std::isfinite(t) ? std::string()
-                                         : "--tolerance " + v + ": give a positive, finite relative difference";
+                                         : v + " is not a positive, finite relative difference";
       });
   app->callback([=]() {
     VerifyOptions o = *opts;

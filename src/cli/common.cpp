@@ -42,12 +42,11 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
         ->check([](const std::string& v) {
           return v.find_first_not_of("0123456789") == std::string::npos && v.find_first_not_of('0') != std::string::npos
                      ? std::string()
-                     : "--chunks " + v + ": give a whole number of chunks, at least 1";
+                     : v + " is not a number of chunks: give a whole number, at least 1";
         });
     app.add_option("--chunk-lengths", chunk_lengths, "Explicit chunk lengths a,b,c,... summing to --seq-len")
         ->check([](const std::string& v) {
-          return v.empty() ? std::string("--chunk-lengths is empty: give lengths a,b,c,... summing to --seq-len, or "
-                                         "leave it out")
+          return v.empty() ? std::string("it is empty: give lengths a,b,c,... summing to --seq-len, or leave it out")
                            : std::string();
         });
   }
