@@ -6,7 +6,8 @@
 #   chain A keeps the shape (P=2, N=2, M=2): its final weights and AdamW moments must be
 #           bitwise those of an uninterrupted run;
 #   chain B resumes under a random P, N, M each time: equal to rounding (float64: measured
-#           ~5e-10 relative after 150 steps; a lost or repeated step moves weights by ~1e-3).
+#           ~5e-10 relative after 150 steps, where one lost or repeated AdamW
+#           update moves weights by up to lr = 3e-3 each).
 # After every kill, every step directory with a manifest must read back and pass all checks
 # (checkpoint_check verify): no checkpoint is ever left half-written or unreadable.
 # Usage: kill_resume_soak.sh path/to/stateflow path/to/checkpoint_check [kills per chain] [seed]
