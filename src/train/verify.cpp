@@ -57,9 +57,12 @@ static std::map<std::string, Param*> by_name(const std::vector<Param*>& params) 
   return out;
 }
 
-// The loss error bound against the float64 run: twice the unsplit run's, floored (a single
-// number's bf16 error can be near zero by chance).
-static double f64_loss_bound(const VerifyColumn& unsplit) { return 2 * std::max(unsplit.loss_diff, 1e-4); }
+// The loss error bound against the float64 run: twice the unsplit run's, floored at 1e-3. The
+// loss is one number, so its bf16 error is one random draw: the unsplit run's can be small by
+// chance (on an H200, 1.2e-4 while chunks 1,1,2,296 drew 5.5e-4; all within the bf16 band).
+// The gradients' mean error, over every parameter, carries the 2x test: a lost or doubled
+// boundary state puts O(1) errors into several gradients.
+static double f64_loss_bound(const VerifyColumn& unsplit) { return 2 * std::max(unsplit.loss_diff, 1e-3); }
 
 VerifyResult run_verify(const VerifyOptions& opts) {
   SF_CHECK(opts.batch >= 1 && opts.seq_len >= 1, "verify: --batch and --seq-len must be at least 1");
