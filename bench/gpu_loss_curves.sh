@@ -10,8 +10,8 @@
 set -euo pipefail
 bin=$1 out=$2 steps=${3:-200}
 mkdir -p "$out"
-echo '{"preset": "small", "d_model": 256, "n_layers": 4, "n_heads": 2, "head_dk": 128, "head_dv": 128,
-       "block_size": 64, "mlp_hidden": 512}' >"$out/gpu-model.json"
+echo '{"preset": "small", "d_model": 256, "pattern": "GGGG", "mlp_hidden": 512,
+       "gdn": {"heads": 2, "head_dk": 128, "head_dv": 128, "block_size": 64}}' >"$out/gpu-model.json"
 common=(--device cuda --transport local --config "$out/gpu-model.json" --stages 2 --microbatches 4 --batch 16
         --seq-len 512 --steps "$steps" --lr 3e-3 --warmup 20 --log-every 50)
 "$bin" train "${common[@]}" --schedule 1f1b --chunks 1 --metrics "$out/gpu-1f1b.csv"

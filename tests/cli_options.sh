@@ -58,6 +58,6 @@ echo "--recompute and --metrics apply on resuming and are inherited after"
 
 refused "train --resume with another --data-seed" "--data-seed differs from the checkpoint's" \
   "$bin" train --resume "$dir/run" --steps 9 --data-seed 12345
-refused "train --resume with another --preset" "--preset differs from the checkpoint's (checkpoint vs command line: block_size" \
+refused "train --resume with another --preset" "--preset differs from the checkpoint's (checkpoint vs command line: d_model 24 vs 128" \
   "$bin" train --resume "$dir/run" --steps 9 --preset small
 echo "all command-line checks passed"

@@ -19,7 +19,7 @@ RANDOM=$seed
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 fail() { echo "FAILED (seed $seed): $*"; for f in "$dir"/*.log; do echo "--- $f"; tail -5 "$f"; done; exit 1; }
-echo '{"preset": "tiny", "n_layers": 3}' >"$dir/model.json"
+echo '{"preset": "tiny", "pattern": "GGG"}' >"$dir/model.json"
 steps=150
 mid_save=0  # kills that left an incomplete step directory behind
 common=(--config "$dir/model.json" --dtype f64 --batch 4 --seq-len 32 --recall-pairs 4 --recall-queries 4

@@ -71,7 +71,7 @@ TEST(ResumeOptions, OptionsThatMustMatchAreRefusedNamingBothValuesAndWhy) {
   given = saved;
   given.model = model_preset("small");
   expect_error([&] { resumed_options(saved, given, {"--preset"}, "/r/step-000001"); },
-               "--preset differs from the checkpoint's (checkpoint vs command line: block_size 8 vs 32");
+               "--preset differs from the checkpoint's (checkpoint vs command line: d_model 24 vs 128");
   given = saved;
   given.dtype = DType::F64;
   expect_error([&] { resumed_options(saved, given, {"--dtype"}, "/r/step-000001"); }, "dtype \"f32\" vs \"f64\"");

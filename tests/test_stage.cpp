@@ -26,7 +26,8 @@ namespace {
 PipelineConfig config(int stages, std::vector<int64_t> chunks) {
   PipelineConfig pc;
   pc.model = model_preset("tiny");
-  pc.model.n_layers = 3;
+  pc.model.pattern = "GGG";
+  pc.model.complete_sections();
   pc.dtype = DType::F64;
   pc.stages = stages;
   pc.chunk_lengths = std::move(chunks);

@@ -17,6 +17,8 @@ const std::vector<ResumeRule>& resume_rules() {
   static const std::vector<ResumeRule> rules = {
       // What the checkpoint's tensors are: checked again, field by field, when they are loaded.
       {{"--preset", "--config"}, OnResume::MustMatch, same_math, [](R& o, const R& g) { o.model = g.model; }},
+      // Its blocks must match; its stage cuts may move (parameters are matched by name).
+      {{"--pattern"}, OnResume::MustMatch, same_math, [](R& o, const R& g) { o.model.pattern = g.model.pattern; }},
       {{"--dtype"}, OnResume::MustMatch, same_math, [](R& o, const R& g) { o.dtype = g.dtype; }},
       {{"--data"}, OnResume::MustMatch, same_data, [](R& o, const R& g) { o.data.kind = g.data.kind; }},
       {{"--data-vocab"}, OnResume::MustMatch, same_data, [](R& o, const R& g) { o.data.vocab_size = g.data.vocab_size; }},
@@ -69,7 +71,8 @@ const ResumeRule* find_resume_rule(const std::string& flag) {
   return nullptr;
 }
 
-// "data_seed 3 vs 5, ...": the option fields in which a and b differ (the model's field by field).
+// "data_seed 3 vs 5, ...": the option fields in which a and b differ (the model's field by field,
+// ignoring its name and stage cuts).
 static std::string option_differences(const TrainOptions& a, const TrainOptions& b) {
   const nlohmann::json ja = a.to_json(), jb = b.to_json();
   std::string out;
@@ -99,6 +102,7 @@ TrainOptions resumed_options(const TrainOptions& saved, const TrainOptions& give
       const std::string diff = option_differences(o, asked);
       SF_CHECK(diff.empty(), flag, " differs from the checkpoint's (checkpoint vs command line: ", diff, "): ", r.why,
                ". Leave ", flag, " out to use the checkpoint's (", step_dir, ")");
+      o = asked;  // what may differ (a name, the stage cuts) is the command line's
     }
   }
   if (!given_flags.count("--save-dir")) o.save_dir = save_dir_of(step_dir);

@@ -13,7 +13,8 @@ namespace stateflow {
 
 enum class OnResume {
   Applies,      // given: overrides the checkpoint's value from the resumed step on
-  MustMatch,    // given: must equal the checkpoint's value, else the resume is refused
+  MustMatch,    // given: must equal the checkpoint's value (but for a model's name and stage
+                // cuts, which apply), else the resume is refused
   ThisRunOnly,  // never taken from the checkpoint: where and how this process runs
 };
 
