@@ -45,6 +45,11 @@ void add_train_command(CLI::App& root) {
   model->add(*app, "small", "f32");
   data->add(*app);
   pipe->add(*app);
+  add_data_parallel_option(*app, opts->data_parallel);
+  app->add_option("--bucket-mb", opts->bucket_mb,
+                  "Data parallelism: gradients are summed over the replicas in buckets of this many MiB, each "
+                  "started as soon as its layers' last backward is done")
+      ->capture_default_str();
   app->add_option("--steps", opts->steps, "Optimizer steps (in all: a resumed run continues up to it)")
       ->capture_default_str();
   app->add_option("--batch", opts->batch, "Sequences per step")->capture_default_str();

@@ -99,6 +99,14 @@ std::vector<int64_t> PipelineOptions::given_chunk_lengths() const {
   return chunk_lengths.empty() ? std::vector<int64_t>{} : parse_chunk_lengths(chunk_lengths);
 }
 
+void add_data_parallel_option(CLI::App& app, int& data_parallel) {
+  app.add_option("--data-parallel", data_parallel,
+                 "Data-parallel replicas D of the pipeline: world = --stages x D processes (mpirun, torchrun or "
+                 "srun), each replica takes --batch / D sequences, gradients are summed over the replicas "
+                 "(0: world size / --stages; 1 in a single process)")
+      ->capture_default_str();
+}
+
 void DataOptions::add(CLI::App& app) {
   app.add_option("--data", data.kind,
                  "Training data: recall (built-in associative recall task), text (a file read as bytes), "

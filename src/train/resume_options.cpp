@@ -32,6 +32,7 @@ const std::vector<ResumeRule>& resume_rules() {
       // Shape and schedule: parameters are matched by name, chunking does not change the math.
       {{"--stages"}, OnResume::Applies, "", [](R& o, const R& g) { o.stages = g.stages; }},
       {{"--microbatches"}, OnResume::Applies, "", [](R& o, const R& g) { o.microbatches = g.microbatches; }},
+      {{"--bucket-mb"}, OnResume::Applies, "", [](R& o, const R& g) { o.bucket_mb = g.bucket_mb; }},
       {{"--chunks"}, OnResume::Applies, "", [](R& o, const R& g) { o.chunks = g.chunks, o.chunk_lengths.clear(); }},
       {{"--chunk-lengths"}, OnResume::Applies, "", [](R& o, const R& g) { o.chunk_lengths = g.chunk_lengths; }},
       {{"--schedule"}, OnResume::Applies, "", [](R& o, const R& g) { o.schedule = g.schedule; }},
@@ -56,6 +57,8 @@ const std::vector<ResumeRule>& resume_rules() {
       {{"--device"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.device = g.device; }},
       {{"--transport"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.transport = g.transport; }},
       {{"--timeout"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.timeout_s = g.timeout_s; }},
+      // The replicas slice the same global batches: any count continues the run.
+      {{"--data-parallel"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.data_parallel = g.data_parallel; }},
       {{"--trace"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.trace_path = g.trace_path; }},
       {{"--resume"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.resume = g.resume; }},
       // Handed to the launcher, not part of the options.

@@ -17,6 +17,8 @@
 
 namespace stateflow {
 
+constexpr double kVerifyLr = 1e-3;  // the update's learning rate: any positive one shows it
+
 std::vector<std::pair<std::string, std::vector<int64_t>>> builtin_chunkings(int64_t T, int64_t C) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
   for (int64_t n : {2, 3, 4, 8})
@@ -58,6 +60,26 @@ static std::map<std::string, Param*> by_name(const std::vector<Param*>& params) 
   return out;
 }
 
+// The step the trainer would make from these gradients: clipped to the global norm, then AdamW.
+static void clipped_update(std::vector<Param*>& params, const PipelineConfig& pc) {
+  const double norm = std::sqrt(grad_sq_sum(params));
+  if (norm > pc.clip) scale_grads(params, pc.clip / norm);
+  AdamW(params, pc.adamw).step(kVerifyLr);
+}
+
+// The weights after the update against the reference's updated weights, into col.
+static void measure_update(VerifyColumn& col, const std::vector<Param*>& ref_updated,
+                           const std::map<std::string, Param*>& owned, const std::function<double(double)>& reduce) {
+  double sum = 0;
+  for (Param* r : ref_updated) {
+    auto it = owned.find(r->name);
+    const double d = reduce(it == owned.end() ? 0.0 : max_rel_diff(it->second->value, r->value));
+    col.update_diff = std::max(col.update_diff, d);
+    sum += d;
+  }
+  col.mean_update_diff = ref_updated.empty() ? 0.0 : sum / double(ref_updated.size());
+}
+
 // The loss error bound against the float64 run: twice the unsplit run's, floored at 1e-3. The
 // loss is one number, so its bf16 error is one random draw: the unsplit run's can be small by
 // chance (on an H200, 1.2e-4 while chunks 1,1,2,296 drew 5.5e-4; all within the bf16 band).
@@ -94,6 +116,7 @@ VerifyResult run_verify(const VerifyOptions& opts) {
 
   zero_grads(params);
   const double unsplit_loss = forward_backward(model, batch, 1, {opts.seq_len}).loss;
+  PipelineConfig pc;
   // The reference: the unsplit run itself, or the float64 CPU run of its weights.
   std::vector<Param*> ref = params;
   double ref_loss = unsplit_loss;
@@ -107,6 +130,17 @@ VerifyResult run_verify(const VerifyOptions& opts) {
     ref_loss = forward_backward(*exact, batch, 1, {opts.seq_len}).loss;
     r.unsplit = measure("unsplit", {opts.seq_len}, unsplit_loss, ref_loss, ref, by_name(params), same_everywhere);
   }
+  // The reference's update, on a copy of its weights so that its gradients stay as they are.
+  Model updated(opts.model, r.against_f64 ? DType::F64 : opts.dtype, 0, layers,
+                r.against_f64 ? Device::CPU : opts.device);
+  std::vector<Param*> ref_updated = updated.params();
+  for (size_t i = 0; i < ref.size(); ++i)
+    ref_updated[i]->value.copy_from(ref[i]->value), ref_updated[i]->grad.copy_from(ref[i]->grad);
+  clipped_update(ref_updated, pc);
+  if (r.against_f64) {
+    clipped_update(params, pc);  // the unsplit run's gradients are measured: update its weights
+    measure_update(r.unsplit, ref_updated, by_name(params), same_everywhere);
+  }
 
   std::vector<std::pair<std::string, std::vector<int64_t>>> cases;
   if (opts.chunkings.empty())
@@ -114,11 +148,11 @@ VerifyResult run_verify(const VerifyOptions& opts) {
   else
     for (auto& l : opts.chunkings) cases.push_back({"N=" + std::to_string(l.size()), l});
 
-  PipelineConfig pc;
   pc.model = opts.model;
   pc.dtype = opts.dtype;
   pc.device = opts.device;
   pc.stages = opts.stages;
+  pc.data_parallel = opts.data_parallel;
   pc.microbatches = opts.microbatches;
   pc.schedule = parse_schedule_kind(opts.schedule);
   pc.timeout_s = opts.timeout_s;
@@ -132,12 +166,17 @@ VerifyResult run_verify(const VerifyOptions& opts) {
     std::vector<Param*> owned;
     for (Stage* s : pipeline->stages())
       for (Param* p : s->model().params()) owned.push_back(p);
-    VerifyColumn col = measure(label, lengths, loss, ref_loss, ref, by_name(owned),
-                               [&](double v) { return pipeline->max_over_processes(v); });
+    auto over_processes = [&](double v) { return pipeline->max_over_processes(v); };
+    VerifyColumn col = measure(label, lengths, loss, ref_loss, ref, by_name(owned), over_processes);
+    pipeline->clip_and_update(kVerifyLr, pipeline->grad_norm());
+    measure_update(col, ref_updated, by_name(owned), over_processes);
     col.passed = r.against_f64 ? col.loss_diff <= f64_loss_bound(r.unsplit) &&
-                                     col.mean_grad_diff <= 2 * r.unsplit.mean_grad_diff
-                               : col.loss_diff <= r.tolerance && col.max_grad_diff <= r.tolerance;
+                                     col.mean_grad_diff <= 2 * r.unsplit.mean_grad_diff &&
+                                     col.mean_update_diff <= 2 * r.unsplit.mean_update_diff
+                               : col.loss_diff <= r.tolerance && col.max_grad_diff <= r.tolerance &&
+                                     col.update_diff <= r.tolerance;
     r.max_rel_grad_diff = std::max(r.max_rel_grad_diff, col.max_grad_diff);
+    r.max_rel_update_diff = std::max(r.max_rel_update_diff, col.update_diff);
     r.max_rel_loss_diff = std::max(r.max_rel_loss_diff, col.loss_diff);
     r.columns.push_back(std::move(col));
   }
@@ -159,7 +198,8 @@ void print_verify(const VerifyResult& r, std::ostream& os) {
     os << "  " << tag << " " << col->label << ": " << l << "\n";
   }
   char buf[64];
-  size_t w = std::string("mean gradient").size();
+  const std::string update_row = "weights after update";
+  size_t w = update_row.size();
   for (auto& n : r.param_names) w = std::max(w, n.size());
   os << std::string(w, ' ');
   for (auto& [tag, col] : shown) {
@@ -178,20 +218,26 @@ void print_verify(const VerifyResult& r, std::ostream& os) {
   row("loss", [](const VerifyColumn& c) { return c.loss_diff; });
   for (size_t i = 0; i < r.param_names.size(); ++i)
     row(r.param_names[i], [i](const VerifyColumn& c) { return c.grad_diffs[i]; });
+  row(update_row, [](const VerifyColumn& c) { return c.update_diff; });
   if (r.against_f64) {
     row("mean gradient", [](const VerifyColumn& c) { return c.mean_grad_diff; });
-    double worst_loss = 0, worst_mean = 0;
-    for (const VerifyColumn& c : r.columns)
-      worst_loss = std::max(worst_loss, c.loss_diff), worst_mean = std::max(worst_mean, c.mean_grad_diff);
-    std::snprintf(buf, sizeof buf, "%.3e", r.unsplit.mean_grad_diff);
+    row("mean weight after", [](const VerifyColumn& c) { return c.mean_update_diff; });
+    double worst_loss = 0, worst_grad = 0, worst_update = 0;
+    for (const VerifyColumn& c : r.columns) {
+      worst_loss = std::max(worst_loss, c.loss_diff), worst_grad = std::max(worst_grad, c.mean_grad_diff);
+      worst_update = std::max(worst_update, c.mean_update_diff);
+    }
     os << (r.passed() ? "PASS" : "FAIL") << ": against float64, the chunkings' worst loss error " << worst_loss
-       << " (bound " << f64_loss_bound(r.unsplit) << ") and mean gradient error " << worst_mean << " (bound "
-       << 2 * r.unsplit.mean_grad_diff << "); the unsplit run's: loss " << r.unsplit.loss_diff
-       << ", mean gradient " << buf << ". Each chunking may have at most twice the unsplit run's error\n";
+       << " (bound " << f64_loss_bound(r.unsplit) << "), mean gradient error " << worst_grad << " (bound "
+       << 2 * r.unsplit.mean_grad_diff << ") and mean weight error after the update " << worst_update << " (bound "
+       << 2 * r.unsplit.mean_update_diff << "); the unsplit run's: loss " << r.unsplit.loss_diff
+       << ", mean gradient " << r.unsplit.mean_grad_diff << ", mean weight " << r.unsplit.mean_update_diff
+       << ". Each chunking may have at most twice the unsplit run's error\n";
   } else {
     std::snprintf(buf, sizeof buf, "%.3e", r.tolerance);
     os << (r.passed() ? "PASS" : "FAIL") << ": max relative loss difference " << r.max_rel_loss_diff
-       << ", max relative gradient difference " << r.max_rel_grad_diff << " (tolerance " << buf << ")\n";
+       << ", max relative gradient difference " << r.max_rel_grad_diff << ", max relative weight difference after "
+       << "one AdamW step " << r.max_rel_update_diff << " (tolerance " << buf << ")\n";
   }
   std::snprintf(buf, sizeof buf, "%.3e", r.max_rel_grad_diff);
   os << "max_rel_grad_diff=" << buf << "\n";

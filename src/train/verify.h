@@ -1,7 +1,8 @@
 // `stateflow verify`: one training step's forward and backward on one stage with one chunk
 // (the reference), and again through the pipeline (P stages, M microbatches, the chosen
-// schedule) under several chunkings, from the same weights and batch; reports the max
-// relative difference of the loss and of every parameter gradient (MATH.md section 8).
+// schedule, D data-parallel replicas sharing the batch) under several chunkings, from the
+// same weights and batch; reports the max relative difference of the loss, of every
+// parameter gradient (MATH.md section 8) and of the weights after one clipped AdamW step.
 // On the GPU the reference is the float64 CPU run of the same weights and batch, and each
 // chunking must stay within twice the unsplit GPU run's error against it.
 #pragma once
@@ -24,6 +25,7 @@ struct VerifyOptions {
   int64_t batch = 2;
   int64_t seq_len = 45;  // not a multiple of the tiny preset's block size 8
   int stages = 1;
+  int data_parallel = 0;  // replicas, one process per rank (0: world size / stages)
   int microbatches = 1;
   std::string schedule = "stateflow";
   std::string transport = "local";
@@ -32,8 +34,9 @@ struct VerifyOptions {
   std::vector<std::vector<int64_t>> chunkings;  // empty: the built-in set
   double tolerance = 0;                         // CPU runs; 0: 1e-10 for f64, 1e-4 for f32
   // Compare with the float64 CPU run of the same weights and batch instead of the unsplit run
-  // on the same device: a chunking passes when its mean gradient error is at most twice the
-  // unsplit run's, and so is its loss error (floored at 1e-3). Always on with --device cuda,
+  // on the same device: a chunking passes when its mean gradient error and its mean weight
+  // error after the update are at most twice the unsplit run's, and so is its loss error
+  // (floored at 1e-3). Always on with --device cuda,
   // where bf16 rounding differs from chunking to chunking.
   bool against_f64 = false;
 };
@@ -45,6 +48,8 @@ struct VerifyColumn {
   std::vector<double> grad_diffs;  // per parameter, model.params() order
   double max_grad_diff = 0;
   double mean_grad_diff = 0;  // over the parameters
+  double update_diff = 0;  // the weights after one AdamW step from these gradients
+  double mean_update_diff = 0;  // over the parameters
   bool passed = true;
 };
 
@@ -56,6 +61,7 @@ struct VerifyResult {
   VerifyColumn unsplit;
   double max_rel_grad_diff = 0;
   double max_rel_loss_diff = 0;
+  double max_rel_update_diff = 0;
   double tolerance = 0;  // the fixed bound (not against_f64)
   bool report = true;  // false on the ranks of an MPI run that do not print
   bool passed() const {
