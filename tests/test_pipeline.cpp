@@ -13,7 +13,7 @@
 #include "pipeline/partition.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/step.h"
 
 using namespace stateflow;
