@@ -11,7 +11,7 @@
 #include "pipeline/stage_executor.h"
 #include "test_util.h"
 #include "train/step.h"
-#include "train/units.h"
+#include "pipeline/units.h"
 
 using namespace stateflow;
 using namespace stateflow::testing;

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "test_util.h"
-#include "train/units.h"
+#include "pipeline/units.h"
 
 using namespace stateflow;
 using namespace stateflow::testing;
