@@ -56,9 +56,7 @@ static std::vector<StepDir> list_step_dirs(const fs::path& save_dir) {
   return out;
 }
 
-// The fields in which two model configs differ, ignoring the name and the stage cuts of the
-// layer pattern (neither changes the math): "d_model 24 vs 32, ..."; empty when they agree.
-static std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
+std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   ModelConfig a_blocks = a, b_blocks = b;
   a_blocks.pattern = a.blocks(), b_blocks.pattern = b.blocks();
   json ja = a_blocks.to_json(), jb = b_blocks.to_json();
@@ -249,6 +247,12 @@ std::string find_checkpoint(const std::string& path) {
        dirs.empty() ? "" : "; the step directories there are incomplete");
 }
 
+std::string save_dir_of(const std::string& step_dir) {
+  fs::path dir = fs::absolute(step_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "step-000400/"
+  return dir.parent_path().string();
+}
+
 static int64_t meta_int(const SafetensorsFile& f, const std::string& key) {
   const std::string& v = f.meta(key);
   size_t used = 0;
@@ -306,22 +310,17 @@ static Tensor load_tensor(const SafetensorsFile& f, const std::string& name, Ten
   return host;
 }
 
-// A checkpoint whose files were all verified, and which file holds each parameter.
-struct VerifiedCheckpoint {
-  CheckpointManifest manifest;
-  ModelConfig model;
-  std::string dtype;
+// The stage files of a step directory, each checked against the manifest, together tiling
+// the model's layers, with every parameter (and its two moments) in exactly one of them.
+struct CheckedParts {
   std::vector<StagePart> parts;
-  std::map<std::string, size_t> owner;  // parameter name -> index into parts
+  std::map<std::string, size_t> owner;  // parameter name -> its part
 };
 
-static VerifiedCheckpoint verify_checkpoint(const std::string& step_dir) {
-  VerifiedCheckpoint v;
-  v.manifest = read_manifest(step_dir);
-  const CheckpointManifest& m = v.manifest;
-  v.model = ModelConfig::from_json(m.state.options.at("model"));
-  v.dtype = m.state.options.at("dtype").get<std::string>();
-  std::vector<StagePart>& parts = v.parts;
+static CheckedParts read_checked_parts(const std::string& step_dir, const CheckpointManifest& m,
+                                       const ModelConfig& saved) {
+  CheckedParts out;
+  std::vector<StagePart>& parts = out.parts;
   for (int i = 0; i < int(m.files.size()); ++i) parts.push_back(read_stage_part(step_dir, m, i));
   // The parts must tile the model's layers in order, and agree on the optimizer's step count.
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -332,15 +331,16 @@ static VerifiedCheckpoint verify_checkpoint(const std::string& step_dir) {
              parts[i].optimizer_steps, " optimizer steps but stage 0 ", parts[0].optimizer_steps,
              ": the stage files do not belong together");
   }
-  SF_CHECK(parts.back().end == Model::num_layers_of(v.model), "the stage files of ", step_dir, " end at layer ",
-           parts.back().end, " but the model has ", Model::num_layers_of(v.model), ": a stage part is missing");
+  SF_CHECK(parts.back().end == Model::num_layers_of(saved), "the stage files of ", step_dir, " end at layer ",
+           parts.back().end, " but the model has ", Model::num_layers_of(saved), ": a stage part is missing");
 
   // Each parameter by name: where it is, and that no two parts hold it.
+  std::map<std::string, size_t>& owner = out.owner;
   for (size_t i = 0; i < parts.size(); ++i) {
     size_t weights = 0;
     for (const StTensorInfo& t : parts[i].file.tensors()) {
       if (t.name.rfind("optim.", 0) == 0) continue;
-      auto [it, fresh] = v.owner.emplace(t.name, i);
+      auto [it, fresh] = owner.emplace(t.name, i);
       SF_CHECK(fresh, "parameter ", t.name, " is in both ", parts[it->second].file.what(), " and ",
                parts[i].file.what(), ": the stage parts overlap");
       ++weights;
@@ -349,60 +349,83 @@ static VerifiedCheckpoint verify_checkpoint(const std::string& step_dir) {
              parts[i].file.tensors().size(), " tensors for ", weights,
              " parameters; expected each parameter with its optim.m and optim.v");
   }
-  return v;
-}
-
-// Loads parameter p's value from the checkpoint (and its bf16 GEMM copy, from the loaded
-// master, rounded as the GPU's AdamW rounds it); returns the file that held it.
-static const SafetensorsFile& load_param(const VerifiedCheckpoint& v, const std::string& step_dir, Param& p,
-                                         const std::string& needed_by) {
-  auto it = v.owner.find(p.name);
-  SF_CHECK(it != v.owner.end(), "checkpoint ", step_dir, " has no parameter ", p.name, " (", needed_by, " needs it)");
-  const SafetensorsFile& f = v.parts[it->second].file;
-  const Tensor master = load_tensor(f, p.name, p.value);
-  if (p.value_bf16.defined()) p.value_bf16.copy_from(master.cast(DType::BF16));
-  return f;
+  return out;
 }
 
 CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir) {
-  const VerifiedCheckpoint v = verify_checkpoint(step_dir);
+  const CheckpointManifest m = read_manifest(step_dir);
   const PipelineConfig& pc = pipeline.config();
-  const std::string diff = model_differences(v.model, pc.model);
+  const ModelConfig saved = ModelConfig::from_json(m.state.options.at("model"));
+  const std::string diff = model_differences(saved, pc.model);
   SF_CHECK(diff.empty(), "checkpoint ", step_dir, " was made with another model (checkpoint vs this run: ", diff,
            "); resume with the checkpoint's model, or start a new run");
-  SF_CHECK(pc.device == Device::CPU || v.dtype == dtype_name(DType::F32), "checkpoint ", step_dir, " holds ",
-           v.dtype, " weights, but GPU runs keep f32 master weights: resume it on the CPU (--device cpu)");
-  SF_CHECK(v.dtype == dtype_name(pc.dtype), "checkpoint ", step_dir, " holds ", v.dtype, " weights but this run is ",
-           dtype_name(pc.dtype), ": pass --dtype ", v.dtype);
+  const std::string saved_dtype = m.state.options.at("dtype").get<std::string>();
+  SF_CHECK(pc.device == Device::CPU || saved_dtype == dtype_name(DType::F32), "checkpoint ", step_dir, " holds ",
+           saved_dtype, " weights, but GPU runs keep f32 master weights: resume it on the CPU (--device cpu)");
+  SF_CHECK(saved_dtype == dtype_name(pc.dtype), "checkpoint ", step_dir, " holds ", saved_dtype,
+           " weights but this run is ", dtype_name(pc.dtype), ": pass --dtype ", saved_dtype);
+
+  const CheckedParts checked = read_checked_parts(step_dir, m, saved);
+  const std::vector<StagePart>& parts = checked.parts;
+  const std::map<std::string, size_t>& owner = checked.owner;
   int64_t loaded = 0;
   for (Stage* s : pipeline.stages()) {
     AdamW& opt = s->optimizer();
     for (size_t i = 0; i < opt.params().size(); ++i) {
       Param& p = *opt.params()[i];
-      const SafetensorsFile& f = load_param(v, step_dir, p, cat("stage ", s->rank(), " of this run"));
+      auto it = owner.find(p.name);
+      SF_CHECK(it != owner.end(), "checkpoint ", step_dir, " has no parameter ", p.name, " (stage ", s->rank(),
+               " of this run needs it)");
+      const SafetensorsFile& f = parts[it->second].file;
+      const Tensor master = load_tensor(f, p.name, p.value);
+      // The GEMMs' bf16 copy, from the loaded master, rounded as the GPU's AdamW rounds it.
+      if (p.value_bf16.defined()) p.value_bf16.copy_from(master.cast(DType::BF16));
       load_tensor(f, kMomentPrefix + p.name, opt.exp_avg(i));
       load_tensor(f, kSquarePrefix + p.name, opt.exp_avg_sq(i));
       ++loaded;
     }
-    opt.set_steps(v.parts[0].optimizer_steps);
+    opt.set_steps(parts[0].optimizer_steps);
   }
   // Every replica loaded the same parameters: count replica 0's.
   const int64_t total = static_cast<int64_t>(pipeline.sum_over_processes(pipeline.replica() == 0 ? double(loaded) : 0));
-  SF_CHECK(total == int64_t(v.owner.size()), "checkpoint ", step_dir, " holds ", v.owner.size(),
+  SF_CHECK(total == int64_t(owner.size()), "checkpoint ", step_dir, " holds ", owner.size(),
            " parameters but this model has ", total, ": it has tensors this model does not know");
-  return v.manifest.state;
+  return m.state;
+}
+
+std::map<std::string, Tensor> read_checkpoint_tensors(const std::string& step_dir) {
+  const CheckpointManifest m = read_manifest(step_dir);
+  const CheckedParts checked = read_checked_parts(step_dir, m, ModelConfig::from_json(m.state.options.at("model")));
+  std::map<std::string, Tensor> out;
+  for (const StagePart& part : checked.parts)
+    for (const StTensorInfo& t : part.file.tensors()) {
+      SF_CHECK(t.dtype == StDtype::F32 || t.dtype == StDtype::F64, part.file.what(), ": tensor ", t.name, " is ",
+               st_dtype_name(t.dtype), "; checkpoints hold F32 or F64");
+      Tensor host = Tensor::zeros(t.shape, t.dtype == StDtype::F32 ? DType::F32 : DType::F64, MemCategory::Other);
+      part.file.copy_to(t.name, host);
+      out.emplace(t.name, std::move(host));
+    }
+  return out;
 }
 
 LoadedModel load_model_from_checkpoint(const std::string& path, Device device) {
   const std::string step_dir = find_checkpoint(path);
-  const VerifiedCheckpoint v = verify_checkpoint(step_dir);
-  const DType dtype = parse_dtype(v.dtype);
-  SF_CHECK(device == Device::CPU || dtype == DType::F32, "checkpoint ", step_dir, " holds ", v.dtype,
+  const CheckpointManifest m = read_manifest(step_dir);
+  const ModelConfig saved = ModelConfig::from_json(m.state.options.at("model"));
+  const std::string saved_dtype = m.state.options.at("dtype").get<std::string>();
+  const DType dtype = parse_dtype(saved_dtype);
+  SF_CHECK(device == Device::CPU || dtype == DType::F32, "checkpoint ", step_dir, " holds ", saved_dtype,
            " weights, but the GPU runs f32 master weights: use it on the CPU (--device cpu)");
-  LoadedModel out{step_dir, v.manifest.state, std::make_unique<Model>(v.model, dtype, 0, Model::num_layers_of(v.model), device)};
+  const CheckedParts checked = read_checked_parts(step_dir, m, saved);
+  LoadedModel out{step_dir, m.state, std::make_unique<Model>(saved, dtype, 0, Model::num_layers_of(saved), device)};
   const std::vector<Param*> params = out.model->params();
-  for (Param* p : params) load_param(v, step_dir, *p, "the model");
-  SF_CHECK(params.size() == v.owner.size(), "checkpoint ", step_dir, " holds ", v.owner.size(),
+  for (Param* p : params) {
+    auto it = checked.owner.find(p->name);
+    SF_CHECK(it != checked.owner.end(), "checkpoint ", step_dir, " has no parameter ", p->name);
+    const Tensor master = load_tensor(checked.parts[it->second].file, p->name, p->value);
+    if (p->value_bf16.defined()) p->value_bf16.copy_from(master.cast(DType::BF16));  // as load_checkpoint
+  }
+  SF_CHECK(params.size() == checked.owner.size(), "checkpoint ", step_dir, " holds ", checked.owner.size(),
            " parameters but its model has ", params.size(), ": it has tensors this model does not know");
   return out;
 }
