@@ -44,11 +44,12 @@ grep -q "^the quick " gen1.log || fail "generate: the output does not start with
 
 run export "$bin" export --resume run --format hf hf
 [[ -f hf/config.json && -f hf/model.safetensors ]] || fail "export wrote no config.json / model.safetensors"
-run import "$bin" import --format hf hf --save-dir imported
+run import "$bin" import --format hf hf --save-dir imported --data text --data-path corpus.txt
 run eval_imported "$bin" eval --resume imported "${held[@]}" --chunk-len 0
 [[ $(eval_loss eval_imported) == "$(eval_loss eval_whole)" ]] ||
   fail "the imported model's eval loss $(eval_loss eval_imported) is not the original's $(eval_loss eval_whole)"
-run resume_imported "$bin" train --resume imported --data text --data-path corpus.txt "${tiny[@]}" --steps 2
+run resume_imported "$bin" train --resume imported --seq-len 32 --batch 4 --chunks 3 --steps 2
+grep -q "^step     2/2" resume_imported.log || fail "the imported model did not train on"
 
 # Clear errors.
 if "$bin" generate --resume run --max-new-tokens 3 >no_prompt.log 2>&1; then fail "generate without a prompt"; fi

@@ -38,15 +38,18 @@ void add_export_command(CLI::App& root) {
 void add_import_command(CLI::App& root) {
   auto* app = root.add_subcommand(
       "import", "Turn a Hugging Face folder of flash-linear-attention's GatedDeltaNetForCausalLM into a stateflow "
-                "checkpoint (step 0, fresh optimizer state) that train, eval and generate --resume");
+                "checkpoint (step 0, fresh optimizer state) that train, eval and generate --resume; --data names "
+                "what `train --resume` will train it on");
   auto format = std::make_shared<std::string>("hf");
   auto dir = std::make_shared<std::string>();
   auto save_dir = std::make_shared<std::string>();
   auto dtype = std::make_shared<std::string>("f32");
+  auto data = std::make_shared<DataOptions>();  // what `train --resume` continues on
   app->add_option("--format", *format, "Input format: hf")->capture_default_str();
   app->add_option("dir", *dir, "The Hugging Face model folder (config.json, model.safetensors)")->required();
   app->add_option("--save-dir", *save_dir, "Where to write the checkpoint (DIR/step-000000/)")->required();
   app->add_option("--dtype", *dtype, "Precision of the checkpoint's weights: f32 or f64")->capture_default_str();
+  data->add(*app);
   app->callback([=]() {
     check_format(*format);
     TrainOptions o;
@@ -54,12 +57,17 @@ void add_import_command(CLI::App& root) {
     o.dtype = parse_dtype(*dtype);
     o.stages = 1, o.microbatches = 1, o.chunks = 1;
     o.save_dir = *save_dir;
+    o.data = data->data;  // the data stream a resumed run starts at position 0 of
+    SF_CHECK(data_vocab_size(o.data) <= o.model.vocab_size, "the data uses ", data_vocab_size(o.data),
+             " token ids but the imported model's vocab_size is ", o.model.vocab_size,
+             ": use data tokenized with the model's tokenizer");
     o.validate();
     std::unique_ptr<Pipeline> pipeline = make_local_pipeline(o.pipeline_config());
     load_hf_weights(pipeline->stages().front()->model(), *dir);
     const std::string step_dir = save_checkpoint(*pipeline, *save_dir, {0, 0, 0, o.to_json()}, 0);
     std::cout << "imported " << *dir << " (" << o.model.num_parameters() << " parameters) as " << step_dir << "\n"
-              << "continue training with: stateflow train --resume " << *save_dir << " --data ... --steps N\n";
+              << "continue training with: stateflow train --resume " << *save_dir << " --steps N (on --data "
+              << o.data.kind << (o.data.path.empty() ? "" : " " + o.data.path) << ")\n";
   });
 }
 

@@ -152,8 +152,7 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
     const bool fresh = step_ == 0 || !fs::exists(opts_.metrics_path) || fs::file_size(opts_.metrics_path) == 0;
     metrics.open(opts_.metrics_path, fresh ? std::ios::trunc : std::ios::app);
     SF_CHECK(metrics.good(), "cannot write --metrics file '", opts_.metrics_path, "'");
-    if (fresh) metrics << "step,loss,accuracy,grad_norm,lr,seconds,bubble_fraction,eval_loss,eval_ppl,eval_accuracy
-";
+    if (fresh) metrics << "step,loss,accuracy,grad_norm,lr,seconds,bubble_fraction,eval_loss,eval_ppl,eval_accuracy\n";
     metrics.precision(17);
   }
   std::vector<StepReport> out;
