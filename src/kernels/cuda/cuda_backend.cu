@@ -2,6 +2,7 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +16,19 @@ namespace stateflow {
 
 namespace {
 
+// Holds a stream (DeviceClock::hold): spins until the host writes *release, or until
+// timeout_ns pass on the device's clock, then says which in *timed_out.
+__global__ void hold_stream_kernel(const volatile int* release, int* timed_out, unsigned long long timeout_ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    if (*release) return;
+    __nanosleep(2000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < timeout_ns);
+  *timed_out = 1;
+}
+
 int current_gpu() {
   int d = 0;
   cuda_check(cudaGetDevice(&d), "cudaGetDevice");
@@ -26,6 +40,11 @@ class CudaClock final : public DeviceClock {
  public:
   ~CudaClock() override {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);  // destructors must not throw
+    if (flags_) {
+      flags_[0] = 1;  // a hold still queued must not outlive the flags
+      cudaDeviceSynchronize();
+      cudaFreeHost(const_cast<int*>(flags_));
+    }
   }
   int mark() override {
     if (used_ == events_.size()) {
@@ -43,10 +62,29 @@ class CudaClock final : public DeviceClock {
     return ms * 1e-3;
   }
   void clear() override { used_ = 0; }
+  void hold() override {
+    if (!flags_) {
+      void* p = nullptr;  // mapped: the kernel reads what the host writes while it runs
+      cuda_check(cudaHostAlloc(&p, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable),
+                 "cudaHostAlloc (hold flags)");
+      flags_ = static_cast<volatile int*>(p);
+    }
+    flags_[0] = 0, flags_[1] = 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    hold_stream_kernel<<<1, 1, 0, cublas_for_thread().stream()>>>(flags_, const_cast<int*>(flags_ + 1),
+                                                                  1'000'000'000ull);
+    cuda_check_launch("hold_stream_kernel");
+  }
+  void release() override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    flags_[0] = 1;
+  }
+  bool hold_timed_out() override { return flags_ && flags_[1] != 0; }
 
  private:
   std::vector<cudaEvent_t> events_;
   size_t used_ = 0;
+  volatile int* flags_ = nullptr;  // [0]: released, [1]: the hold timed out (pinned, mapped)
 };
 
 class CudaBackend final : public DeviceBackend {
