@@ -69,7 +69,8 @@ class CudaClock final : public DeviceClock {
                  "cudaHostAlloc (hold flags)");
       flags_ = static_cast<volatile int*>(p);
     }
-    flags_[0] = 0, flags_[1] = 0;
+    flags_[0] = 0;
+    flags_[1] = 0;
     std::atomic_thread_fence(std::memory_order_seq_cst);
     hold_stream_kernel<<<1, 1, 0, cublas_for_thread().stream()>>>(flags_, const_cast<int*>(flags_ + 1),
                                                                   1'000'000'000ull);
