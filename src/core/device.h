@@ -42,8 +42,9 @@ class DeviceClock {
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
-  // Zero-filled; 0 bytes may give nullptr.
-  virtual void* allocate(size_t bytes, MemCategory c, MemoryTracker& t) = 0;
+  // Zero-filled unless zero_fill is false (then the contents are undefined); 0 bytes may give
+  // nullptr.
+  virtual void* allocate(size_t bytes, MemCategory c, MemoryTracker& t, bool zero_fill = true) = 0;
   virtual void free(void* p, size_t bytes, MemCategory c, MemoryTracker& t) = 0;
   virtual void zero(void* p, size_t bytes) = 0;
   // Copies between host and device or within the device; returns when dst holds the bytes.

@@ -24,6 +24,20 @@ bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
 }
 
+// Outputs that skip the zero-fill (Tensor::uninitialized) are all-ones bytes, NaN in every
+// float type, in the tests (poison_uninitialized.cpp); zeros() are still zero.
+TEST(CudaBackend, UninitializedTensorsArePoisonedInTestsAndZerosAreZero) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  for (DType t : {DType::F32, DType::BF16}) {
+    const Tensor u = Tensor::uninitialized({3, 37}, t, MemCategory::Other, Device::CUDA).to(Device::CPU);
+    const Tensor z = Tensor::zeros({3, 37}, t, MemCategory::Other, Device::CUDA).to(Device::CPU);
+    const auto* ub = static_cast<const unsigned char*>(u.raw());
+    const auto* zb = static_cast<const unsigned char*>(z.raw());
+    for (size_t i = 0; i < u.nbytes(); ++i) ASSERT_TRUE(ub[i] == 0xff && zb[i] == 0) << dtype_name(t) << " byte " << i;
+  }
+}
+
 TEST(CudaBackend, RoundTripAndCopiesAreBitwise) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();

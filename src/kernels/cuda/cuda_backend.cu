@@ -3,6 +3,8 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -90,11 +92,15 @@ class CudaClock final : public DeviceClock {
 
 class CudaBackend final : public DeviceBackend {
  public:
-  void* allocate(size_t bytes, MemCategory c, MemoryTracker& t) override {
+  void* allocate(size_t bytes, MemCategory c, MemoryTracker& t, bool zero_fill) override {
     void* p = allocator_for(t).allocate(bytes, c);
-    if (p) cuda_check(cudaMemset(p, 0, bytes), "cudaMemset (zero-fill of a new device tensor)");
+    if (p && (zero_fill || zero_fill_all_))
+      cuda_check(cudaMemset(p, 0, bytes), "cudaMemset (zero-fill of a new device tensor)");
+    else if (p && poison_uninitialized_)
+      cuda_check(cudaMemset(p, 0xff, bytes), "cudaMemset (poison of a new device tensor)");
     return p;
   }
+  void set_poison_uninitialized(bool on) { poison_uninitialized_ = on; }
   void free(void* p, size_t, MemCategory, MemoryTracker& t) override {
     if (!p) return;
     DeviceAllocator* owner = nullptr;
@@ -145,6 +151,13 @@ class CudaBackend final : public DeviceBackend {
   }
 
  private:
+  std::atomic<bool> poison_uninitialized_{false};
+  // STATEFLOW_ZERO_FILL_ALL=1: every new device tensor is zero-filled, as before outputs skipped
+  // it (to compare speed, or to rule out a kernel that leaves part of its output unwritten).
+  const bool zero_fill_all_ = [] {
+    const char* v = std::getenv("STATEFLOW_ZERO_FILL_ALL");
+    return v && std::string(v) == "1";
+  }();
   std::mutex mu_;
   std::unordered_map<MemoryTracker*, std::map<int, std::unique_ptr<DeviceAllocator>>> allocators_;
 };
@@ -180,6 +193,11 @@ void use_cuda_device(int gpu) {
 DeviceAllocator& cuda_allocator_for(MemoryTracker& t) {
   SF_CHECK(g_backend != nullptr, "cuda_allocator_for: call init_cuda_backend() first");
   return g_backend->allocator_for(t);
+}
+
+void poison_uninitialized_device_tensors(bool on) {
+  init_cuda_backend();
+  g_backend->set_poison_uninitialized(on);
 }
 
 int cuda_allocator_count() { return g_backend ? g_backend->allocator_count() : 0; }
