@@ -14,10 +14,11 @@ namespace stateflow::cli {
 struct ModelOptions {
   std::string preset;
   std::string config_path;
+  std::string pattern;
   std::string dtype;
   std::string device = "cpu";
   void add(CLI::App& app, const std::string& default_preset, const std::string& default_dtype);
-  ModelConfig resolve() const;  // --config wins over --preset
+  ModelConfig resolve() const;  // --config wins over --preset; --pattern over both
   Device resolve_device() const;  // parses --device and starts its backend
 };
 
@@ -40,6 +41,9 @@ struct PipelineOptions {
   // --chunk-lengths if given, else --chunks nearly-equal chunks of seq_len.
   std::vector<int64_t> resolve_chunks(int64_t seq_len) const;
 };
+
+// --data-parallel D (train and verify): replicas of the pipeline, one process per rank.
+void add_data_parallel_option(CLI::App& app, int& data_parallel);
 
 struct DataOptions {
   DataConfig data;

@@ -56,13 +56,15 @@ static std::vector<StepDir> list_step_dirs(const fs::path& save_dir) {
   return out;
 }
 
-// The fields in which two model configs differ, ignoring the name and the stage cut (neither
-// changes the math): "d_model 24 vs 32, ..."; empty when they agree.
+// The fields in which two model configs differ, ignoring the name and the stage cuts of the
+// layer pattern (neither changes the math): "d_model 24 vs 32, ..."; empty when they agree.
 static std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
-  json ja = a.to_json(), jb = b.to_json();
+  ModelConfig a_blocks = a, b_blocks = b;
+  a_blocks.pattern = a.blocks(), b_blocks.pattern = b.blocks();
+  json ja = a_blocks.to_json(), jb = b_blocks.to_json();
   std::string out;
   for (auto it = ja.begin(); it != ja.end(); ++it) {
-    if (it.key() == "name" || it.key() == "stage_pattern" || jb[it.key()] == *it) continue;
+    if (it.key() == "name" || jb[it.key()] == *it) continue;
     out += cat(out.empty() ? "" : ", ", it.key(), " ", it->dump(), " vs ", jb[it.key()].dump());
   }
   return out;
@@ -214,7 +216,9 @@ std::string save_checkpoint(Pipeline& pipeline, const std::string& save_dir, con
   // The GPU runs asynchronously: the last step's updates must have landed before they are copied.
   if (pc.device != Device::CPU) device_backend(pc.device).synchronize();
   std::vector<FileDigest> digests(pc.stages);
-  for (Stage* s : pipeline.stages()) digests.at(s->rank()) = save_stage(*s, pc, dir, state.step);
+  // Data-parallel replicas hold the same weights and optimizer state: replica 0 writes them.
+  if (pipeline.replica() == 0)
+    for (Stage* s : pipeline.stages()) digests.at(s->rank()) = save_stage(*s, pc, dir, state.step);
   CheckpointManifest m{state, {}};
   for (int r = 0; r < pc.stages; ++r) {
     FileDigest d;  // each file's digest is known to the process that wrote it; zero elsewhere
@@ -362,7 +366,8 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
     }
     opt.set_steps(parts[0].optimizer_steps);
   }
-  const int64_t total = static_cast<int64_t>(pipeline.sum_over_processes(double(loaded)));
+  // Every replica loaded the same parameters: count replica 0's.
+  const int64_t total = static_cast<int64_t>(pipeline.sum_over_processes(pipeline.replica() == 0 ? double(loaded) : 0));
   SF_CHECK(total == int64_t(owner.size()), "checkpoint ", step_dir, " holds ", owner.size(),
            " parameters but this model has ", total, ": it has tensors this model does not know");
   return m.state;

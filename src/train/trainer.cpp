@@ -91,11 +91,14 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
   const PipelineConfig pc = pipeline_->config();
   if (report) {
     log << "model " << opts_.model.name << ": " << opts_.model.num_parameters() << " parameters, "
-        << opts_.model.n_layers << " GDN blocks, d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
+        << opts_.model.num_blocks() << " blocks (pattern " << opts_.model.pattern << "), d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
         << " on " << device_name(opts_.device)
         << "\ndata: " << data_->describe() << "\nbatch " << opts_.batch << " x " << opts_.seq_len << " tokens; "
         << kind_name(pc.schedule) << " schedule over " << pc.stages << " stage(s) (" << opts_.transport
-        << " transport), " << pc.microbatches << " microbatch(es), chunks " << format_chunk_lengths(pc.chunk_lengths)
+        << " transport), "
+        << (pipeline_->replicas() > 1 ? cat(pipeline_->replicas(), " data-parallel replicas of ",
+                                            opts_.batch / pipeline_->replicas(), " sequences, ")
+                                      : std::string()) << pc.microbatches << " microbatch(es), chunks " << format_chunk_lengths(pc.chunk_lengths)
         << (pc.recompute ? ", full recomputation" : "") << "\n";
     if (!opts_.save_dir.empty())
       log << "checkpoints into " << opts_.save_dir << ": "
