@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/verify.h"
 
 namespace stateflow::cli {

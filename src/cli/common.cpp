@@ -3,8 +3,8 @@
 #include "core/error.h"
 #include "model/mixer.h"
 #include "pipeline/launch.h"
-#include "train/chunking.h"
-#include "train/device_ops.h"
+#include "pipeline/chunking.h"
+#include "model/device_ops.h"
 
 namespace stateflow::cli {
 

@@ -8,8 +8,8 @@
 #include "pipeline/check.h"
 #include "pipeline/lower.h"
 #include "pipeline/partition.h"
-#include "train/device_ops.h"
-#include "train/units.h"
+#include "model/device_ops.h"
+#include "pipeline/units.h"
 
 namespace stateflow {
 

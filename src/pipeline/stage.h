@@ -14,8 +14,8 @@
 #include "pipeline/stage_executor.h"
 #include "pipeline/trace.h"
 #include "pipeline/transport.h"
-#include "train/data.h"
-#include "train/optimizer.h"
+#include "pipeline/batch.h"
+#include "model/optimizer.h"
 
 namespace stateflow {
 

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 
 namespace stateflow {
 

@@ -9,7 +9,7 @@
 
 #include "pipeline/launch.h"
 #include "train/checkpoint.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/lr_schedule.h"
 #include "train/stop_signal.h"
 

@@ -9,8 +9,8 @@
 
 #include "model/mixer.h"
 #include "pipeline/launch.h"
-#include "train/chunking.h"
-#include "train/optimizer.h"
+#include "pipeline/chunking.h"
+#include "model/optimizer.h"
 #include "train/step.h"
 
 namespace stateflow {

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "model/layer.h"
-#include "train/data.h"
+#include "pipeline/batch.h"
 
 namespace stateflow {
 

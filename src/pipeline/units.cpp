@@ -1,6 +1,6 @@
-#include "train/units.h"
+#include "pipeline/units.h"
 
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 
 namespace stateflow {
 
