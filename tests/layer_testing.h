@@ -85,6 +85,7 @@ inline SplitRun run_split(Layer& layer, const Tensor& x, int64_t batch, int64_t 
   for (size_t c = 0; c < pieces.size(); ++c) {
     ChunkCtx ctx;
     ctx.chunk = int(c), ctx.offset = off, ctx.len = pieces[c], ctx.batch = batch, ctx.num_chunks = int(pieces.size());
+    ctx.seq_len = T;
     State out;
     std::unique_ptr<Stash> stash;
     Tensor y = layer.forward(ctx, take_rows(x, batch, T, off, pieces[c]), st, out, stash);

@@ -32,6 +32,7 @@ struct ChunkCtx {
   int chunk = 0;
   int64_t offset = 0;  // first token of the chunk within the sequence
   int64_t len = 0;     // tokens in the chunk
+  int64_t seq_len = 0; // tokens in the whole sequence (sizes the attention's K/V prefix buffers)
   int64_t batch = 1;   // sequences in the microbatch
   int num_chunks = 1;  // chunks per sequence (the last one emits no state to anyone)
   // Loss layers only: targets[batch*len] (int32, -1 = no loss at this position), the factor
