@@ -1,0 +1,185 @@
+// The Mamba-3 layer: StateFlow split == unsplit (outputs, the four-tensor final state, dx,
+// initial-state gradients, parameter gradients; chunks down to one token, lengths that don't
+// divide the block), hand-written backward == finite differences (float64), SISO and MIMO,
+// and config validation naming the field.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "layer_testing.h"
+#include "mixers/mamba3/mamba3_layer.h"
+#include "test_util.h"
+
+using namespace stateflow;
+using namespace stateflow::testing;
+
+namespace {
+
+Mamba3Config siso_config() {
+  Mamba3Config c;
+  c.heads = 2, c.head_dim = 3, c.state_size = 6, c.rank = 1, c.groups = 1, c.block_size = 4;
+  return c;
+}
+
+Mamba3Config mimo_config() {
+  Mamba3Config c;
+  c.heads = 4, c.head_dim = 3, c.state_size = 4, c.rank = 2, c.groups = 2, c.rope_fraction = 1, c.block_size = 5;
+  return c;
+}
+
+struct Fixture {
+  uint64_t seed = fresh_seed();
+  Rng rng{seed};
+  Mamba3Mixer layer;
+  int64_t B = 2, T = 23, d_model = 10;
+  Tensor x, dy;
+  State state0, dstate_final;
+  explicit Fixture(const Mamba3Config& cfg) : layer("mamba3", 10, 2, cfg, DType::F64, rng) {
+    // Random weights everywhere (the init sets several to constants), at the init's scale.
+    for (Param* p : layer.params()) p->value = random_tensor(rng, p->value.shape(), DType::F64, 0.5);
+    x = random_tensor(rng, {B * T, d_model});
+    dy = random_tensor(rng, {B * T, d_model});
+    ChunkCtx ctx;
+    ctx.len = 1, ctx.batch = B;
+    State out;
+    std::unique_ptr<Stash> stash;
+    layer.forward(ctx, take_rows(x, B, T, 0, 1), {}, out, stash);
+    state0 = random_state_like(rng, out, 0.5);
+    dstate_final = random_state_like(rng, out, 0.5);
+  }
+};
+
+void expect_split_matches(Fixture& f, const std::vector<int64_t>& pieces, double tol) {
+  SCOPED_TRACE("seed " + std::to_string(f.seed) + ", " + std::to_string(pieces.size()) + " pieces");
+  SplitRun u = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T});
+  SplitRun s = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, pieces);
+  EXPECT_LE(max_rel_diff(s.y, u.y), tol) << "output";
+  EXPECT_LE(max_rel_diff(s.dx, u.dx), tol) << "dx";
+  ASSERT_EQ(s.final_state.size(), size_t(Mamba3Mixer::kStateSize));
+  for (size_t i = 0; i < s.final_state.size(); ++i) {
+    EXPECT_LE(max_rel_diff(s.final_state[i], u.final_state[i]), tol) << "final state " << i;
+    EXPECT_LE(max_rel_diff(s.dstate_initial[i], u.dstate_initial[i]), tol) << "initial-state gradient " << i;
+  }
+  auto params = f.layer.params();
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_LE(max_rel_diff(s.param_grads[i], u.param_grads[i]), tol) << params[i]->name;
+}
+
+void expect_backward_matches_fd(Fixture& f) {
+  SCOPED_TRACE("seed " + std::to_string(f.seed));
+  SplitRun u = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T});
+  auto loss = [&]() {
+    SplitRun r = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T});
+    double l = dot(r.y, f.dy);
+    for (size_t i = 0; i < r.final_state.size(); ++i) l += dot(r.final_state[i], f.dstate_final[i]);
+    return l;
+  };
+  EXPECT_LE(fd_check_tensors(loss, {f.x}, {u.dx}, f.rng, 2), 1e-6) << "dx";
+  const char* names[] = {"S", "phi", "b_prev", "x_prev"};
+  for (size_t i = 0; i < f.state0.size(); ++i)
+    EXPECT_LE(fd_check_tensors(loss, {f.state0[i]}, {u.dstate_initial[i]}, f.rng, 2), 1e-6)
+        << "initial " << names[i];
+  auto params = f.layer.params();
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {u.param_grads[i]}, f.rng, 2), 1e-6) << params[i]->name;
+}
+
+const std::vector<std::vector<int64_t>> kPieces = {
+    {12, 11}, {1, 1, 1, 20}, {2, 2, 2, 17}, {5, 1, 3, 9, 5}, {4, 4, 4, 4, 4, 3}, std::vector<int64_t>(23, 1)};
+
+}  // namespace
+
+TEST(Mamba3Layer, SisoSplitEqualsUnsplit) {
+  Fixture f(siso_config());
+  for (auto& pieces : kPieces) expect_split_matches(f, pieces, 1e-12);
+}
+
+TEST(Mamba3Layer, MimoSplitEqualsUnsplit) {
+  Fixture f(mimo_config());
+  for (auto& pieces : kPieces) expect_split_matches(f, pieces, 1e-12);
+}
+
+TEST(Mamba3Layer, SisoBackwardMatchesFiniteDifferences) {
+  Fixture f(siso_config());
+  expect_backward_matches_fd(f);
+}
+
+TEST(Mamba3Layer, MimoBackwardMatchesFiniteDifferences) {
+  Fixture f(mimo_config());
+  expect_backward_matches_fd(f);
+}
+
+TEST(Mamba3Layer, FiniteDifferencesFlagAWrongGradient) {
+  Fixture f(siso_config());
+  SplitRun u = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T});
+  auto loss = [&]() { return dot(run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T}).y, f.dy); };
+  Tensor wrong = u.dx.clone();
+  for (int64_t i = 0; i < wrong.numel(); ++i) wrong.data<double>()[i] *= 1.001;
+  EXPECT_GT(fd_check_tensors(loss, {f.x}, {wrong}, f.rng, 2), 1e-5);
+}
+
+// The emitted angle is reduced to [-pi, pi] at every token, whatever the chunking, so long
+// sequences keep it small.
+TEST(Mamba3Layer, EmittedAngleIsReduced) {
+  Fixture f(siso_config());
+  for (int64_t i = 0; i < f.state0[Mamba3Mixer::kPhi].numel(); ++i) f.state0[Mamba3Mixer::kPhi].data<double>()[i] = 40;
+  SplitRun u = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T});
+  const Tensor& phi = u.final_state[Mamba3Mixer::kPhi];
+  for (int64_t i = 0; i < phi.numel(); ++i) EXPECT_LE(std::abs(phi.data<double>()[i]), M_PI + 1e-12);
+}
+
+TEST(Mamba3Layer, Float32TracksFloat64) {
+  Fixture f(mimo_config());
+  SplitRun ref = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T});
+  Rng rng(f.seed);
+  Mamba3Mixer layer32("mamba3", f.d_model, 2, mimo_config(), DType::F32, rng);
+  auto p64 = f.layer.params(), p32 = layer32.params();
+  for (size_t i = 0; i < p64.size(); ++i) p32[i]->value = p64[i]->value.cast(DType::F32);
+  State s0, ds;
+  for (auto& t : f.state0) s0.push_back(t.cast(DType::F32));
+  for (auto& t : f.dstate_final) ds.push_back(t.cast(DType::F32));
+  SplitRun r = run_split(layer32, f.x.cast(DType::F32), f.B, f.T, s0, f.dy.cast(DType::F32), ds, {7, 1, 15});
+  EXPECT_LE(max_rel_diff(r.y.cast(DType::F64), ref.y), 1e-4);
+  EXPECT_LE(max_rel_diff(r.dx.cast(DType::F64), ref.dx), 1e-4);
+  for (size_t i = 0; i < p64.size(); ++i)
+    EXPECT_LE(max_rel_diff(r.param_grads[i].cast(DType::F64), ref.param_grads[i]), 1e-3) << p64[i]->name;
+}
+
+TEST(Mamba3Config, ValidationNamesTheField) {
+  auto bad = [](auto edit, const std::string& needle) {
+    Mamba3Config c;
+    edit(c);
+    expect_error([&] { c.validate(); }, needle);
+  };
+  bad([](Mamba3Config& c) { c.heads = 0; }, "mamba3.heads must be >= 1");
+  bad([](Mamba3Config& c) { c.head_dim = 0; }, "mamba3.head_dim");
+  bad([](Mamba3Config& c) { c.state_size = -1; }, "mamba3.state_size");
+  bad([](Mamba3Config& c) { c.rank = 0; }, "mamba3.rank");
+  bad([](Mamba3Config& c) { c.block_size = 0; }, "mamba3.block_size");
+  bad([](Mamba3Config& c) { c.heads = 4, c.groups = 3; }, "mamba3.groups = 3 must divide mamba3.heads = 4");
+  bad([](Mamba3Config& c) { c.rope_fraction = 0; }, "mamba3.rope_fraction");
+  bad([](Mamba3Config& c) { c.state_size = 2, c.rope_fraction = 0.5; }, "gives no rotary pair");
+  bad([](Mamba3Config& c) { c.a_floor = 0; }, "mamba3.a_floor");
+  Mamba3Config ok;
+  ok.validate();
+}
+
+TEST(Mamba3Config, JsonRoundTripAndUnknownFields) {
+  Mamba3Config c = mimo_config();
+  Mamba3Config back;
+  back.apply_json(c.to_json());
+  EXPECT_EQ(back.to_json(), c.to_json());
+  Mamba3Config d;
+  expect_error([&] { d.apply_json(nlohmann::json{{"head_size", 4}}); }, "mamba3: unknown field 'head_size'");
+  expect_error([&] { d.apply_json(nlohmann::json{{"heads", 2.5}}); }, "mamba3.heads has the wrong type");
+}
+
+TEST(Mamba3Config, ParameterCountMatchesTheLayer) {
+  for (Mamba3Config c : {siso_config(), mimo_config()}) {
+    Rng rng(1);
+    Mamba3Mixer layer("m", 10, 2, c, DType::F64, rng);
+    int64_t n = 0;
+    for (Param* p : layer.params()) n += p->value.numel();
+    EXPECT_EQ(n, c.num_parameters(10));
+  }
+}
