@@ -12,22 +12,6 @@
 
 namespace stateflow {
 
-void AttentionConfig::validate() const {
-  auto in_range = [](const char* field, int64_t v, int64_t max) {
-    SF_CHECK(v >= 1 && v <= max, "attention config: ", field, " = ", v, " is out of range; accepted: 1..", max);
-  };
-  in_range("n_heads", n_heads, 1024);
-  in_range("n_kv_heads", n_kv_heads, 1024);
-  in_range("head_dim", head_dim, 1024);
-  SF_CHECK(n_heads % n_kv_heads == 0, "attention config: n_heads = ", n_heads, " is not a multiple of n_kv_heads = ",
-           n_kv_heads, " (each K/V head serves a group of query heads)");
-  SF_CHECK(rotary_dim == 0 || (rotary_dim >= 2 && rotary_dim % 2 == 0 && rotary_dim <= head_dim),
-           "attention config: rotary_dim = ", rotary_dim, " must be 0 (all of head_dim) or even, between 2 and head_dim = ",
-           head_dim);
-  SF_CHECK(rope_theta > 1 && std::isfinite(rope_theta), "attention config: rope_theta = ", rope_theta,
-           " must be a finite number > 1 (typical: 10000 to 10000000)");
-}
-
 namespace {
 
 struct AttentionStash : Stash {
@@ -55,9 +39,9 @@ void copy_from_rows(const Tensor& buf, Tensor& t, int64_t batch, int64_t offset,
 
 }  // namespace
 
-Attention::Attention(const std::string& p, const AttentionConfig& cfg, int64_t d_model, int64_t depth,
-                     double norm_eps, DType dt, Rng& rng)
-    : cfg_(cfg), D_(d_model), Hq_(cfg.n_heads), Hkv_(cfg.n_kv_heads), dh_(cfg.head_dim), norm_eps_(norm_eps) {
+Attention::Attention(const std::string& p, int64_t d_model, int64_t n_blocks, const AttentionConfig& cfg, DType dt,
+                     Rng& rng)
+    : cfg_(cfg), D_(d_model), Hq_(cfg.heads), Hkv_(cfg.kv_heads), dh_(cfg.head_dim) {
   cfg_.validate();
   Wq_ = make_param(p + ".Wq", {D_, Hq_ * dh_}, dt);
   Wk_ = make_param(p + ".Wk", {D_, Hkv_ * dh_}, dt);
@@ -71,7 +55,7 @@ Attention::Attention(const std::string& p, const AttentionConfig& cfg, int64_t d
     fill_constant(q_norm_.value, 1.0), fill_constant(k_norm_.value, 1.0);
   }
   // Residual branch output starts small so the stack is near identity at init.
-  fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(Hq_ * dh_)) / std::sqrt(2.0 * double(depth)));
+  fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(Hq_ * dh_)) / std::sqrt(2.0 * double(n_blocks)));
   for (Param* w : {&Wq_, &Wk_, &Wv_, &Wg_, &Wo_}) w->gemm_operand = true;
 }
 
@@ -119,9 +103,9 @@ Tensor Attention::forward_impl(const ChunkCtx& ctx, const Tensor& x, const State
     s->q = Tensor::zeros({rows, QW}, dt), k = Tensor::zeros({rows, KW}, dt);
     s->rq = Tensor::zeros({rows * Hq_}, dt), s->rk = Tensor::zeros({rows * Hkv_}, dt);
     rmsnorm_forward<T>(s->qp.data<T>(), q_norm_.value.data<T>(), s->q.data<T>(), s->rq.data<T>(), rows * Hq_, dh_,
-                       norm_eps_);
+                       cfg_.norm_eps);
     rmsnorm_forward<T>(s->kp.data<T>(), k_norm_.value.data<T>(), k.data<T>(), s->rk.data<T>(), rows * Hkv_, dh_,
-                       norm_eps_);
+                       cfg_.norm_eps);
   } else {
     s->q = proj(Wq_, QW), k = proj(Wk_, KW);
   }

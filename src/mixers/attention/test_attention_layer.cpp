@@ -4,6 +4,8 @@
 // and clear errors for bad configs and out-of-order chunks.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "layer_testing.h"
 #include "mixers/attention/attention_layer.h"
 #include "pipeline/stage_executor.h"
@@ -16,7 +18,7 @@ namespace {
 
 AttentionConfig small_config() {
   AttentionConfig a;
-  a.n_heads = 4, a.n_kv_heads = 2, a.head_dim = 6, a.rope_theta = 100.0;
+  a.heads = 4, a.kv_heads = 2, a.head_dim = 6, a.rope_theta = 100.0;
   return a;
 }
 
@@ -28,7 +30,7 @@ struct Fixture {
   Attention layer;
   Tensor x = random_tensor(rng, {B * T, D});
   Tensor dy = random_tensor(rng, {B * T, D});
-  explicit Fixture(AttentionConfig c = small_config()) : cfg(c), layer("attn", cfg, D, 2, 1e-5, DType::F64, rng) {
+  explicit Fixture(AttentionConfig c = small_config()) : cfg(c), layer("attn", D, 2, cfg, DType::F64, rng) {
     // Non-trivial norm weights, so their gradients are checked at a generic point.
     for (Param* p : layer.params())
       if (p->value.ndim() == 1) p->value = random_tensor(rng, p->value.shape(), DType::F64, 0.5);
@@ -81,9 +83,9 @@ TEST(AttentionLayer, EveryOptionSplitsExactlyAndMatchesFiniteDifferences) {
   AttentionConfig plain = small_config();
   plain.qk_norm = false, plain.output_gate = false;
   AttentionConfig partial = small_config();
-  partial.rotary_dim = 4, partial.n_kv_heads = 1;  // partial RoPE, one K/V head for all queries
+  partial.rotary_dim = 4, partial.kv_heads = 1;  // partial RoPE, one K/V head for all queries
   AttentionConfig mha = small_config();
-  mha.n_kv_heads = mha.n_heads;
+  mha.kv_heads = mha.heads;
   for (const AttentionConfig& c : {plain, partial, mha}) {
     Fixture f(c);
     EXPECT_EQ(f.layer.params().size(), c.qk_norm ? 7u : 4u);
@@ -142,12 +144,17 @@ TEST(AttentionLayer, KvPrefixMemoryMatchesItsFormulaAndIsFreedAfterChunkZero) {
 
 TEST(AttentionLayer, BadConfigsAndOutOfOrderChunksAreErrors) {
   AttentionConfig c = small_config();
-  c.n_kv_heads = 3;
-  expect_error([&] { c.validate(); }, "n_heads = 4 is not a multiple of n_kv_heads = 3");
+  c.kv_heads = 3;
+  expect_error([&] { c.validate(); }, "attention.kv_heads = 3 must divide attention.heads = 4");
   c = small_config(), c.rotary_dim = 5;
-  expect_error([&] { c.validate(); }, "rotary_dim = 5");
+  expect_error([&] { c.validate(); }, "attention.rotary_dim = 5");
   c = small_config(), c.head_dim = 0;
-  expect_error([&] { c.validate(); }, "head_dim = 0 is out of range");
+  expect_error([&] { c.validate(); }, "attention.head_dim must be >= 1");
+  c = small_config();
+  expect_error([&] { c.apply_json(nlohmann::json{{"head_size", 64}}); }, "unknown field 'head_size'");
+  expect_error([&] { c.apply_json(nlohmann::json{{"qk_norm", 1}}); }, "attention.qk_norm has the wrong type");
+  c.apply_json(c.to_json());
+  EXPECT_EQ(c.to_json(), small_config().to_json());
   Fixture f;
   ChunkCtx ctx;
   ctx.chunk = 1, ctx.offset = 5, ctx.len = 3, ctx.batch = f.B, ctx.seq_len = f.T;
