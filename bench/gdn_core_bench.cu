@@ -16,7 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/gdn_core_cuda.h"
+#include "mixers/gdn/gdn_core_cuda.h"
+#include "model/mixer.h"
 #include "model/flops.h"
 
 namespace {
@@ -170,8 +171,12 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
   for (bf16* x : {o, dq, dk, dv}) count_nonfinite<<<blocks(nk, 256), 256>>>(x, nk, bad);
   CK(cudaMemcpy(&r.nonfinite, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
 
-  const stateflow::CoreFlops per_head_token = stateflow::gdn_core_flops_per_head_token(128, 128, 64);  // MATH.md 9
-  const double f_fwd = per_head_token.forward, f_bwd = per_head_token.backward;
+  // The GDN row's count for one head of 128 with C = 64 (MATH.md 9), nt = tokens x heads.
+  stateflow::ModelConfig one_head;
+  one_head.mixers["gdn"] = {{"heads", 1}, {"head_dk", 128}, {"head_dv", 128}, {"block_size", 64}};
+  one_head.complete_sections();
+  const stateflow::MixerFlops per_head_token = stateflow::mixer_for_letter('G').flops_per_token(one_head);
+  const double f_fwd = per_head_token.core_forward, f_bwd = per_head_token.core_backward;
   r.fwd_tflops = f_fwd * nt / (r.fwd_ms * 1e-3) / 1e12;
   r.fwdbwd_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_ms * 1e-3) / 1e12;
   r.fwdbwd_saved_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_saved_ms * 1e-3) / 1e12;

@@ -26,7 +26,7 @@
 #include "kernels/cuda/adamw_cuda.h"
 #include "kernels/cuda/cross_entropy_cuda.h"
 #include "kernels/cuda/embedding_cuda.h"
-#include "kernels/cuda/gdn_gates_cuda.h"
+#include "mixers/gdn/gdn_gates_cuda.h"
 #include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
@@ -165,7 +165,7 @@ void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vect
               "6 per weight of the GDN projections, MLPs and LM head; GDN core with full C x C tiles; not counted: "
               "embedding lookup, the LM head's recomputed logits in backward, element-wise work, the optimizer): "
               "%.3f GFLOP = %.3f dense + %.3f GDN core\n",
-              flops.total() / 1e9, flops.dense / 1e9, flops.gdn_core / 1e9);
+              flops.total() / 1e9, flops.dense / 1e9, flops.core / 1e9);
   std::fflush(stdout);
 
   const TrainStepBenchResult r = bench_training_steps(o);

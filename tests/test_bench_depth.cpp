@@ -13,7 +13,7 @@ using namespace stateflow;
 static BenchOptions options(uint64_t seed) {
   BenchOptions o;
   o.model = model_preset("tiny");
-  o.model.n_layers = 8;       // room for 8 stages
+  o.model.pattern = "GGGGGGGG";  // room for 8 stages
   o.model.vocab_size = 8192;  // an LM head of dozens of blocks' work: its measured share is clearly positive
   o.model.seed = seed, o.data.seed = seed;
   o.dtype = DType::F64;
@@ -116,10 +116,11 @@ TEST(BenchDepth, ABiggerModelScalesTheMeasuredCostsByFlopsAndWidth) {
   BenchResult r = run_bench(o);
   const DepthPredictions same = predict_depths(r, o, o.model);
   ModelConfig wide = o.model;
-  wide.d_model *= 2, wide.mlp_hidden *= 2, wide.n_heads *= 2;  // same layers, twice the width
+  wide.d_model *= 2, wide.mlp_hidden *= 2;  // same layers, twice the width
+  wide.mixers["gdn"]["heads"] = 2 * wide.mixers["gdn"]["heads"].get<int64_t>();
   const DepthPredictions d = predict_depths(r, o, wide);
   EXPECT_TRUE(d.scaled);
-  const BlockFlops f0 = block_flops_per_token(o.model), f1 = block_flops_per_token(wide);
+  const BlockFlops f0 = block_flops_per_token(o.model, 'G'), f1 = block_flops_per_token(wide, 'G');
   EXPECT_DOUBLE_EQ(d.forward_ratio, f1.forward() / f0.forward());
   EXPECT_DOUBLE_EQ(d.backward_ratio, f1.backward() / f0.backward());
   EXPECT_DOUBLE_EQ(d.head_ratio, 2.0);
@@ -136,7 +137,7 @@ TEST(BenchDepth, ImpossibleTargetsAreRefusedBeforeAnythingRuns) {
   o.simulate_stages = {4};
   o.simulate_models = {model_preset("tiny")};  // 2 blocks
   stateflow::testing::expect_error([&] { check_depth_targets(o); },
-                                   "--simulate-stages 4: model tiny has only 2 GDN blocks");
+                                   "--simulate-stages 4: model tiny has only 2 blocks");
   o.simulate_models = {o.model};  // 8 blocks
   EXPECT_NO_THROW(check_depth_targets(o));
   o.stages = 1;

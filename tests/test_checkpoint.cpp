@@ -23,7 +23,7 @@ namespace {
 PipelineConfig tiny_config(int stages, DType dtype = DType::F32) {
   PipelineConfig pc;
   pc.model = model_preset("tiny");
-  pc.model.n_layers = 3;
+  pc.model.pattern = "GGG";
   pc.dtype = dtype;
   pc.stages = stages;
   pc.chunk_lengths = {8};
@@ -380,7 +380,7 @@ TEST(Checkpoint, AnotherModelIsRefusedNamingTheFields) {
                "another model (checkpoint vs this run: d_model 24 vs 32, mlp_hidden 48 vs 40)");
   pc = tiny_config(1);
   pc.model.name = "renamed";
-  pc.model.stage_pattern = "GGG";
+  pc.model.pattern = "GGG";
   p = make_local_pipeline(pc);
   EXPECT_NO_THROW(load_checkpoint(*p, s->step_dir));
 }

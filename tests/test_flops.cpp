@@ -2,6 +2,7 @@
 // GDN core against MATH.md's figure, and whole models against reference/cost_model.py's numbers.
 #include <gtest/gtest.h>
 
+#include "mixers/gdn/gdn_config.h"
 #include "model/flops.h"
 
 using namespace stateflow;
@@ -9,18 +10,19 @@ using namespace stateflow;
 TEST(Flops, BlockFlopsCountTheMatricesAndTheGdnCore) {
   // Reference: the block's weight matrices from the parameter count, less the vectors.
   const ModelConfig m = model_preset("gdn-1.3b");
-  const int64_t hk = m.n_heads * m.head_dk, hv = m.n_heads * m.head_dv;
-  ModelConfig one = m, none = m;
-  one.n_layers = 1, none.n_layers = 0;
-  const int64_t block = one.num_parameters() - (none.num_parameters());
-  const double matrices = double(block - (2 * hk + hv) * m.conv_size - 2 * m.n_heads - m.head_dv - 2 * m.d_model);
-  const double C = double(m.block_size), dk = double(m.head_dk), dv = double(m.head_dv);
-  const BlockFlops f = block_flops_per_token(m);
-  EXPECT_DOUBLE_EQ(f.forward(), 2 * matrices + m.n_heads * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3));
-  EXPECT_DOUBLE_EQ(f.backward(), 4 * matrices + m.n_heads * (18 * dk * dv + 18 * C * dk + 10 * C * dv + 4 * C * C));
+  const GdnConfig g = gdn_config(m);
+  const int64_t hk = g.heads * g.head_dk, hv = g.heads * g.head_dv;
+  ModelConfig one = m, two = m;
+  one.pattern = "G", two.pattern = "GG";
+  const int64_t block = two.num_parameters() - one.num_parameters();
+  const double matrices = double(block - (2 * hk + hv) * g.conv_size - 2 * g.heads - g.head_dv - 2 * m.d_model);
+  const double C = double(g.block_size), dk = double(g.head_dk), dv = double(g.head_dv);
+  const BlockFlops f = block_flops_per_token(m, 'G');
+  EXPECT_DOUBLE_EQ(f.forward(), 2 * matrices + g.heads * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3));
+  EXPECT_DOUBLE_EQ(f.backward(), 4 * matrices + g.heads * (18 * dk * dv + 18 * C * dk + 10 * C * dv + 4 * C * C));
   // MATH.md's count for gdn-1.3b: 0.278 GFLOP of GDN core per token over 24 layers (fwd + bwd).
-  EXPECT_NEAR(24 * m.n_heads * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3 + 18 * dk * dv +
-                                18 * C * dk + 10 * C * dv + 4 * C * C) / 1e9,
+  EXPECT_NEAR(24 * g.heads * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3 + 18 * dk * dv +
+                              18 * C * dk + 10 * C * dv + 4 * C * C) / 1e9,
               0.278, 0.001);
 }
 
@@ -29,12 +31,13 @@ TEST(Flops, ModelFlopsPerTokenAreThoseOfTheCostModel) {
   // MLP matrices) + dense_linear(D, V), and L x gdn_core(H, dk, dv, C), fwd + bwd.
   const ModelFlops big = model_flops_per_token(model_preset("gdn-1.3b"));
   EXPECT_DOUBLE_EQ(big.dense, 8405385216.0);
-  EXPECT_DOUBLE_EQ(big.gdn_core, 277872640.0);
+  EXPECT_DOUBLE_EQ(big.core, 277872640.0);
   EXPECT_DOUBLE_EQ(big.total(), 8405385216.0 + 277872640.0);
   ModelConfig c;  // a small model of GPU shapes (heads of 128, C = 64)
-  c.vocab_size = 512, c.d_model = 256, c.n_layers = 2, c.n_heads = 2, c.head_dk = c.head_dv = 128;
-  c.block_size = 64, c.mlp_hidden = 512;
+  c.vocab_size = 512, c.d_model = 256, c.pattern = "GG", c.mlp_hidden = 512;
+  c.mixers["gdn"] = {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"block_size", 64}};
+  c.complete_sections();
   const ModelFlops small = model_flops_per_token(c);
   EXPECT_DOUBLE_EQ(small.dense, 9449472.0);
-  EXPECT_NEAR(small.gdn_core, 2894506.6666666665, 1e-6);
+  EXPECT_NEAR(small.core, 2894506.6666666665, 1e-6);
 }

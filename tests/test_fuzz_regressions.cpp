@@ -49,6 +49,6 @@ TEST(FuzzRegressions, ModelConfigPresetMustBeAString) {
 // Found by fuzz_model_config under UBSan: a float too large for an integer field was cast
 // (undefined behaviour); a float of any size is now the wrong type.
 TEST(FuzzRegressions, ModelConfigIntegerFieldsRefuseFloats) {
-  for (const char* text : {R"({"d_model": 1e300})", R"({"n_layers": 2.5})", R"({"seed": -1})"})
+  for (const char* text : {R"({"d_model": 1e300})", R"({"gdn": {"heads": 2.5}})", R"({"seed": -1})"})
     expect_error([&] { ModelConfig::from_json(nlohmann::json::parse(text)); }, "has the wrong type: expected");
 }

@@ -34,7 +34,7 @@ TEST(Launch, ExplicitChoicesStand) {
 
 TEST(Launch, NcclNeedsTheGpuAndUnknownNamesFail) {
   PipelineConfig pc;
-  pc.model.n_layers = 2;
+  pc.model.pattern = "GG";
   pc.stages = 2;
   pc.chunk_lengths = {8};
   expect_error([&] { make_pipeline(pc, "nccl"); }, "use --device cuda");

@@ -9,7 +9,7 @@
 #include "core/rng.h"
 #include "layer_testing.h"
 #include "model/embedding_layer.h"
-#include "model/gdn_layer.h"
+#include "mixers/gdn/gdn_layer.h"
 #include "model/lm_head.h"
 #include "model/mlp_layer.h"
 #include "model/model.h"
@@ -124,7 +124,7 @@ TEST(Model, ThreadedBuildGivesEveryLayerTheWeightsOfItsOwnStream) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   ModelConfig cfg = model_preset("tiny");
-  cfg.n_layers = 5;  // more layers than threads
+  cfg.pattern = "GGGGG";  // more blocks than threads
   cfg.seed = seed;
   const int n = Model::num_layers_of(cfg);
   std::vector<std::unique_ptr<Layer>> reference;

@@ -21,7 +21,7 @@ namespace {
 
 ModelConfig four_block_tiny() {
   ModelConfig c = model_preset("tiny");
-  c.n_layers = 4;
+  c.pattern = "GGGG";
   return c;
 }
 
@@ -183,20 +183,20 @@ TEST(Pipeline, BadShapesAreRejectedWithTheFix) {
   expect_error([&] { make_local_pipeline(pc); }, "at most 2 stages");
   pc.stages = 2, pc.schedule = ScheduleKind::OneFOneB, pc.chunk_lengths = {2, 2};
   EXPECT_THROW(make_local_pipeline(pc), Error);
-  pc.model.stage_pattern = "GG";
+  pc.model.pattern = "G|G|G";
   pc.schedule = ScheduleKind::StateFlow;
-  expect_error([&] { make_local_pipeline(pc); }, "cuts the model into 1 stages");
+  expect_error([&] { make_local_pipeline(pc); }, "cuts the model into 3 stages");
 }
 
 TEST(Partition, EvenByDefaultOrAsThePatternSays) {
   ModelConfig c = model_preset("tiny");
-  c.n_layers = 5;  // layers: 0 emb, 1..10 blocks, 11 head
+  c.pattern = "GGGGG";  // layers: 0 emb, 1..10 blocks, 11 head
   auto r = stage_layer_ranges(c, 2);
   EXPECT_EQ(r, (std::vector<std::pair<int, int>>{{0, 7}, {7, 12}}));
-  c.stage_pattern = "G|GGGG";
+  c.pattern = "G|GGGG";
   r = stage_layer_ranges(c, 2);
   EXPECT_EQ(r, (std::vector<std::pair<int, int>>{{0, 3}, {3, 12}}));
-  c.stage_pattern = "G|GXG";
+  c.pattern = "G|GXG";
   EXPECT_THROW(stage_layer_ranges(c, 2), Error);
 }
 
@@ -226,10 +226,12 @@ TEST(Pipeline, OutOfMemoryOnAStageThreadSaysWhichSettingToChange) {
   PipelineConfig pc;
   pc.model = model_preset("tiny");
   pc.model.vocab_size = int64_t(1) << 30, pc.model.d_model = 1 << 16;  // a 256 TiB embedding
-  pc.model.n_heads = pc.model.head_dk = pc.model.head_dv = pc.model.mlp_hidden = 1;  // and little else
+  pc.model.mixers["gdn"] = {{"heads", 1}, {"head_dk", 1}, {"head_dv", 1}};  // and little else
+  pc.model.mlp_hidden = 1;
+  pc.model.complete_sections();
   pc.stages = 2, pc.chunk_lengths = {8};
   expect_error([&] { make_local_pipeline(pc); }, "out of host memory allocating 256.00 TiB for weights on stage ");
-  expect_error([&] { make_local_pipeline(pc); }, "use a smaller model (d_model, n_layers, vocab_size, mlp_hidden)");
+  expect_error([&] { make_local_pipeline(pc); }, "use a smaller model (d_model, number of blocks, vocab_size, mlp_hidden)");
 }
 
 TEST(Pipeline, BadAllocOnAStageThreadBecomesAnErrorNamingTheStage) {

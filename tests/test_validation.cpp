@@ -56,12 +56,6 @@ TEST(Validation, ModelConfigFieldsNameTheirAcceptedRange) {
   };
   const Field fields[] = {{"vocab_size", &ModelConfig::vocab_size, int64_t(1) << 30},
                           {"d_model", &ModelConfig::d_model, 1 << 16},
-                          {"n_layers", &ModelConfig::n_layers, 1024},
-                          {"n_heads", &ModelConfig::n_heads, 1024},
-                          {"head_dk", &ModelConfig::head_dk, 1024},
-                          {"head_dv", &ModelConfig::head_dv, 1024},
-                          {"conv_size", &ModelConfig::conv_size, 64},
-                          {"block_size", &ModelConfig::block_size, 1024},
                           {"mlp_hidden", &ModelConfig::mlp_hidden, 1 << 20}};
   for (const Field& f : fields)
     for (int64_t bad : {int64_t(0), f.max + 1}) {
@@ -70,6 +64,18 @@ TEST(Validation, ModelConfigFieldsNameTheirAcceptedRange) {
       expect_error([&] { c.validate(); },
                    cat("model config: ", f.name, " = ", bad, " is out of range; accepted: 1..", f.max));
     }
+  // The GDN section's fields, named with their section.
+  for (auto [field, max] : {std::pair{"heads", 1024}, {"head_dk", 1024}, {"head_dv", 1024}, {"conv_size", 64},
+                            {"block_size", 1024}})
+    for (int64_t bad : {int64_t(0), int64_t(max) + 1}) {
+      ModelConfig c = model_preset("tiny");
+      c.mixers["gdn"][field] = bad;
+      expect_error([&] { c.validate(); },
+                   cat("model config: gdn.", field, " = ", bad, " is out of range; accepted: 1..", max));
+    }
+  ModelConfig long_pattern = model_preset("tiny");
+  long_pattern.pattern = std::string(1025, 'G');
+  expect_error([&] { long_pattern.validate(); }, "model config: pattern has 1025 blocks; at most 1024");
   for (double bad : {0.0, 1.0}) {
     ModelConfig c = model_preset("tiny");
     c.norm_eps = bad;
@@ -89,7 +95,14 @@ TEST(Validation, ModelConfigJsonAndFiles) {
                "model config: unknown field 'd_modle'");
   expect_error([] { ModelConfig::from_json({{"d_model", "wide"}}); },
                "model config: field 'd_model' has the wrong type: expected an integer, got string");
-  expect_error([] { ModelConfig::from_json({{"n_heads", -1}}); }, "n_heads = -1 is out of range; accepted: 1..1024");
+  expect_error([] { ModelConfig::from_json({{"gdn", {{"heads", -1}}}}); },
+               "gdn.heads = -1 is out of range; accepted: 1..1024");
+  expect_error([] { ModelConfig::from_json({{"gdn", {{"head", 4}}}}); },
+               "model config: gdn.head is not a field of gdn; fields: block_size, conv_size, head_dk, head_dv, heads");
+  expect_error([] { ModelConfig::from_json({{"n_layers", 4}}); }, "field 'n_layers' was replaced by 'pattern'");
+  expect_error([] { ModelConfig::from_json({{"n_heads", 4}}); },
+               "field 'n_heads' moved into the Gated DeltaNet section: {\"gdn\": {\"heads\": ...}}");
+  expect_error([] { ModelConfig::from_json({{"pattern", "GQ"}}); }, "layer pattern: unknown block letter 'Q'; known: ");
   expect_error([] { model_preset("huge"); }, "unknown model preset 'huge'; available: tiny, small, gdn-1.3b");
   TempDir dir;
   expect_error([&] { load_model_config(dir / "none.json"); }, "cannot open model config");
@@ -121,7 +134,8 @@ TEST(Validation, TrainingOptionsNameTheFlagAndRange) {
       {"beta2", [](TrainOptions& o) { o.adamw.beta2 = -0.1; }, "AdamW beta2 = -0.1 must be in [0, 1)"},
       {"eps", [](TrainOptions& o) { o.adamw.eps = 0; }, "AdamW eps = 0 must be positive"},
       {"weight decay", [](TrainOptions& o) { o.adamw.weight_decay = -1; }, "AdamW weight_decay = -1 must be >= 0"},
-      {"model field", [](TrainOptions& o) { o.model.n_heads = 0; }, "model config: n_heads = 0 is out of range"},
+      {"model field", [](TrainOptions& o) { o.model.mixers["gdn"]["heads"] = 0; },
+       "model config: gdn.heads = 0 is out of range"},
       {"resume", [](TrainOptions& o) { o.resume = "/nonexistent/run"; },
        "--resume /nonexistent/run: no such directory"},
   };
@@ -147,7 +161,7 @@ TEST(Validation, ChunkingNamesTheFix) {
 TEST(Validation, PipelineShapeNamesTheFix) {
   const Case cases[] = {
       {"more stages than blocks", [](TrainOptions& o) { o.stages = 3; },
-       "--stages 3 is more than the model's 2 GDN blocks; use at most 2 stages"},
+       "--stages 3 is more than the model's 2 blocks (pattern 'GG'); use at most 2 stages"},
       {"no stages", [](TrainOptions& o) { o.stages = 0; }, "--stages must be at least 1, got 0"},
       {"unknown schedule", [](TrainOptions& o) { o.schedule = "zigzag"; },
        "unknown schedule kind 'zigzag': expected one of gpipe, 1f1b, stateflow"},
@@ -155,14 +169,12 @@ TEST(Validation, PipelineShapeNamesTheFix) {
        "schedule kind 1f1b runs whole sequences, so N must be 1 (got N=3)"},
       {"unknown transport", [](TrainOptions& o) { o.transport = "pigeon"; },
        "unknown transport 'pigeon'; use auto, local (threads, one process), mpi"},
-      {"pattern stage count", [](TrainOptions& o) { o.model.stage_pattern = "GG"; },
-       "stage_pattern 'GG' cuts the model into 1 stages but --stages is 2"},
-      {"pattern block count", [](TrainOptions& o) { o.model.stage_pattern = "G|GG"; },
-       "stage_pattern 'G|GG' has 3 blocks but n_layers is 2"},
-      {"pattern empty stage", [](TrainOptions& o) { o.model.stage_pattern = "GG|"; },
-       "stage_pattern 'GG|' has an empty stage; every stage needs a block"},
-      {"pattern unknown block", [](TrainOptions& o) { o.model.stage_pattern = "G|A"; },
-       "stage_pattern 'G|A': unknown block 'A'; use G for a GDN block and | between stages"},
+      {"pattern stage count", [](TrainOptions& o) { o.model.pattern = "G|G|G"; },
+       "layer pattern 'G|G|G' cuts the model into 3 stages but --stages is 2"},
+      {"pattern empty stage", [](TrainOptions& o) { o.model.pattern = "GG|"; },
+       "pattern 'GG|' has an empty stage; every stage between '|' needs a block"},
+      {"pattern unknown block", [](TrainOptions& o) { o.model.pattern = "G|X"; },
+       "layer pattern: unknown block letter 'X'; known: "},
   };
   for (const Case& c : cases) expect_trainer_error(c);
   expect_error([] { parse_dtype("bf16"); }, "unknown dtype 'bf16': use f32 or f64");

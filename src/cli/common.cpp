@@ -1,6 +1,7 @@
 #include "cli/common.h"
 
 #include "core/error.h"
+#include "model/mixer.h"
 #include "pipeline/launch.h"
 #include "train/chunking.h"
 #include "train/device_ops.h"
@@ -15,6 +16,9 @@ void ModelOptions::add(CLI::App& app, const std::string& default_preset, const s
   app.add_option("--preset", preset, "Model preset: " + names)->capture_default_str();
   app.add_option("--config", config_path,
                  "Model config JSON file (a full config, or {\"preset\": ..., overrides}); wins over --preset");
+  app.add_option("--pattern", pattern,
+                 "Layer pattern: one letter per block, '|' between pipeline stages (e.g. GGGA|GGGA); replaces the "
+                 "preset's or config's. Letters: " + mixer_letters_help());
   app.add_option("--dtype", dtype, "Precision of weights and arithmetic: f32 or f64")->capture_default_str();
   app.add_option("--device", device,
                  "Where the model runs: cpu, or cuda (GPU 0 for every stage; f32 master weights, bf16 activations)")
@@ -28,11 +32,11 @@ Device ModelOptions::resolve_device() const {
 }
 
 ModelConfig ModelOptions::resolve() const {
-  return config_path.empty() ? model_preset(preset) : load_model_config(config_path);
+  return resolve_model_config(preset, config_path, pattern);
 }
 
 void PipelineOptions::add(CLI::App& app, bool with_chunks) {
-  app.add_option("--stages", stages, "Pipeline stages P (at most the model's n_layers)")->capture_default_str();
+  app.add_option("--stages", stages, "Pipeline stages P (at most the model's number of blocks)")->capture_default_str();
   app.add_option("--microbatches", microbatches, "Microbatches M per step (must divide --batch)")
       ->capture_default_str();
   if (with_chunks) {

@@ -14,10 +14,11 @@ namespace stateflow::cli {
 struct ModelOptions {
   std::string preset;
   std::string config_path;
+  std::string pattern;
   std::string dtype;
   std::string device = "cpu";
   void add(CLI::App& app, const std::string& default_preset, const std::string& default_dtype);
-  ModelConfig resolve() const;  // --config wins over --preset
+  ModelConfig resolve() const;  // --config wins over --preset; --pattern over both
   Device resolve_device() const;  // parses --device and starts its backend
 };
 

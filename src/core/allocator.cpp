@@ -79,7 +79,7 @@ static const char* memory_advice(MemCategory c) {
     case MemCategory::Weights:
     case MemCategory::Grads:
     case MemCategory::Optimizer:
-      return "these grow with the model: use a smaller model (d_model, n_layers, vocab_size, mlp_hidden) or "
+      return "these grow with the model: use a smaller model (d_model, number of blocks, vocab_size, mlp_hidden) or "
              "spread it over more pipeline stages (--stages)";
     default:
       return "these grow with the tokens in flight: use more chunks (--chunks), fewer microbatches "

@@ -1,11 +1,45 @@
 #include "model/config.h"
 
 #include <fstream>
-#include <nlohmann/json.hpp>
 
 #include "core/error.h"
+#include "model/mixer.h"
 
 namespace stateflow {
+
+std::string ModelConfig::blocks() const {
+  std::string out;
+  for (char c : pattern)
+    if (c != '|') out += c;
+  return out;
+}
+
+const nlohmann::json& ModelConfig::section(const std::string& mixer) const {
+  static const nlohmann::json none = nlohmann::json::object();
+  auto it = mixers.find(mixer);
+  return it == mixers.end() ? none : *it;
+}
+
+void ModelConfig::complete_sections() {
+  nlohmann::json out = nlohmann::json::object();
+  for (char letter : blocks()) {
+    const Mixer& m = mixer_for_letter(letter);
+    if (out.contains(m.name)) continue;
+    nlohmann::json s = m.defaults;
+    for (auto& [k, v] : section(m.name).items()) s[k] = v;
+    out[m.name] = std::move(s);
+  }
+  mixers = std::move(out);
+}
+
+static void validate_pattern(const std::string& pattern) {
+  SF_CHECK(!pattern.empty(), "model config: pattern is empty; give one letter per block, e.g. \"GG\" (",
+           mixer_letters_help(), ")");
+  SF_CHECK(pattern.front() != '|' && pattern.back() != '|' && pattern.find("||") == std::string::npos,
+           "model config: pattern '", pattern, "' has an empty stage; every stage between '|' needs a block");
+  for (char c : pattern)
+    if (c != '|') mixer_for_letter(c);  // throws naming the known letters
+}
 
 void ModelConfig::validate() const {
   auto positive = [](const char* field, int64_t v, int64_t max) {
@@ -13,23 +47,41 @@ void ModelConfig::validate() const {
   };
   positive("vocab_size", vocab_size, int64_t(1) << 30);
   positive("d_model", d_model, 1 << 16);
-  positive("n_layers", n_layers, 1024);
-  positive("n_heads", n_heads, 1024);
-  positive("head_dk", head_dk, 1024);
-  positive("head_dv", head_dv, 1024);
-  positive("conv_size", conv_size, 64);
-  positive("block_size", block_size, 1024);
   positive("mlp_hidden", mlp_hidden, 1 << 20);
   SF_CHECK(norm_eps > 0 && norm_eps < 1, "model config: norm_eps = ", norm_eps, " must be in (0, 1)");
   SF_CHECK(init_std > 0 && init_std < 10, "model config: init_std = ", init_std, " must be in (0, 10)");
+  validate_pattern(pattern);
+  SF_CHECK(num_blocks() <= 1024, "model config: pattern has ", num_blocks(), " blocks; at most 1024");
+  for (char letter : blocks()) {
+    const Mixer& m = mixer_for_letter(letter);
+    SF_CHECK(section(m.name).is_object(), "model config: section '", m.name, "' must be a JSON object");
+    for (auto& [k, v] : section(m.name).items())
+      SF_CHECK(m.defaults.contains(k), "model config: ", m.name, ".", k, " is not a field of ", m.name, "; fields: ",
+               [&] {
+                 std::string f;
+                 for (auto& [dk, dv] : m.defaults.items()) f += (f.empty() ? "" : ", ") + dk;
+                 return f;
+               }());
+    m.validate(*this);
+  }
 }
 
 nlohmann::json ModelConfig::to_json() const {
-  return {{"name", name},           {"vocab_size", vocab_size}, {"d_model", d_model},
-          {"n_layers", n_layers},   {"n_heads", n_heads},       {"head_dk", head_dk},
-          {"head_dv", head_dv},     {"conv_size", conv_size},   {"block_size", block_size},
-          {"mlp_hidden", mlp_hidden}, {"norm_eps", norm_eps},   {"init_std", init_std},
-          {"seed", seed},           {"stage_pattern", stage_pattern}};
+  nlohmann::json j = {{"name", name},           {"vocab_size", vocab_size}, {"d_model", d_model},
+                      {"mlp_hidden", mlp_hidden}, {"norm_eps", norm_eps},   {"init_std", init_std},
+                      {"seed", seed},           {"pattern", pattern}};
+  for (auto& [k, v] : mixers.items()) j[k] = v;
+  return j;
+}
+
+// Fields that earlier versions had at the top level: an error that says where they went.
+static void refuse_old_field(const std::string& k) {
+  if (k == "n_layers" || k == "stage_pattern")
+    fail("model config: field '", k, "' was replaced by 'pattern' (one letter per block, '|' between stages, e.g. ",
+         "\"GG|GG\"; ", mixer_letters_help(), ")");
+  if (k == "n_heads" || k == "head_dk" || k == "head_dv" || k == "conv_size" || k == "block_size")
+    fail("model config: field '", k, "' moved into the Gated DeltaNet section: {\"gdn\": {\"",
+         k == "n_heads" ? "heads" : k, "\": ...}}");
 }
 
 static void apply_json(ModelConfig& c, const nlohmann::json& j) {
@@ -48,18 +100,18 @@ static void apply_json(ModelConfig& c, const nlohmann::json& j) {
     else if (k == "name") text(c.name);
     else if (k == "vocab_size") integer(c.vocab_size);
     else if (k == "d_model") integer(c.d_model);
-    else if (k == "n_layers") integer(c.n_layers);
-    else if (k == "n_heads") integer(c.n_heads);
-    else if (k == "head_dk") integer(c.head_dk);
-    else if (k == "head_dv") integer(c.head_dv);
-    else if (k == "conv_size") integer(c.conv_size);
-    else if (k == "block_size") integer(c.block_size);
     else if (k == "mlp_hidden") integer(c.mlp_hidden);
     else if (k == "norm_eps") number(c.norm_eps);
     else if (k == "init_std") number(c.init_std);
     else if (k == "seed") expect(v.is_number_unsigned(), "a non-negative integer"), c.seed = v.get<uint64_t>();
-    else if (k == "stage_pattern") text(c.stage_pattern);
-    else fail("model config: unknown field '", k, "'");
+    else if (k == "pattern") text(c.pattern);
+    else if (find_mixer(k)) {
+      expect(v.is_object(), "an object (the mixer's section)");
+      for (auto& [f, fv] : v.items()) c.mixers[k][f] = fv;  // over the preset's section, field by field
+    } else {
+      refuse_old_field(k);
+      fail("model config: unknown field '", k, "'");
+    }
   }
 }
 
@@ -71,46 +123,47 @@ ModelConfig ModelConfig::from_json(const nlohmann::json& j) {
     c = model_preset(j.at("preset").get<std::string>());
   }
   apply_json(c, j);
+  validate_pattern(c.pattern);
+  for (auto& [k, v] : c.mixers.items())
+    SF_CHECK(c.blocks().find(find_mixer(k)->letter) != std::string::npos || j.contains("preset"),
+             "model config: section '", k, "' is given but the pattern '", c.pattern, "' has no ", find_mixer(k)->letter,
+             " block");
+  c.complete_sections();
   c.validate();
   return c;
 }
 
 int64_t ModelConfig::num_parameters() const {
-  int64_t hk = n_heads * head_dk, hv = n_heads * head_dv;
-  int64_t gdn = d_model * (2 * hk + 2 * hv + 2 * n_heads) + (2 * hk + hv) * conv_size + 2 * n_heads + head_dv +
-                hv * d_model;
-  int64_t mlp = 3 * d_model * mlp_hidden;
-  int64_t block = gdn + mlp + 2 * d_model;
-  return vocab_size * d_model + n_layers * block + d_model + d_model * vocab_size;
+  int64_t blocks_total = 0;
+  for (char letter : blocks())
+    blocks_total += mixer_for_letter(letter).num_parameters(*this) + 3 * d_model * mlp_hidden + 2 * d_model;
+  return vocab_size * d_model + blocks_total + d_model + d_model * vocab_size;
+}
+
+static ModelConfig gdn_preset(const std::string& name, int64_t vocab, int64_t d, int64_t blocks, int64_t heads,
+                              int64_t dk, int64_t dv, int64_t block_size, int64_t mlp) {
+  ModelConfig c;
+  c.name = name, c.vocab_size = vocab, c.d_model = d, c.mlp_hidden = mlp;
+  c.pattern = std::string(blocks, 'G');
+  c.mixers["gdn"] = {{"heads", heads}, {"head_dk", dk}, {"head_dv", dv}, {"block_size", block_size}};
+  c.complete_sections();
+  return c;
 }
 
 ModelConfig model_preset(const std::string& name) {
-  ModelConfig c;
-  c.name = name;
-  if (name == "tiny") {
-    // Small enough for float64 finite differences, big enough to exercise every path.
-    c.vocab_size = 48, c.d_model = 24, c.n_layers = 2, c.n_heads = 2, c.head_dk = 8, c.head_dv = 6;
-    c.block_size = 8, c.mlp_hidden = 48;
-  } else if (name == "small") {
-    // The CPU demo: learns associative recall in a few minutes on 2 cores.
-    c.vocab_size = 96, c.d_model = 128, c.n_layers = 2, c.n_heads = 4, c.head_dk = 32, c.head_dv = 32;
-    c.block_size = 32, c.mlp_hidden = 256;
-  } else if (name == "gdn-1.3b") {
-    c.vocab_size = 32000, c.d_model = 2048, c.n_layers = 24, c.n_heads = 16, c.head_dk = 128, c.head_dv = 128;
-    c.block_size = 64, c.mlp_hidden = 5632;
-  } else if (name == "gdn-3b" || name == "gdn-7b" || name == "gdn-14b") {
-    // gdn-1.3b scaled up: heads of 128 (q/k and value width = d_model), MLP 2.75 x d_model;
-    // layer counts divisible by 4 and 8, so P = 4 and P = 8 pipelines cut them evenly.
-    const bool b3 = name == "gdn-3b", b7 = name == "gdn-7b";
-    c.vocab_size = 32000, c.d_model = b3 ? 2560 : b7 ? 4096 : 5120, c.n_layers = b3 || b7 ? 32 : 40;
-    c.head_dk = c.head_dv = 128, c.n_heads = c.d_model / 128;
-    c.block_size = 64, c.mlp_hidden = c.d_model * 11 / 4;
-  } else {
-    std::string all;
-    for (auto& n : model_preset_names()) all += (all.empty() ? "" : ", ") + n;
-    fail("unknown model preset '", name, "'; available: ", all);
-  }
-  return c;
+  // Small enough for float64 finite differences, big enough to exercise every path.
+  if (name == "tiny") return gdn_preset(name, 48, 24, 2, 2, 8, 6, 8, 48);
+  // The CPU demo: learns associative recall in a few minutes on 2 cores.
+  if (name == "small") return gdn_preset(name, 96, 128, 2, 4, 32, 32, 32, 256);
+  if (name == "gdn-1.3b") return gdn_preset(name, 32000, 2048, 24, 16, 128, 128, 64, 5632);
+  // gdn-1.3b scaled up: heads of 128 (q/k and value width = d_model), MLP 2.75 x d_model;
+  // block counts divisible by 4 and 8, so P = 4 and P = 8 pipelines cut them evenly.
+  if (name == "gdn-3b") return gdn_preset(name, 32000, 2560, 32, 20, 128, 128, 64, 2560 * 11 / 4);
+  if (name == "gdn-7b") return gdn_preset(name, 32000, 4096, 32, 32, 128, 128, 64, 4096 * 11 / 4);
+  if (name == "gdn-14b") return gdn_preset(name, 32000, 5120, 40, 40, 128, 128, 64, 5120 * 11 / 4);
+  std::string all;
+  for (auto& n : model_preset_names()) all += (all.empty() ? "" : ", ") + n;
+  fail("unknown model preset '", name, "'; available: ", all);
 }
 
 std::vector<std::string> model_preset_names() { return {"tiny", "small", "gdn-1.3b", "gdn-3b", "gdn-7b", "gdn-14b"}; }
@@ -125,6 +178,18 @@ ModelConfig load_model_config(const std::string& path) {
     fail("model config '", path, "' is not valid JSON: ", e.what());
   }
   return ModelConfig::from_json(j);
+}
+
+ModelConfig resolve_model_config(const std::string& preset, const std::string& config_path,
+                                 const std::string& pattern) {
+  ModelConfig c = config_path.empty() ? model_preset(preset) : load_model_config(config_path);
+  if (!pattern.empty()) {
+    c.pattern = pattern;
+    validate_pattern(c.pattern);
+    c.complete_sections();
+    c.validate();
+  }
+  return c;
 }
 
 }  // namespace stateflow

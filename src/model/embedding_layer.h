@@ -14,10 +14,14 @@ class Embedding : public Layer {
                  std::unique_ptr<Stash>& stash) override;
   Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) override;
 
+  // GPU path (model/cuda/embedding_layer_cuda.cpp, CUDA builds only; called through device_path("embedding")): fp32
+  // table, bf16 output.
+  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                      std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                       Stash& stash);
+
  private:
-  // GPU path (model/cuda/embedding_layer_cuda.cpp): fp32 table, bf16 output.
-  Tensor forward_cuda(const Tensor& tokens, std::unique_ptr<Stash>& stash);
-  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& stash);
   Param table_;  // [vocab, d_model]
 };
 

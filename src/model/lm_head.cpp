@@ -5,6 +5,7 @@
 #include "kernels/cpu/cross_entropy.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norms.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -63,13 +64,15 @@ Tensor LmHead::backward_impl(const ChunkCtx& ctx, Stash& stash) {
   return dx;
 }
 
-Tensor LmHead::forward(const ChunkCtx& ctx, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
-  if (!x.on_host()) return forward_cuda(ctx, x, stash);
+Tensor LmHead::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                       std::unique_ptr<Stash>& stash) {
+  if (!x.on_host()) return device_path("lm_head").forward(*this, ctx, x, state_in, state_out, stash);
   return dispatch_float(x.dtype(), [&](auto z) { return forward_impl<decltype(z)>(ctx, x, stash); });
 }
 
-Tensor LmHead::backward(const ChunkCtx& ctx, const Tensor&, const State&, State&, Stash& stash) {
-  if (!proj_.value.on_host()) return backward_cuda(ctx, stash);
+Tensor LmHead::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                        Stash& stash) {
+  if (!proj_.value.on_host()) return device_path("lm_head").backward(*this, ctx, dy, dstate_out, dstate_in, stash);
   return dispatch_float(static_cast<HeadStash&>(stash).x.dtype(), [&](auto z) { return backward_impl<decltype(z)>(ctx, stash); });
 }
 

@@ -16,12 +16,16 @@ class LmHead : public Layer {
   // dy is ignored: the head starts backpropagation from the loss (d loss = ctx.loss_scale).
   Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) override;
 
+  // GPU path (model/cuda/lm_head_cuda.cpp, CUDA builds only; called through device_path("lm_head")): bf16 GEMMs,
+  // logits only per row block.
+  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                      std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                       Stash& stash);
+
  private:
   template <class T> Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, std::unique_ptr<Stash>& stash);
   template <class T> Tensor backward_impl(const ChunkCtx& ctx, Stash& stash);
-  // GPU path (model/cuda/lm_head_cuda.cpp): bf16 GEMMs, logits only per row block.
-  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_ptr<Stash>& stash);
-  Tensor backward_cuda(const ChunkCtx& ctx, Stash& stash);
   Param norm_;  // [D]
   Param proj_;  // [D, vocab]
   double eps_;

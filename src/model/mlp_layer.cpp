@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/swiglu.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -20,7 +21,7 @@ SwiGluMlp::SwiGluMlp(const std::string& prefix, const ModelConfig& cfg, DType dt
   fill_normal(w1_.value, rng, 1.0 / std::sqrt(double(cfg.d_model)));
   fill_normal(w3_.value, rng, 1.0 / std::sqrt(double(cfg.d_model)));
   // Residual branch output starts small so the stack is near identity at init.
-  fill_normal(w2_.value, rng, 1.0 / std::sqrt(double(cfg.mlp_hidden)) / std::sqrt(2.0 * cfg.n_layers));
+  fill_normal(w2_.value, rng, 1.0 / std::sqrt(double(cfg.mlp_hidden)) / std::sqrt(2.0 * cfg.num_blocks()));
   for (Param* w : params()) w->gemm_operand = true;
 }
 
@@ -59,13 +60,15 @@ Tensor SwiGluMlp::backward_impl(const Tensor& dy, Stash& stash) {
   return dx;
 }
 
-Tensor SwiGluMlp::forward(const ChunkCtx&, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
-  if (!x.on_host()) return forward_cuda(x, stash);
+Tensor SwiGluMlp::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                          std::unique_ptr<Stash>& stash) {
+  if (!x.on_host()) return device_path("mlp").forward(*this, ctx, x, state_in, state_out, stash);
   return dispatch_float(x.dtype(), [&](auto z) { return forward_impl<decltype(z)>(x, stash); });
 }
 
-Tensor SwiGluMlp::backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) {
-  if (!dy.on_host()) return backward_cuda(ctx, dy, stash);
+Tensor SwiGluMlp::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                           Stash& stash) {
+  if (!dy.on_host()) return device_path("mlp").backward(*this, ctx, dy, dstate_out, dstate_in, stash);
   return dispatch_float(dy.dtype(), [&](auto z) { return backward_impl<decltype(z)>(dy, stash); });
 }
 

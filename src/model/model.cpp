@@ -8,8 +8,9 @@
 
 #include "core/rng.h"
 #include "model/embedding_layer.h"
-#include "model/gdn_layer.h"
+#include "mixers/gdn/gdn_layer.h"
 #include "model/lm_head.h"
+#include "model/mixer.h"
 #include "model/mlp_layer.h"
 #include "model/residual.h"
 
@@ -21,10 +22,12 @@ static std::unique_ptr<Layer> build_layer(const ModelConfig& cfg, DType dtype, i
   const int n = Model::num_layers_of(cfg);
   if (i == 0) return std::make_unique<Embedding>(cfg, dtype, rng);
   if (i == n - 1) return std::make_unique<LmHead>(cfg, dtype, rng);
-  const std::string p = cat("blocks.", (i - 1) / 2);
-  if ((i - 1) % 2 == 0)
-    return std::make_unique<PreNormResidual>(p + ".mixer", cfg, dtype,
-                                             std::make_unique<GatedDeltaNet>(p + ".mixer", cfg, dtype, rng));
+  const int block = (i - 1) / 2;
+  const std::string p = cat("blocks.", block);
+  if ((i - 1) % 2 == 0) {
+    const Mixer& mixer = mixer_for_letter(cfg.blocks()[block]);
+    return std::make_unique<PreNormResidual>(p + ".mixer", cfg, dtype, mixer.make_layer(p + ".mixer", cfg, dtype, rng));
+  }
   return std::make_unique<PreNormResidual>(p + ".mlp", cfg, dtype,
                                            std::make_unique<SwiGluMlp>(p + ".mlp", cfg, dtype, rng));
 }

@@ -1,5 +1,6 @@
 // The model as a flat list of layers, in execution order:
-//   0: embedding,  then per block i: GDN block (2i+1) and MLP block (2i+2),  last: LM head.
+//   0: embedding,  then per block i: mixer block (2i+1) and MLP block (2i+2),  last: LM head;
+// block i's mixer is the one its letter in the config's layer pattern names (model/mixer.h).
 // A pipeline stage owns a contiguous range of this list and builds only those layers; each
 // layer draws its initial weights from its own random stream, so a layer's weights are the
 // same whichever stage (thread or process) builds it.
@@ -19,7 +20,7 @@ class Model {
   // the CPU would build (made on the host, then moved), dtype is the master-weight type (f32),
   // and the layers run their GPU paths with bf16 activations.
   Model(const ModelConfig& cfg, DType dtype, int begin, int end, Device device = Device::CPU);
-  static int num_layers_of(const ModelConfig& cfg) { return static_cast<int>(2 * cfg.n_layers + 2); }
+  static int num_layers_of(const ModelConfig& cfg) { return static_cast<int>(2 * cfg.num_blocks() + 2); }
   const ModelConfig& config() const { return cfg_; }
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }

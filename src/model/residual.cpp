@@ -1,6 +1,7 @@
 #include "model/residual.h"
 
 #include "kernels/cpu/norms.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -25,7 +26,7 @@ std::vector<Param*> PreNormResidual::params() {
 
 Tensor PreNormResidual::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                                 std::unique_ptr<Stash>& stash) {
-  if (!x.on_host()) return forward_cuda(ctx, x, state_in, state_out, stash);
+  if (!x.on_host()) return device_path("prenorm_residual").forward(*this, ctx, x, state_in, state_out, stash);
   auto s = std::make_unique<ResidualStash>();
   const int64_t rows = x.dim(0), D = x.dim(1);
   s->x = x;
@@ -43,7 +44,7 @@ Tensor PreNormResidual::forward(const ChunkCtx& ctx, const Tensor& x, const Stat
 
 Tensor PreNormResidual::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                                  Stash& stash) {
-  if (!dy.on_host()) return backward_cuda(ctx, dy, dstate_out, dstate_in, stash);
+  if (!dy.on_host()) return device_path("prenorm_residual").backward(*this, ctx, dy, dstate_out, dstate_in, stash);
   auto& s = static_cast<ResidualStash&>(stash);
   Tensor dh = inner_->backward(ctx, dy, dstate_out, dstate_in, *s.inner);
   s.inner.reset();  // release the inner activations before allocating dx

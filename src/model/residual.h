@@ -18,12 +18,14 @@ class PreNormResidual : public Layer {
                   Stash& stash) override;
   Layer& inner() { return *inner_; }
 
- private:
-  // GPU path (model/cuda/residual_cuda.cpp): bf16 activations, fp32 norm weight.
+  // GPU path (model/cuda/residual_cuda.cpp, CUDA builds only; called through device_path("prenorm_residual")): bf16
+  // activations, fp32 norm weight.
   Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                       std::unique_ptr<Stash>& stash);
   Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
+
+ private:
   Param norm_;  // [d_model]
   double eps_;
   std::unique_ptr<Layer> inner_;

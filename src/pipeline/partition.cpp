@@ -1,42 +1,69 @@
 #include "pipeline/partition.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "model/flops.h"
 #include "model/model.h"
 
 namespace stateflow {
 
-static std::vector<int64_t> blocks_per_stage(const ModelConfig& cfg, int P) {
-  std::vector<int64_t> out;
-  if (cfg.stage_pattern.empty()) {
-    for (int r = 0; r < P; ++r) out.push_back(cfg.n_layers / P + (r < cfg.n_layers % P ? 1 : 0));
-    return out;
+// The pattern's explicit cuts: blocks between '|'.
+static std::vector<int64_t> blocks_between_cuts(const ModelConfig& cfg, int P) {
+  std::vector<int64_t> out{0};
+  for (char ch : cfg.pattern) {
+    if (ch == '|') out.push_back(0);
+    else ++out.back();
   }
-  int64_t count = 0;
-  for (char ch : cfg.stage_pattern + "|") {
-    if (ch == '|') {
-      SF_CHECK(count > 0, "stage_pattern '", cfg.stage_pattern, "' has an empty stage; every stage needs a block");
-      out.push_back(count);
-      count = 0;
-    } else {
-      SF_CHECK(ch == 'G', "stage_pattern '", cfg.stage_pattern, "': unknown block '", ch,
-               "'; use G for a GDN block and | between stages");
-      ++count;
-    }
-  }
-  int64_t total = 0;
-  for (int64_t b : out) total += b;
-  SF_CHECK(total == cfg.n_layers, "stage_pattern '", cfg.stage_pattern, "' has ", total, " blocks but n_layers is ",
-           cfg.n_layers);
-  SF_CHECK(int(out.size()) == P, "stage_pattern '", cfg.stage_pattern, "' cuts the model into ", out.size(),
-           " stages but --stages is ", P);
+  SF_CHECK(int(out.size()) == P, "layer pattern '", cfg.pattern, "' cuts the model into ", out.size(),
+           " stages but --stages is ", P, "; change --stages, or give a pattern without '|' to cut evenly by cost");
   return out;
+}
+
+// Contiguous runs of blocks with the smallest possible largest cost (forward + backward FLOPs);
+// among such cuts, earlier stages take as many blocks as fit, so equal blocks split as n/P with
+// the remainder on the first stages.
+static std::vector<int64_t> blocks_by_cost(const ModelConfig& cfg, int P) {
+  const std::string letters = cfg.blocks();
+  const int n = static_cast<int>(letters.size());
+  std::vector<double> cost(n);
+  for (int i = 0; i < n; ++i) {
+    const BlockFlops f = block_flops_per_token(cfg, letters[i]);
+    cost[i] = f.forward() + f.backward();
+  }
+  // fits(limit): can the blocks be cut into at most P runs of cost <= limit, each non-empty?
+  auto cut = [&](double limit) {
+    std::vector<int64_t> runs;
+    int i = 0;
+    for (int r = 0; r < P && i < n; ++r) {
+      double sum = 0;
+      int64_t count = 0;
+      // Leave at least one block for every later stage.
+      while (i < n && n - i > P - 1 - r && (count == 0 || sum + cost[i] <= limit * (1 + 1e-12))) sum += cost[i++], ++count;
+      runs.push_back(count);
+    }
+    return i == n && int(runs.size()) == P ? runs : std::vector<int64_t>{};
+  };
+  // The optimal limit is the cost of some contiguous run: try them in increasing order.
+  std::vector<double> candidates;
+  for (int a = 0; a < n; ++a) {
+    double sum = 0;
+    for (int b = a; b < n; ++b) candidates.push_back(sum += cost[b]);
+  }
+  std::sort(candidates.begin(), candidates.end());
+  auto first = std::partition_point(candidates.begin(), candidates.end(),
+                                    [&](double limit) { return cut(limit).empty(); });
+  SF_CHECK(first != candidates.end(), "cannot cut the model's ", n, " blocks into ", P, " stages");
+  return cut(*first);
 }
 
 std::vector<std::pair<int, int>> stage_layer_ranges(const ModelConfig& cfg, int P) {
   SF_CHECK(P >= 1, "--stages must be at least 1, got ", P);
-  SF_CHECK(P <= cfg.n_layers, "--stages ", P, " is more than the model's ", cfg.n_layers,
-           " GDN blocks; use at most ", cfg.n_layers, " stages (or a model with more n_layers)");
-  const std::vector<int64_t> blocks = blocks_per_stage(cfg, P);
+  cfg.validate();
+  const int64_t n_blocks = cfg.num_blocks();
+  SF_CHECK(P <= n_blocks, "--stages ", P, " is more than the model's ", n_blocks, " blocks (pattern '", cfg.pattern,
+           "'); use at most ", n_blocks, " stages (or a model with more blocks)");
+  const std::vector<int64_t> blocks = cfg.has_stage_cuts() ? blocks_between_cuts(cfg, P) : blocks_by_cost(cfg, P);
   const int n = Model::num_layers_of(cfg);
   std::vector<std::pair<int, int>> out;
   int64_t first_block = 0;

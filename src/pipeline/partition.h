@@ -1,8 +1,9 @@
 // Which layers each pipeline stage owns. The model's flat layer list is
-//   0: embedding | 2 layers per GDN block (mixer, MLP) | last: LM head;
+//   0: embedding | 2 layers per block (mixer, MLP) | last: LM head;
 // stage r owns a contiguous range of it: the embedding goes with stage 0, the head with the
-// last stage, and the GDN blocks are spread evenly (earlier stages take the remainder) or
-// cut as the config's stage_pattern says.
+// last stage, and the blocks are cut where the layer pattern has '|', or else evenly by cost
+// (each block's forward + backward FLOPs per token; equal blocks split n/P, the remainder on
+// the first stages).
 #pragma once
 #include <utility>
 #include <vector>
@@ -12,7 +13,7 @@
 namespace stateflow {
 
 // [begin, end) of the flat layer list for every stage; throws Error naming the fix when the
-// model cannot be cut into `stages` parts (more stages than blocks, a pattern that disagrees).
+// model cannot be cut into `stages` parts (more stages than blocks, a pattern whose cuts disagree).
 std::vector<std::pair<int, int>> stage_layer_ranges(const ModelConfig& cfg, int stages);
 
 }  // namespace stateflow

@@ -5,33 +5,58 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "model/mixer.h"
+#include "model/model.h"
 #include "pipeline/partition.h"
 
 namespace stateflow {
 
 namespace {
 
-// GDN blocks on each stage: the flat layers 1 .. 2 n_layers are (mixer, MLP) pairs, and stages
-// are cut between blocks.
-std::vector<int> blocks_per_stage(const ModelConfig& m, int P) {
-  std::vector<int> blocks;
-  for (auto [begin, end] : stage_layer_ranges(m, P))
-    blocks.push_back((std::min<int>(end, 2 * m.n_layers + 1) - std::max(begin, 1)) / 2);
-  return blocks;
+// A model's average block (mixer + MLP): forward and backward FLOPs per token and activation
+// width (the mixer's, 2 d_model for the norms' inputs, 3 MLP widths).
+struct BlockUnit {
+  double forward = 0, backward = 0, width = 0;
+};
+
+BlockUnit block_unit(const ModelConfig& m, char letter) {
+  const BlockFlops f = block_flops_per_token(m, letter);
+  return {f.forward(), f.backward(),
+          mixer_for_letter(letter).activation_width(m) + 2.0 * m.d_model + 3.0 * m.mlp_hidden};
 }
 
-std::vector<int64_t> parameters_per_stage(const ModelConfig& m, int P) {
-  const int64_t embedding = m.vocab_size * m.d_model, head = m.d_model + m.d_model * m.vocab_size;
-  const int64_t block = (m.num_parameters() - embedding - head) / m.n_layers;
-  std::vector<int> blocks = blocks_per_stage(m, P);
+BlockUnit average_block(const ModelConfig& m) {
+  BlockUnit avg;
+  for (char letter : m.blocks()) {
+    const BlockUnit b = block_unit(m, letter);
+    avg.forward += b.forward, avg.backward += b.backward, avg.width += b.width;
+  }
+  const double n = double(m.num_blocks());
+  return {avg.forward / n, avg.backward / n, avg.width / n};
+}
+
+// What each stage's blocks weigh in units of `unit` (the measured model's average block; for
+// a model of equal blocks, its block count), and each stage's parameters.
+struct StageWeights {
+  std::vector<double> forward, backward, width;
   std::vector<int64_t> params;
-  for (int s = 0; s < P; ++s) params.push_back(blocks[s] * block + (s == 0 ? embedding : 0) + (s == P - 1 ? head : 0));
-  return params;
-}
+};
 
-double activation_width(const ModelConfig& m) {
-  const double hk = double(m.n_heads * m.head_dk), hv = double(m.n_heads * m.head_dv);
-  return 2.0 * m.d_model + 2 * hk + 2 * hv + 2.0 * m.n_heads + 3.0 * m.mlp_hidden;
+StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit) {
+  const std::string letters = m.blocks();
+  const int64_t embedding = m.vocab_size * m.d_model, head = m.d_model + m.d_model * m.vocab_size;
+  StageWeights w;
+  for (auto [begin, end] : stage_layer_ranges(m, P)) {
+    double f = 0, b = 0, width = 0;
+    int64_t params = (begin == 0 ? embedding : 0) + (end == Model::num_layers_of(m) ? head : 0);
+    for (int block = std::max(begin - 1, 0) / 2; block < std::min<int>((end - 1) / 2, int(letters.size())); ++block) {
+      const BlockUnit u = block_unit(m, letters[block]);
+      f += u.forward / unit.forward, b += u.backward / unit.backward, width += u.width / unit.width;
+      params += mixer_for_letter(letters[block]).num_parameters(m) + 3 * m.d_model * m.mlp_hidden + 2 * m.d_model;
+    }
+    w.forward.push_back(f), w.backward.push_back(b), w.width.push_back(width), w.params.push_back(params);
+  }
+  return w;
 }
 
 int64_t resident_of(const MemorySnapshot& m) {
@@ -49,22 +74,24 @@ struct LayerCosts {
 LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
   const int P = o.stages, N = row.chunks(), last = P - 1;
   const ScheduleKind kind = parse_schedule_kind(row.schedule);
-  const std::vector<int> blocks = blocks_per_stage(o.model, P);
-  const std::vector<int64_t> params = parameters_per_stage(o.model, P);
-  int blocks_before_last = 0;
-  for (int r = 0; r < last; ++r) blocks_before_last += blocks[r];
+  const StageWeights w = stage_weights(o.model, P, average_block(o.model));
+  auto before_last = [&](const std::vector<double>& per_stage) {
+    double sum = 0;
+    for (int r = 0; r < last; ++r) sum += per_stage[r];
+    return sum;
+  };
   LayerCosts l;
-  auto split = [&](const std::vector<std::vector<double>>& per_stage, std::vector<double>& block,
-                   std::vector<double>& head) {
+  auto split = [&](const std::vector<std::vector<double>>& per_stage, const std::vector<double>& weight,
+                   std::vector<double>& block, std::vector<double>& head) {
     for (int c = 0; c < N; ++c) {
-      double before_last = 0;
-      for (int r = 0; r < last; ++r) before_last += per_stage[r][c];
-      block.push_back(before_last / blocks_before_last);
-      head.push_back(std::max(0.0, per_stage[last][c] - blocks[last] * block.back()));
+      double time_before_last = 0;
+      for (int r = 0; r < last; ++r) time_before_last += per_stage[r][c];
+      block.push_back(time_before_last / before_last(weight));
+      head.push_back(std::max(0.0, per_stage[last][c] - weight[last] * block.back()));
     }
   };
-  split(row.costs.forward_time, l.block_forward, l.head_forward);
-  split(row.costs.backward_time, l.block_backward, l.head_backward);
+  split(row.costs.forward_time, w.forward, l.block_forward, l.head_forward);
+  split(row.costs.backward_time, w.backward, l.block_backward, l.head_backward);
   l.send = row.costs.send_time;
   std::vector<double> unit_stash(P);
   double stash_before_last = 0;
@@ -72,14 +99,14 @@ LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
   for (int r = 0; r < P; ++r) {
     unit_stash[r] = double(row.stage_peak_stash[r]) / in_flight_bound(kind, P, o.microbatches, N, r);
     if (r < last) stash_before_last += unit_stash[r];
-    resident += resident_of(row.stage_memory[r]), all_params += params[r];
+    resident += resident_of(row.stage_memory[r]), all_params += w.params[r];
     const double transient =
         double(row.stage_memory[r].total_peak - resident_of(row.stage_memory[r]) - row.stage_peak_stash[r]);
     if (r < last) l.transient = std::max(l.transient, transient);
     else l.last_transient = transient;
   }
-  l.block_stash = stash_before_last / blocks_before_last;
-  l.head_stash = std::max(0.0, unit_stash[last] - blocks[last] * l.block_stash);
+  l.block_stash = stash_before_last / before_last(w.width);
+  l.head_stash = std::max(0.0, unit_stash[last] - w.width[last] * l.block_stash);
   l.bytes_per_parameter = double(resident) / double(all_params);
   return l;
 }
@@ -88,9 +115,8 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
                         int P) {
   const int N = row.chunks();
   ModelConfig target = d.model;
-  target.stage_pattern.clear();  // blocks spread evenly over the P stages
-  const std::vector<int> blocks = blocks_per_stage(target, P);
-  const std::vector<int64_t> params = parameters_per_stage(target, P);
+  target.pattern = target.blocks();  // cut evenly by cost over the P stages
+  const StageWeights w = stage_weights(target, P, average_block(o.model));
   const double d_ratio = double(target.d_model) / double(o.model.d_model);
   CostTable t;
   t.forward_time.assign(P, std::vector<double>(N));
@@ -100,13 +126,12 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
   for (int s = 0; s < P; ++s) {
     const bool last = s == P - 1;
     for (int c = 0; c < N; ++c) {
-      t.forward_time[s][c] = blocks[s] * l.block_forward[c] * d.forward_ratio + (last ? l.head_forward[c] * d.head_ratio : 0);
-      t.backward_time[s][c] =
-          blocks[s] * l.block_backward[c] * d.backward_ratio + (last ? l.head_backward[c] * d.head_ratio : 0);
+      t.forward_time[s][c] = w.forward[s] * l.block_forward[c] + (last ? l.head_forward[c] * d.head_ratio : 0);
+      t.backward_time[s][c] = w.backward[s] * l.block_backward[c] + (last ? l.head_backward[c] * d.head_ratio : 0);
       t.unit_bytes[s][c][int(MemCategory::Activations)] =
-          int64_t(blocks[s] * l.block_stash * d.width_ratio + (last ? l.head_stash * d_ratio : 0));
+          int64_t(w.width[s] * l.block_stash + (last ? l.head_stash * d_ratio : 0));
     }
-    t.resident_bytes[s][int(MemCategory::Weights)] = int64_t(double(params[s]) * l.bytes_per_parameter);
+    t.resident_bytes[s][int(MemCategory::Weights)] = int64_t(double(w.params[s]) * l.bytes_per_parameter);
     t.resident_bytes[s][int(MemCategory::Other)] = int64_t((last ? l.last_transient : l.transient) * d.width_ratio);
   }
   for (double s : l.send) t.send_time.push_back(s * d_ratio);
@@ -128,9 +153,9 @@ void check_depth_targets(const BenchOptions& o) {
   for (const ModelConfig& m : o.simulate_models)
     for (int P : o.simulate_stages) {
       ModelConfig even = m;
-      even.stage_pattern.clear();
-      SF_CHECK(P <= even.n_layers, "--simulate-stages ", P, ": model ", m.name, " has only ", m.n_layers,
-               " GDN blocks; predict for at most that many stages or a bigger --simulate-model");
+      even.pattern = even.blocks();
+      SF_CHECK(P <= even.num_blocks(), "--simulate-stages ", P, ": model ", m.name, " has only ", m.num_blocks(),
+               " blocks; predict for at most that many stages or a bigger --simulate-model");
       stage_layer_ranges(even, P);
     }
 }
@@ -141,11 +166,11 @@ DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, con
   d.model = target;
   d.scaled = target.to_json() != o.model.to_json();
   if (d.scaled) {
-    const BlockFlops measured = block_flops_per_token(o.model), target_flops = block_flops_per_token(d.model);
-    d.forward_ratio = target_flops.forward() / measured.forward();
-    d.backward_ratio = target_flops.backward() / measured.backward();
+    const BlockUnit measured = average_block(o.model), target_block = average_block(d.model);
+    d.forward_ratio = target_block.forward / measured.forward;
+    d.backward_ratio = target_block.backward / measured.backward;
     d.head_ratio = double(d.model.d_model * d.model.vocab_size) / double(o.model.d_model * o.model.vocab_size);
-    d.width_ratio = activation_width(d.model) / activation_width(o.model);
+    d.width_ratio = target_block.width / measured.width;
   }
   for (int P : o.simulate_stages) {
     const size_t first = d.rows.size();

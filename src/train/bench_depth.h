@@ -1,22 +1,26 @@
 // Simulated depth: what each benchmarked schedule would do on P stages, predicted by the
 // simulator from the per-action costs one bench run measured (issue 6: deeper pipelines than
-// the GPUs at hand). From the measured run, per chunk:
-//   - a GDN block's forward and backward time: the stages before the last, divided by their
-//     block count (stage 0's embedding is folded in);
+// the GPUs at hand). Blocks are weighed in units of the measured model's average block (mixer
+// + MLP, model/flops.h and the mixer registry): forward and backward FLOPs per token and
+// activation width (for a model of equal blocks, a stage weighs its block count). From the
+// measured run, per chunk:
+//   - an average block's forward and backward time: the stages before the last, divided by
+//     their blocks' weight (stage 0's embedding is folded in);
 //   - the LM head's: what the last stage takes beyond its blocks at that rate (0 if timing
 //     noise makes that negative; otherwise the measured shape reproduces the measured costs);
 //   - a send's time: the mean Send action;
-//   - a block's stash per unit: the stages' peak stash divided by the units the schedule
-//     keeps in flight there (in_flight_bound), per block as above; the head's the rest;
+//   - an average block's stash per unit: the stages' peak stash divided by the units the
+//     schedule keeps in flight there (in_flight_bound), per unit of width as above; the head's
+//     the rest;
 //   - bytes per parameter of weights, grads and optimizer state, and the transient working
 //     memory (peak total less those and the stash): the most over the stages before the
 //     last, and the last's (it holds the LM head's logits) on its own.
-// A stage of the P-stage pipeline then costs its blocks (spread evenly) plus the head on the
-// last; its memory is its parameters' bytes, its transient memory, and the stash of the
-// units in flight as the simulator walks the schedule. For another model (--simulate-model)
-// block times scale by the ratio of per-token FLOPs (MATH.md section 9: matrix products and
-// the GDN core), the head's by d_model x vocab, stash and transient bytes by the activation
-// width (2 d_model + 2 H dk + 2 H dv + 2 H + 3 MLP width), sends by d_model.
+// A stage of the P-stage pipeline (blocks cut evenly by cost) then costs its blocks' weight at
+// those rates plus the head on the last; its memory is its parameters' bytes, its transient
+// memory, and the stash of the units in flight as the simulator walks the schedule. For another
+// model (--simulate-model) the weights are its blocks' FLOPs and widths in the measured model's
+// units, the head scales by d_model x vocab, transient bytes by the average block width, sends
+// by d_model.
 #pragma once
 #include <iosfwd>
 #include <nlohmann/json_fwd.hpp>

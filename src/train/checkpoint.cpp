@@ -56,13 +56,15 @@ static std::vector<StepDir> list_step_dirs(const fs::path& save_dir) {
   return out;
 }
 
-// The fields in which two model configs differ, ignoring the name and the stage cut (neither
-// changes the math): "d_model 24 vs 32, ..."; empty when they agree.
+// The fields in which two model configs differ, ignoring the name and the stage cuts of the
+// layer pattern (neither changes the math): "d_model 24 vs 32, ..."; empty when they agree.
 static std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
-  json ja = a.to_json(), jb = b.to_json();
+  ModelConfig a_blocks = a, b_blocks = b;
+  a_blocks.pattern = a.blocks(), b_blocks.pattern = b.blocks();
+  json ja = a_blocks.to_json(), jb = b_blocks.to_json();
   std::string out;
   for (auto it = ja.begin(); it != ja.end(); ++it) {
-    if (it.key() == "name" || it.key() == "stage_pattern" || jb[it.key()] == *it) continue;
+    if (it.key() == "name" || jb[it.key()] == *it) continue;
     out += cat(out.empty() ? "" : ", ", it.key(), " ", it->dump(), " vs ", jb[it.key()].dump());
   }
   return out;

@@ -91,7 +91,7 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
   const PipelineConfig pc = pipeline_->config();
   if (report) {
     log << "model " << opts_.model.name << ": " << opts_.model.num_parameters() << " parameters, "
-        << opts_.model.n_layers << " GDN blocks, d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
+        << opts_.model.num_blocks() << " blocks (pattern " << opts_.model.pattern << "), d_model " << opts_.model.d_model << ", " << dtype_name(opts_.dtype)
         << " on " << device_name(opts_.device)
         << "\ndata: " << data_->describe() << "\nbatch " << opts_.batch << " x " << opts_.seq_len << " tokens; "
         << kind_name(pc.schedule) << " schedule over " << pc.stages << " stage(s) (" << opts_.transport

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "model/mixer.h"
 #include "pipeline/launch.h"
 #include "train/chunking.h"
 #include "train/optimizer.h"
@@ -57,7 +58,7 @@ VerifyResult run_verify(const VerifyOptions& opts) {
 
   std::vector<std::pair<std::string, std::vector<int64_t>>> cases;
   if (opts.chunkings.empty())
-    cases = builtin_chunkings(opts.seq_len, opts.model.block_size);
+    cases = builtin_chunkings(opts.seq_len, largest_inner_block(opts.model));
   else
     for (auto& l : opts.chunkings) cases.push_back({"N=" + std::to_string(l.size()), l});
 

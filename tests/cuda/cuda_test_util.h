@@ -22,8 +22,9 @@ namespace stateflow::testing {
 // are multiples of 8): the model of the GPU tests.
 inline ModelConfig gpu_test_model(uint64_t seed, int64_t vocab = 512) {
   ModelConfig c;
-  c.vocab_size = vocab, c.d_model = 256, c.n_layers = 2, c.n_heads = 2, c.head_dk = c.head_dv = 128;
-  c.conv_size = 4, c.block_size = 64, c.mlp_hidden = 512, c.seed = seed;
+  c.vocab_size = vocab, c.d_model = 256, c.pattern = "GG", c.mlp_hidden = 512, c.seed = seed;
+  c.mixers["gdn"] = {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}};
+  c.complete_sections();
   return c;
 }
 

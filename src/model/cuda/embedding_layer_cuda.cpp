@@ -3,6 +3,7 @@
 #include "kernels/cuda/embedding_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/embedding_layer.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -12,7 +13,7 @@ struct EmbeddingCudaStash : Stash {
 };
 }  // namespace
 
-Tensor Embedding::forward_cuda(const Tensor& tokens, std::unique_ptr<Stash>& stash) {
+Tensor Embedding::forward_cuda(const ChunkCtx&, const Tensor& tokens, const State&, State&, std::unique_ptr<Stash>& stash) {
   const int64_t rows = tokens.numel(), vocab = table_.value.dim(0), dim = table_.value.dim(1);
   const Tensor host = tokens.on_host() ? tokens : tokens.to(Device::CPU);
   for (int64_t r = 0; r < rows; ++r) {
@@ -29,7 +30,7 @@ Tensor Embedding::forward_cuda(const Tensor& tokens, std::unique_ptr<Stash>& sta
   return y;
 }
 
-Tensor Embedding::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& stash) {
+Tensor Embedding::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) {
   auto& s = static_cast<EmbeddingCudaStash&>(stash);
   const int64_t rows = s.tokens.numel();
   DeviceBuffer ws = cuda_scratch(embedding_backward_workspace_bytes(rows));
@@ -37,5 +38,7 @@ Tensor Embedding::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& st
                                 table_.value.dim(1), table_.value.dim(0), ctx.batch, ws.get(), layer_stream());
   return Tensor();  // tokens have no gradient
 }
+
+static const DevicePathRegistration registered = device_path_of<Embedding>("embedding");
 
 }  // namespace stateflow

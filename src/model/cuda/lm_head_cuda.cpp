@@ -11,6 +11,7 @@
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/lm_head.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -67,7 +68,7 @@ LossStats run_head(const ChunkCtx& ctx, const Tensor& xn, const Param& proj, con
 }
 }  // namespace
 
-Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_ptr<Stash>& stash) {
+Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
   SF_CHECK(ctx.targets.defined() && ctx.targets.numel() == x.dim(0), "lm_head: targets missing or of the wrong size");
   const int64_t rows = x.dim(0), D = x.dim(1);
   auto s = std::make_unique<HeadCudaStash>();
@@ -93,7 +94,7 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, std::unique_pt
   return loss;
 }
 
-Tensor LmHead::backward_cuda(const ChunkCtx& ctx, Stash& stash) {
+Tensor LmHead::backward_cuda(const ChunkCtx& ctx, const Tensor&, const State&, State&, Stash& stash) {
   auto& s = static_cast<HeadCudaStash&>(stash);
   const int64_t rows = s.x.dim(0), D = s.x.dim(1);
   Tensor dxn = bf16_zeros({rows, D});
@@ -112,5 +113,7 @@ Tensor LmHead::backward_cuda(const ChunkCtx& ctx, Stash& stash) {
                               f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream());
   return dx;
 }
+
+static const DevicePathRegistration registered = device_path_of<LmHead>("lm_head");
 
 }  // namespace stateflow

@@ -4,6 +4,7 @@
 #include "kernels/cuda/swiglu_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/mlp_layer.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -13,7 +14,7 @@ struct MlpCudaStash : Stash {
 };
 }  // namespace
 
-Tensor SwiGluMlp::forward_cuda(const Tensor& x, std::unique_ptr<Stash>& stash) {
+Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
   const int64_t rows = x.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
   auto s = std::make_unique<MlpCudaStash>();
@@ -28,7 +29,7 @@ Tensor SwiGluMlp::forward_cuda(const Tensor& x, std::unique_ptr<Stash>& stash) {
   return y;
 }
 
-Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& stash) {
+Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) {
   auto& s = static_cast<MlpCudaStash&>(stash);
   const int64_t rows = dy.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
@@ -44,5 +45,7 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, Stash& st
   linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
   return dx;
 }
+
+static const DevicePathRegistration registered = device_path_of<SwiGluMlp>("mlp");
 
 }  // namespace stateflow

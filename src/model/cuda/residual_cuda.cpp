@@ -3,6 +3,7 @@
 #include "kernels/cuda/norms_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/residual.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -42,5 +43,7 @@ Tensor PreNormResidual::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, con
   add_inplace_cuda<bf16>(bf16_ptr(dx), bf16_ptr(dy), dx.numel(), layer_stream());
   return dx;
 }
+
+static const DevicePathRegistration registered = device_path_of<PreNormResidual>("prenorm_residual");
 
 }  // namespace stateflow

@@ -1,4 +1,4 @@
-#include "kernels/cuda/gdn_gates_cuda.h"
+#include "mixers/gdn/gdn_gates_cuda.h"
 
 #include <algorithm>
 

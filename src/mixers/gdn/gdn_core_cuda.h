@@ -1,5 +1,5 @@
 // Gated DeltaNet chunk core on NVIDIA GPUs (Hopper first): the chunkwise WY algorithm of
-// MATH.md sections 3-4 with the semantics and layouts of the CPU API (kernels/cpu/gdn_core.h),
+// MATH.md sections 3-4 with the semantics and layouts of the CPU API (mixers/gdn/gdn_core.h),
 // bf16 storage for the per-token vectors and fp32 for everything else.
 //
 //   q, k, dq, dk      bf16 [batch, len, heads, dk]
@@ -37,7 +37,7 @@
 
 #include <cstddef>
 
-#include "kernels/cpu/gdn_core.h"
+#include "mixers/gdn/gdn_core.h"
 
 namespace stateflow {
 

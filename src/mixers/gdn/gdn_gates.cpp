@@ -1,4 +1,4 @@
-#include "kernels/cpu/gdn_gates.h"
+#include "mixers/gdn/gdn_gates.h"
 
 #include <cmath>
 #include <vector>

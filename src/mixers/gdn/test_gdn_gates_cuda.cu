@@ -6,8 +6,8 @@
 #include <cmath>
 #include <tuple>
 
-#include "kernels/cpu/gdn_gates.h"
-#include "kernels/cuda/gdn_gates_cuda.h"
+#include "mixers/gdn/gdn_gates.h"
+#include "mixers/gdn/gdn_gates_cuda.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 

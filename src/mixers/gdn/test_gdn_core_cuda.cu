@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/cpu/gdn_core.h"
-#include "kernels/cuda/gdn_core_cuda.h"
+#include "mixers/gdn/gdn_core.h"
+#include "mixers/gdn/gdn_core_cuda.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 
@@ -120,7 +120,7 @@ Problem slice(const Problem& p, int64_t t0, int64_t t1) {
   return s;
 }
 
-// The CPU float64 token recurrence (kernels/cpu/gdn_core.h) on the same rounded inputs.
+// The CPU float64 token recurrence (mixers/gdn/gdn_core.h) on the same rounded inputs.
 struct Ref {
   Vec o, S_out, dq, dk, dv, dbeta, dg, dS_in;
 };

@@ -18,7 +18,7 @@
 //   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
 //   dHs bf16 [NS][dv][dk]   gradient of the state leaving each sub-chunk (B3)
-#include "kernels/cuda/gdn_core_cuda.h"
+#include "mixers/gdn/gdn_core_cuda.h"
 
 #include <algorithm>
 

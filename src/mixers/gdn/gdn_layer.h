@@ -4,7 +4,7 @@
 //   -> gated RMSNorm with silu(z)  -> output projection.
 // Boundary state: {S [batch, heads, dv, dk], conv prefixes of q~, k~, v~ [batch, K-1, channels]}.
 #pragma once
-#include "model/config.h"
+#include "mixers/gdn/gdn_config.h"
 #include "model/layer.h"
 
 namespace stateflow {
@@ -23,19 +23,20 @@ class GatedDeltaNet : public Layer {
   // Indices into the boundary State.
   enum StateIndex { kS = 0, kPrefixQ = 1, kPrefixK = 2, kPrefixV = 3, kStateSize = 4 };
 
+  // GPU path (mixers/gdn/gdn_layer_cuda.cpp, CUDA builds only; called through device_path("gdn")): bf16 activations
+  // and GEMMs; boundary state S fp32, conv prefixes bf16 (what the conv reads), their gradients fp32.
+  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                      std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                       Stash& stash);
+
  private:
+  GatedDeltaNet(const std::string& prefix, const ModelConfig& cfg, const GdnConfig& g, DType dtype, Rng& rng);
   template <class T>
   Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                       std::unique_ptr<Stash>& stash);
   template <class T>
   Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                       Stash& stash);
-
-  // GPU path (model/cuda/gdn_layer_cuda.cpp): bf16 activations and GEMMs; boundary state S
-  // fp32, conv prefixes bf16 (what the conv reads), their gradients fp32.
-  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                      std::unique_ptr<Stash>& stash);
-  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
 
   int64_t D_, H_, dk_, dv_, K_, C_;

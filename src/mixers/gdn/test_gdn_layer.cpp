@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "layer_testing.h"
-#include "model/gdn_layer.h"
+#include "mixers/gdn/gdn_layer.h"
 #include "test_util.h"
 
 using namespace stateflow;
@@ -13,7 +13,9 @@ namespace {
 
 ModelConfig layer_config() {
   ModelConfig c = model_preset("tiny");
-  c.d_model = 10, c.n_heads = 2, c.head_dk = 4, c.head_dv = 3, c.conv_size = 4, c.block_size = 8;
+  c.d_model = 10;
+  c.mixers["gdn"] = {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}};
+  c.complete_sections();
   return c;
 }
 

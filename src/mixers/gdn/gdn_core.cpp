@@ -2,7 +2,7 @@
 // processed on its own; the chunkwise algorithm copies each sub-chunk's rows into
 // contiguous tiles so a sub-chunk is computed identically whatever its absolute position
 // (which makes C-aligned StateFlow splits bitwise equal to unsplit runs).
-#include "kernels/cpu/gdn_core.h"
+#include "mixers/gdn/gdn_core.h"
 
 #include <algorithm>
 #include <cmath>

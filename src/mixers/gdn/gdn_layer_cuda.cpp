@@ -4,13 +4,14 @@
 // carrying them is exact); the state gradients are all fp32.
 #include <cmath>
 
-#include "kernels/cuda/gdn_core_cuda.h"
-#include "kernels/cuda/gdn_gates_cuda.h"
+#include "mixers/gdn/gdn_core_cuda.h"
+#include "mixers/gdn/gdn_gates_cuda.h"
 #include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/short_conv_cuda.h"
 #include "model/cuda/layer_cuda.h"
-#include "model/gdn_layer.h"
+#include "mixers/gdn/gdn_layer.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -167,5 +168,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   proj_back(Wa_, da, H_), proj_back(Wb_, db, H_), proj_back(Wg_, dz, HV);
   return dx;
 }
+
+static const DevicePathRegistration registered = device_path_of<GatedDeltaNet>("gdn");
 
 }  // namespace stateflow

@@ -13,7 +13,7 @@
 #endif
 
 #include "core/error.h"
-#include "kernels/cpu/gdn_core.h"
+#include "mixers/gdn/gdn_core.h"
 #include "test_util.h"
 
 using namespace stateflow;

@@ -1,13 +1,14 @@
-#include "model/gdn_layer.h"
+#include "mixers/gdn/gdn_layer.h"
 
 #include <cmath>
 
 #include "core/rng.h"
-#include "kernels/cpu/gdn_core.h"
-#include "kernels/cpu/gdn_gates.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/norms.h"
 #include "kernels/cpu/short_conv.h"
+#include "mixers/gdn/gdn_core.h"
+#include "mixers/gdn/gdn_gates.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -29,7 +30,10 @@ template <class T> const T* state_ptr(const State& s, int i) { return s.empty() 
 }  // namespace
 
 GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, DType dt, Rng& rng)
-    : D_(cfg.d_model), H_(cfg.n_heads), dk_(cfg.head_dk), dv_(cfg.head_dv), K_(cfg.conv_size), C_(cfg.block_size),
+    : GatedDeltaNet(p, cfg, gdn_config(cfg), dt, rng) {}
+
+GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, const GdnConfig& g, DType dt, Rng& rng)
+    : D_(cfg.d_model), H_(g.heads), dk_(g.head_dk), dv_(g.head_dv), K_(g.conv_size), C_(g.block_size),
       norm_eps_(cfg.norm_eps),
       Wq_(make_param(p + ".Wq", {D_, H_ * dk_}, dt)), Wk_(make_param(p + ".Wk", {D_, H_ * dk_}, dt)),
       Wv_(make_param(p + ".Wv", {D_, H_ * dv_}, dt)), Wa_(make_param(p + ".Wa", {D_, H_}, dt)),
@@ -52,7 +56,7 @@ GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, DType
   });
   fill_constant(out_norm_.value, 1.0);
   // Residual branch output starts small so the stack is near identity at init.
-  fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(H_ * dv_)) / std::sqrt(2.0 * cfg.n_layers));
+  fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(H_ * dv_)) / std::sqrt(2.0 * cfg.num_blocks()));
   for (Param* w : {&Wq_, &Wk_, &Wv_, &Wa_, &Wb_, &Wg_, &Wo_}) w->gemm_operand = true;
 }
 
@@ -189,14 +193,14 @@ Tensor GatedDeltaNet::backward_impl(const ChunkCtx& ctx, const Tensor& dout, con
 
 Tensor GatedDeltaNet::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                               std::unique_ptr<Stash>& stash) {
-  if (!x.on_host()) return forward_cuda(ctx, x, state_in, state_out, stash);
+  if (!x.on_host()) return device_path("gdn").forward(*this, ctx, x, state_in, state_out, stash);
   return dispatch_float(x.dtype(),
                         [&](auto z) { return forward_impl<decltype(z)>(ctx, x, state_in, state_out, stash); });
 }
 
 Tensor GatedDeltaNet::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                                Stash& stash) {
-  if (!dy.on_host()) return backward_cuda(ctx, dy, dstate_out, dstate_in, stash);
+  if (!dy.on_host()) return device_path("gdn").backward(*this, ctx, dy, dstate_out, dstate_in, stash);
   return dispatch_float(dy.dtype(),
                         [&](auto z) { return backward_impl<decltype(z)>(ctx, dy, dstate_out, dstate_in, stash); });
 }

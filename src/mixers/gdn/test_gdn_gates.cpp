@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "kernels/cpu/gdn_gates.h"
+#include "mixers/gdn/gdn_gates.h"
 #include "kernel_test_util.h"
 
 using namespace stateflow;

@@ -1,4 +1,4 @@
-// GDN gates on the GPU with the semantics of kernels/cpu/gdn_gates.h (MATH.md section 2),
+// GDN gates on the GPU with the semantics of mixers/gdn/gdn_gates.h (MATH.md section 2),
 // per row and value head h:
 //   beta = sigmoid(b)                       g = -exp(A_log[h]) * softplus(a + dt_bias[h])
 // a, b, da, db are A [rows, heads] (A = float or bf16); g, beta, dg, dbeta are fp32 (what the

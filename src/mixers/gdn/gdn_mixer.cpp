@@ -1,0 +1,76 @@
+// The Gated DeltaNet row of the mixer registry (model/mixer.h): letter G.
+#include "core/error.h"
+#include "mixers/gdn/gdn_config.h"
+#include "mixers/gdn/gdn_layer.h"
+#include "model/mixer.h"
+
+namespace stateflow {
+
+GdnConfig gdn_config(const ModelConfig& cfg) {
+  return {section_int(cfg, "gdn", "heads", 1, 1024), section_int(cfg, "gdn", "head_dk", 1, 1024),
+          section_int(cfg, "gdn", "head_dv", 1, 1024), section_int(cfg, "gdn", "conv_size", 1, 64),
+          section_int(cfg, "gdn", "block_size", 1, 1024)};
+}
+
+namespace {
+
+int64_t gdn_parameters(const ModelConfig& cfg) {
+  const GdnConfig g = gdn_config(cfg);
+  const int64_t D = cfg.d_model, HK = g.heads * g.head_dk, HV = g.heads * g.head_dv;
+  // Wq Wk Wv Wg Wa Wb, the three convs, A_log and dt_bias, the output norm, Wo.
+  return D * (2 * HK + 2 * HV + 2 * g.heads) + (2 * HK + HV) * g.conv_size + 2 * g.heads + g.head_dv + HV * D;
+}
+
+// The chunk core per value head and token, with blocks of C tokens, as MATH.md section 9 counts
+// it (backward recomputes W, U and the state transition).
+MixerFlops gdn_flops(const ModelConfig& cfg) {
+  const GdnConfig g = gdn_config(cfg);
+  const double D = double(cfg.d_model), H = double(g.heads), dk = double(g.head_dk), dv = double(g.head_dv);
+  const double C = double(g.block_size);
+  // Weight matrices: q, k, v, the output gate, beta and g projections, and the output projection.
+  const double matrices = D * (2 * H * dk + 2 * H * dv + 2 * H) + H * dv * D;
+  MixerFlops f;
+  f.dense_forward = 2 * matrices, f.dense_backward = 4 * matrices;
+  f.core_forward = H * (6 * dk * dv + 2 * C * (3 * dk + 2 * dv) + 2 * C * C / 3);
+  f.core_backward = H * (18 * dk * dv + 18 * C * dk + 10 * C * dv + 4 * C * C);
+  return f;
+}
+
+// q~, k~, v~ and their convolved, normalised forms dominate; the depth predictions scale by it.
+double gdn_activation_width(const ModelConfig& cfg) {
+  const GdnConfig g = gdn_config(cfg);
+  return double(2 * g.heads * g.head_dk + 2 * g.heads * g.head_dv + 2 * g.heads);
+}
+
+std::vector<StateTensorSpec> gdn_state(const ModelConfig& cfg) {
+  const GdnConfig g = gdn_config(cfg);
+  const int64_t HK = g.heads * g.head_dk, HV = g.heads * g.head_dv;
+  return {{"S", {g.heads, g.head_dv, g.head_dk}, DType::F32, false},
+          {"conv_prefix_q", {g.conv_size - 1, HK}, DType::BF16, false},
+          {"conv_prefix_k", {g.conv_size - 1, HK}, DType::BF16, false},
+          {"conv_prefix_v", {g.conv_size - 1, HV}, DType::BF16, false}};
+}
+
+Mixer make_gdn_mixer() {
+  Mixer m;
+  m.letter = 'G';
+  m.name = "gdn";
+  m.description = "Gated DeltaNet";
+  m.defaults = {{"heads", 2}, {"head_dk", 8}, {"head_dv", 8}, {"conv_size", 4}, {"block_size", 8}};
+  m.validate = [](const ModelConfig& cfg) { gdn_config(cfg); };
+  m.make_layer = [](const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng) -> std::unique_ptr<Layer> {
+    return std::make_unique<GatedDeltaNet>(prefix, cfg, dtype, rng);
+  };
+  m.num_parameters = gdn_parameters;
+  m.flops_per_token = gdn_flops;
+  m.activation_width = gdn_activation_width;
+  m.boundary_state = gdn_state;
+  m.inner_block = [](const ModelConfig& cfg) { return gdn_config(cfg).block_size; };
+  return m;
+}
+
+}  // namespace
+
+static const MixerRegistration registered(make_gdn_mixer());
+
+}  // namespace stateflow
