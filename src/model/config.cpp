@@ -150,6 +150,20 @@ static ModelConfig gdn_preset(const std::string& name, int64_t vocab, int64_t d,
   return c;
 }
 
+// A GDN preset with every fourth block attention ("GGGA" repeated), in the manner of
+// Qwen3-Next: heads of 256, two K/V heads, RoPE on a quarter of each head, base 1e7.
+static ModelConfig hybrid_preset(const std::string& name, const std::string& base, int64_t attention_heads) {
+  ModelConfig c = model_preset(base);
+  c.name = name;
+  std::string pattern;
+  for (int64_t b = 0; b < c.num_blocks(); b += 4) pattern += "GGGA";
+  c.pattern = pattern;
+  c.mixers["attention"] = {{"heads", attention_heads}, {"kv_heads", 2},        {"head_dim", 256},
+                           {"rotary_dim", 64},         {"rope_theta", 1e7}};
+  c.complete_sections();
+  return c;
+}
+
 ModelConfig model_preset(const std::string& name) {
   // Small enough for float64 finite differences, big enough to exercise every path.
   if (name == "tiny") return gdn_preset(name, 48, 24, 2, 2, 8, 6, 8, 48);
@@ -161,12 +175,18 @@ ModelConfig model_preset(const std::string& name) {
   if (name == "gdn-3b") return gdn_preset(name, 32000, 2560, 32, 20, 128, 128, 64, 2560 * 11 / 4);
   if (name == "gdn-7b") return gdn_preset(name, 32000, 4096, 32, 32, 128, 128, 64, 4096 * 11 / 4);
   if (name == "gdn-14b") return gdn_preset(name, 32000, 5120, 40, 40, 128, 128, 64, 5120 * 11 / 4);
+  // The GDN presets with one attention block in four (query width = d_model).
+  if (name == "hybrid-1.3b") return hybrid_preset(name, "gdn-1.3b", 8);
+  if (name == "hybrid-3b") return hybrid_preset(name, "gdn-3b", 10);
+  if (name == "hybrid-7b") return hybrid_preset(name, "gdn-7b", 16);
   std::string all;
   for (auto& n : model_preset_names()) all += (all.empty() ? "" : ", ") + n;
   fail("unknown model preset '", name, "'; available: ", all);
 }
 
-std::vector<std::string> model_preset_names() { return {"tiny", "small", "gdn-1.3b", "gdn-3b", "gdn-7b", "gdn-14b"}; }
+std::vector<std::string> model_preset_names() {
+  return {"tiny", "small", "gdn-1.3b", "gdn-3b", "gdn-7b", "gdn-14b", "hybrid-1.3b", "hybrid-3b", "hybrid-7b"};
+}
 
 ModelConfig load_model_config(const std::string& path) {
   std::ifstream f(path);

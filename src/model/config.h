@@ -44,7 +44,8 @@ struct ModelConfig {
 };
 
 // "tiny" (tests, verify), "small" (the demo), "gdn-1.3b" (GPU benchmarks; 1.47 B parameters),
-// "gdn-3b", "gdn-7b", "gdn-14b" (the same shape scaled: 2.95, 7.39, 14.24 B).
+// "gdn-3b", "gdn-7b", "gdn-14b" (the same shape scaled: 2.95, 7.39, 14.24 B); "hybrid-1.3b",
+// "hybrid-3b", "hybrid-7b": those GDN models with every fourth block softmax attention.
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 // Reads a JSON file: either a full config, or {"preset": "...", ...overrides}.

@@ -50,6 +50,9 @@ struct ChunkCtx {
 };
 
 // Layer-defined boundary state: e.g. GDN = {S, conv prefix q, k, v}; empty when stateless.
+// A state handed to forward, and a state gradient handed to backward, passes to the layer: it
+// may fill it in place and hand the same storage on (attention's K/V prefix grows so, row
+// block by row block). A caller that keeps using one passes a copy.
 using State = std::vector<Tensor>;
 
 // What a unit's forward saved for its backward. Layers derive their own; it is freed when

@@ -71,5 +71,6 @@ std::string mixer_letters_help();
 // Reads a field of a mixer's config section, checked: "gdn.heads = 0 is out of range; accepted: 1..1024".
 int64_t section_int(const ModelConfig& cfg, const std::string& mixer, const char* field, int64_t lo, int64_t hi);
 double section_number(const ModelConfig& cfg, const std::string& mixer, const char* field, double lo, double hi);
+bool section_flag(const ModelConfig& cfg, const std::string& mixer, const char* field);
 
 }  // namespace stateflow

@@ -1,8 +1,9 @@
-// The attention mixer's config section ("attention" in a model config; docs/attention.md).
+// The attention mixer's config section, "attention": {"heads", "kv_heads", "head_dim",
+// "rotary_dim", "rope_theta", "qk_norm", "output_gate", "norm_eps"} (docs/attention.md).
 #pragma once
 #include <cstdint>
 
-#include <nlohmann/json_fwd.hpp>
+#include "model/config.h"
 
 namespace stateflow {
 
@@ -22,13 +23,13 @@ struct AttentionConfig {
   int64_t kv_prefix_bytes(int64_t batch, int64_t seq_len, int64_t element_bytes) const {
     return batch * seq_len * kv_heads * head_dim * 2 * element_bytes;
   }
-  // Throws stateflow::Error naming the field ("attention.heads must be >= 1").
+  // The rules between fields; throws Error naming the field ("attention.kv_heads = 3 must divide ...").
   void validate() const;
-  nlohmann::json to_json() const;
-  // Applies the fields present in j over *this; unknown fields are an error.
-  void apply_json(const nlohmann::json& j);
   // Parameters of one mixer with model width d_model.
   int64_t num_parameters(int64_t d_model) const;
 };
+
+// The checked section of cfg; throws Error naming the field ("attention.heads = 0 is out of range ...").
+AttentionConfig attention_config(const ModelConfig& cfg);
 
 }  // namespace stateflow

@@ -30,11 +30,14 @@ void copy_into_rows(Tensor& buf, const Tensor& t, int64_t batch, int64_t offset,
     std::memcpy(static_cast<char*>(buf.raw()) + (b * seq + offset) * width * es,
                 static_cast<const char*>(t.raw()) + b * len * width * es, size_t(len * width * es));
 }
-void copy_from_rows(const Tensor& buf, Tensor& t, int64_t batch, int64_t offset, int64_t len) {
+// The same rows moved out of buf: copied into t, then zeroed in buf.
+void take_from_rows(Tensor& buf, Tensor& t, int64_t batch, int64_t offset, int64_t len) {
   const int64_t seq = buf.dim(1), width = t.numel() / (batch * len), es = int64_t(dtype_size(t.dtype()));
-  for (int64_t b = 0; b < batch; ++b)
-    std::memcpy(static_cast<char*>(t.raw()) + b * len * width * es,
-                static_cast<const char*>(buf.raw()) + (b * seq + offset) * width * es, size_t(len * width * es));
+  for (int64_t b = 0; b < batch; ++b) {
+    char* rows = static_cast<char*>(buf.raw()) + (b * seq + offset) * width * es;
+    std::memcpy(static_cast<char*>(t.raw()) + b * len * width * es, rows, size_t(len * width * es));
+    std::memset(rows, 0, size_t(len * width * es));
+  }
 }
 
 }  // namespace
@@ -169,9 +172,11 @@ Tensor Attention::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const S
                                s.lse.data<T>(), d_o.data<T>(), dq.data<T>(), dstate_in[kKeys].data<T>(),
                                dstate_in[kValues].data<T>());
   // Every later chunk has run its backward before this one: this chunk's rows are complete.
+  // Taking them out leaves the gradient of the state that entered the chunk (rows [0, offset);
+  // the rest of that state is overwritten, never read), so after chunk 0 it is all zeros.
   Tensor dk = zeros(rows, KW), dv = zeros(rows, KW);
-  copy_from_rows(dstate_in[kKeys], dk, B, ctx.offset, L);
-  copy_from_rows(dstate_in[kValues], dv, B, ctx.offset, L);
+  take_from_rows(dstate_in[kKeys], dk, B, ctx.offset, L);
+  take_from_rows(dstate_in[kValues], dv, B, ctx.offset, L);
 
   RopeDims rope{B, L, ctx.offset, Hq_, dh_, cfg_.rotary_dims(), cfg_.rope_theta};
   rope_backward<T>(rope, dq.data<T>());

@@ -10,8 +10,10 @@
 // every chunk writes its own rows once and hands the same storage on to the next chunk (the
 // state grows with the chunk index; its size is fixed by the sequence, ctx.seq_len). Going
 // backward, the state gradient {dK, dV} is the same kind of buffer: the last chunk allocates
-// it, each chunk adds its queries' share into rows 0..c, and then takes its own rows, now
-// complete, back through RoPE, QK-norm and the projections. It is dropped after chunk 0.
+// it (or gets it from the caller), each chunk adds its queries' share into rows 0..c, then
+// takes its own rows out, now complete, back through RoPE, QK-norm and the projections. What
+// it hands back is the gradient of the state that entered it: zero past its offset, all zero
+// after chunk 0 (the prefix that enters chunk 0 is never read). Dropped after chunk 0.
 // The chunk's stash keeps the K/V buffers too, so they live until chunk 0's backward ends.
 #pragma once
 #include "mixers/attention/attention_config.h"

@@ -4,8 +4,6 @@
 // and clear errors for bad configs and out-of-order chunks.
 #include <gtest/gtest.h>
 
-#include <nlohmann/json.hpp>
-
 #include "layer_testing.h"
 #include "mixers/attention/attention_layer.h"
 #include "pipeline/stage_executor.h"
@@ -149,12 +147,7 @@ TEST(AttentionLayer, BadConfigsAndOutOfOrderChunksAreErrors) {
   c = small_config(), c.rotary_dim = 5;
   expect_error([&] { c.validate(); }, "attention.rotary_dim = 5");
   c = small_config(), c.head_dim = 0;
-  expect_error([&] { c.validate(); }, "attention.head_dim must be >= 1");
-  c = small_config();
-  expect_error([&] { c.apply_json(nlohmann::json{{"head_size", 64}}); }, "unknown field 'head_size'");
-  expect_error([&] { c.apply_json(nlohmann::json{{"qk_norm", 1}}); }, "attention.qk_norm has the wrong type");
-  c.apply_json(c.to_json());
-  EXPECT_EQ(c.to_json(), small_config().to_json());
+  expect_error([&] { c.validate(); }, "head_dim = 0 must all be >= 1");
   Fixture f;
   ChunkCtx ctx;
   ctx.chunk = 1, ctx.offset = 5, ctx.len = 3, ctx.batch = f.B, ctx.seq_len = f.T;
@@ -210,4 +203,30 @@ TEST(AttentionLayer, StageExecutorChunksAndRecomputesExactlyWithOnePrefixPerMicr
     EXPECT_EQ(kv_peak, 3 * prefix) << "two prefixes and the gradient of the one in backward";
     for (size_t i = 0; i < whole.size(); ++i) EXPECT_LE(max_rel_diff(chunked[i], whole[i]), 1e-12) << "gradient " << i;
   }
+}
+
+// A caller may hand in a prefix for chunk 0 (its rows are overwritten, never read: gradient
+// zero) and a gradient for the final prefix (it flows into every token's k and v).
+TEST(AttentionLayer, GivenPrefixAndFinalPrefixGradientAreExact) {
+  Fixture f;
+  SCOPED_TRACE("seed " + std::to_string(f.seed));
+  const Shape shape{f.B, f.T, f.cfg.kv_heads, f.cfg.head_dim};
+  const State state0{random_tensor(f.rng, shape), random_tensor(f.rng, shape)};
+  const State dfinal{random_tensor(f.rng, shape), random_tensor(f.rng, shape)};
+  auto run = [&](const std::vector<int64_t>& pieces) { return run_split(f.layer, f.x, f.B, f.T, state0, f.dy, dfinal, pieces); };
+  const SplitRun u = run({f.T}), s = run({3, 1, 30, 3});
+  EXPECT_LE(max_rel_diff(s.dx, u.dx), 1e-12);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_LE(max_rel_diff(s.final_state[i], u.final_state[i]), 1e-12);
+    EXPECT_EQ(max_rel_diff(s.dstate_initial[i], Tensor::zeros(shape, DType::F64)), 0.0) << "prefix gradient " << i;
+  }
+  auto loss = [&] {
+    SplitRun r = run({3, 1, 30, 3});
+    return dot(r.y, f.dy) + dot(r.final_state[0], dfinal[0]) + dot(r.final_state[1], dfinal[1]);
+  };
+  EXPECT_LE(fd_check_tensors(loss, {f.x, state0[0], state0[1]}, {s.dx, s.dstate_initial[0], s.dstate_initial[1]},
+                             f.rng, 3), 1e-6);
+  auto params = f.layer.params();
+  for (size_t i = 0; i < params.size(); ++i)
+    EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {s.param_grads[i]}, f.rng, 1), 1e-6) << params[i]->name;
 }
