@@ -12,7 +12,7 @@
 #include "pipeline/local_transport.h"
 #include "test_util.h"
 #include "train/bench.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 
 using namespace stateflow;
 

@@ -1,7 +1,7 @@
 #include <gtest/gtest.h>
 
 #include "core/error.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 
 using namespace stateflow;
 

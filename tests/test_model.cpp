@@ -15,8 +15,8 @@
 #include "model/model.h"
 #include "model/residual.h"
 #include "test_util.h"
-#include "train/chunking.h"
-#include "train/optimizer.h"
+#include "pipeline/chunking.h"
+#include "model/optimizer.h"
 #include "train/step.h"
 
 using namespace stateflow;

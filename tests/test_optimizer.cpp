@@ -7,7 +7,7 @@
 #include "core/rng.h"
 #include "model/param.h"
 #include "test_util.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 using namespace stateflow;
 using stateflow::testing::expect_error;

@@ -3,15 +3,17 @@
 // a failed or stalled stage ends the step with an error naming it.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <thread>
 
 #include "layer_testing.h"
+#include "model/flops.h"
 #include "model/model.h"
 #include "pipeline/local_transport.h"
 #include "pipeline/partition.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/step.h"
 
 using namespace stateflow;
@@ -251,4 +253,39 @@ TEST(Pipeline, BadAllocOnAStageThreadBecomesAnErrorNamingTheStage) {
   Rng rng(fresh_seed());
   expect_error([&] { pipe.forward_backward(random_batch(rng, 1, 4, pc.model.vocab_size)); },
                "stage 1 ran out of host memory: use more chunks (--chunks)");
+}
+
+TEST(Partition, WithoutCutsTheLargestStageCostIsTheSmallestPossible) {
+  // Blocks of two costs (G and the cheaper S): the cut by cost against every contiguous cut.
+  ModelConfig c = model_preset("tiny");
+  c.pattern = "GSSSGGSSG";
+  c.complete_sections();
+  std::vector<double> cost;
+  for (char letter : c.blocks()) {
+    const BlockFlops f = block_flops_per_token(c, letter);
+    cost.push_back(f.forward() + f.backward());
+  }
+  ASSERT_NE(cost[0], cost[1]) << "the test needs blocks of different costs";
+  auto stage_costs = [&](const std::vector<int>& first_blocks) {  // first block of each stage
+    std::vector<double> out;
+    for (size_t r = 0; r < first_blocks.size(); ++r) {
+      const int end = r + 1 < first_blocks.size() ? first_blocks[r + 1] : int(cost.size());
+      double sum = 0;
+      for (int b = first_blocks[r]; b < end; ++b) sum += cost[b];
+      out.push_back(sum);
+    }
+    return *std::max_element(out.begin(), out.end());
+  };
+  for (int P : {2, 3}) {
+    std::vector<int> chosen;
+    for (auto [begin, end] : stage_layer_ranges(c, P)) chosen.push_back(begin == 0 ? 0 : (begin - 1) / 2);
+    double best = 1e300;
+    const int n = int(cost.size());
+    for (int a = 1; a < n; ++a) {
+      if (P == 2) best = std::min(best, stage_costs({0, a}));
+      else
+        for (int b = a + 1; b < n; ++b) best = std::min(best, stage_costs({0, a, b}));
+    }
+    EXPECT_DOUBLE_EQ(stage_costs(chosen), best) << "P = " << P;
+  }
 }

@@ -1,5 +1,6 @@
 // Helpers shared by the tests: fresh random inputs, error metrics and finite differences.
 #pragma once
+#include <cstdlib>
 #include <algorithm>
 #include <cmath>
 #include <functional>
@@ -16,7 +17,12 @@
 namespace stateflow::testing {
 
 // A fresh seed per call (printed by the caller on failure), so every run tests new inputs.
-inline uint64_t fresh_seed() { return std::random_device{}() * 0x100000001ull + std::random_device{}(); }
+// A new seed per run, or STATEFLOW_TEST_SEED's value to replay a failure (tests print their
+// seed with SCOPED_TRACE when they fail).
+inline uint64_t fresh_seed() {
+  if (const char* fixed = std::getenv("STATEFLOW_TEST_SEED")) return std::strtoull(fixed, nullptr, 10);
+  return std::random_device{}() * 0x100000001ull + std::random_device{}();
+}
 
 template <class T>
 std::vector<T> random_vec(Rng& rng, size_t n, double scale = 1.0) {

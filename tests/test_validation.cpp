@@ -9,7 +9,7 @@
 #include "pipeline/launch.h"
 #include "pipeline/partition.h"
 #include "temp_dir.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"
 #include "train/verify.h"

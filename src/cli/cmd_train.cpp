@@ -34,6 +34,7 @@ static TrainOptions resumed_options(const CLI::App& app, const TrainOptions& giv
   keep_given({"--seq-len"}, o.seq_len, given.seq_len);
   keep_given({"--stages"}, o.stages, given.stages);
   keep_given({"--microbatches"}, o.microbatches, given.microbatches);
+  keep_given({"--bucket-mb"}, o.bucket_mb, given.bucket_mb);
   keep_given({"--schedule"}, o.schedule, given.schedule);
   keep_given({"--lr"}, o.lr, given.lr);
   keep_given({"--min-lr"}, o.min_lr, given.min_lr);
@@ -47,6 +48,7 @@ static TrainOptions resumed_options(const CLI::App& app, const TrainOptions& giv
   // Keep saving beside the checkpoint resumed from, wherever that directory is now.
   o.save_dir = app.count("--save-dir") ? given.save_dir : std::filesystem::path(dir).parent_path().string();
   o.device = given.device, o.transport = given.transport, o.timeout_s = given.timeout_s;
+  o.data_parallel = given.data_parallel;  // may change: the replicas slice the same global batches
   o.trace_path = given.trace_path;
   o.resume = given.resume;
   return o;
@@ -63,6 +65,11 @@ void add_train_command(CLI::App& root) {
   model->add(*app, "small", "f32");
   data->add(*app);
   pipe->add(*app);
+  add_data_parallel_option(*app, opts->data_parallel);
+  app->add_option("--bucket-mb", opts->bucket_mb,
+                  "Data parallelism: gradients are summed over the replicas in buckets of this many MiB, each "
+                  "started as soon as its layers' last backward is done")
+      ->capture_default_str();
   app->add_option("--steps", opts->steps, "Optimizer steps (in all: a resumed run continues up to it)")
       ->capture_default_str();
   app->add_option("--batch", opts->batch, "Sequences per step")->capture_default_str();

@@ -3,7 +3,7 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/verify.h"
 
 namespace stateflow::cli {
@@ -22,7 +22,9 @@ void add_verify_command(CLI::App& root) {
   data->add(*app);
   pipe->add(*app);
   app->get_option("--chunks")->description("Compare only this many nearly-equal chunks (default: a built-in set)");
-  app->add_option("--batch", opts->batch, "Sequences in the step")->capture_default_str();
+  add_data_parallel_option(*app, opts->data_parallel);
+  app->add_option("--batch", opts->batch, "Sequences in the step (shared by the data-parallel replicas)")
+      ->capture_default_str();
   app->add_option("--seq-len", opts->seq_len, "Tokens per sequence")->capture_default_str();
   app->add_option("--tolerance", opts->tolerance, "Max relative difference allowed (default 1e-10 f64, 1e-4 f32)");
   app->callback([=]() {

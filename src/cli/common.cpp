@@ -3,8 +3,8 @@
 #include "core/error.h"
 #include "model/mixer.h"
 #include "pipeline/launch.h"
-#include "train/chunking.h"
-#include "train/device_ops.h"
+#include "pipeline/chunking.h"
+#include "model/device_ops.h"
 
 namespace stateflow::cli {
 
@@ -82,6 +82,14 @@ std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {
     return l;
   }
   return even_chunk_lengths(seq_len, chunks);
+}
+
+void add_data_parallel_option(CLI::App& app, int& data_parallel) {
+  app.add_option("--data-parallel", data_parallel,
+                 "Data-parallel replicas D of the pipeline: world = --stages x D processes (mpirun, torchrun or "
+                 "srun), each replica takes --batch / D sequences, gradients are summed over the replicas "
+                 "(0: world size / --stages; 1 in a single process)")
+      ->capture_default_str();
 }
 
 void DataOptions::add(CLI::App& app) {

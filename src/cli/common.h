@@ -42,6 +42,9 @@ struct PipelineOptions {
   std::vector<int64_t> resolve_chunks(int64_t seq_len) const;
 };
 
+// --data-parallel D (train and verify): replicas of the pipeline, one process per rank.
+void add_data_parallel_option(CLI::App& app, int& data_parallel);
+
 struct DataOptions {
   DataConfig data;
   void add(CLI::App& app);

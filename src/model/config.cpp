@@ -164,6 +164,14 @@ static ModelConfig hybrid_preset(const std::string& name, const std::string& bas
   return c;
 }
 
+// A preset's Mamba-3 blocks: the pattern and the mamba3 section (GDN's stays if the pattern uses G).
+static ModelConfig with_mamba3(ModelConfig c, const std::string& pattern, const nlohmann::json& section) {
+  c.pattern = pattern;
+  c.mixers["mamba3"] = section;
+  c.complete_sections();
+  return c;
+}
+
 ModelConfig model_preset(const std::string& name) {
   // Small enough for float64 finite differences, big enough to exercise every path.
   if (name == "tiny") return gdn_preset(name, 48, 24, 2, 2, 8, 6, 8, 48);
@@ -175,6 +183,19 @@ ModelConfig model_preset(const std::string& name) {
   if (name == "gdn-3b") return gdn_preset(name, 32000, 2560, 32, 20, 128, 128, 64, 2560 * 11 / 4);
   if (name == "gdn-7b") return gdn_preset(name, 32000, 4096, 32, 32, 128, 128, 64, 4096 * 11 / 4);
   if (name == "gdn-14b") return gdn_preset(name, 32000, 5120, 40, 40, 128, 128, 64, 5120 * 11 / 4);
+  // Mamba-3 (docs/mamba3.md): the CPU demo's shape, and a ~1.3B model of 32 heads of P = 64,
+  // state N = 128 and one B/C group; the mix alternates GDN and Mamba-3 blocks of the 1.3B sizes.
+  const nlohmann::json mamba3_1_3b = {{"heads", 32}, {"head_dim", 64}, {"state_size", 128}, {"block_size", 64}};
+  if (name == "mamba3-small")
+    return with_mamba3(gdn_preset(name, 96, 128, 2, 4, 32, 32, 32, 256), "MM",
+                       {{"heads", 4}, {"head_dim", 32}, {"state_size", 32}, {"block_size", 32}});
+  if (name == "mamba3-1.3b")
+    return with_mamba3(gdn_preset(name, 32000, 2048, 24, 16, 128, 128, 64, 5632), std::string(24, 'M'), mamba3_1_3b);
+  if (name == "gdn-mamba3-1.3b") {
+    std::string pattern;
+    for (int i = 0; i < 12; ++i) pattern += "GM";
+    return with_mamba3(gdn_preset(name, 32000, 2048, 24, 16, 128, 128, 64, 5632), pattern, mamba3_1_3b);
+  }
   // The GDN presets with one attention block in four (query width = d_model).
   if (name == "hybrid-1.3b") return hybrid_preset(name, "gdn-1.3b", 8);
   if (name == "hybrid-3b") return hybrid_preset(name, "gdn-3b", 10);
@@ -185,7 +206,8 @@ ModelConfig model_preset(const std::string& name) {
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"tiny", "small", "gdn-1.3b", "gdn-3b", "gdn-7b", "gdn-14b", "hybrid-1.3b", "hybrid-3b", "hybrid-7b"};
+  return {"tiny",        "small",       "gdn-1.3b",        "gdn-3b",      "gdn-7b",   "gdn-14b",
+          "mamba3-small", "mamba3-1.3b", "gdn-mamba3-1.3b", "hybrid-1.3b", "hybrid-3b", "hybrid-7b"};
 }
 
 ModelConfig load_model_config(const std::string& path) {

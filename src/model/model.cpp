@@ -8,7 +8,6 @@
 
 #include "core/rng.h"
 #include "model/embedding_layer.h"
-#include "mixers/gdn/gdn_layer.h"
 #include "model/lm_head.h"
 #include "model/mixer.h"
 #include "model/mlp_layer.h"

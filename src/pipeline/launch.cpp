@@ -2,6 +2,7 @@
 
 #include <iostream>
 
+#include "pipeline/grid.h"
 #include "pipeline/rendezvous.h"
 #ifdef STATEFLOW_HAVE_MPI
 #include "pipeline/mpi_transport.h"
@@ -14,6 +15,26 @@ namespace stateflow {
 namespace {
 
 LaunchFlags g_flags;
+
+// One process runs one pipeline: data parallelism needs a process per rank.
+void check_one_replica(const PipelineConfig& cfg, const std::string& transport) {
+  SF_CHECK(cfg.data_parallel <= 1, "--data-parallel ", cfg.data_parallel, " needs one process per stage and replica (",
+           cfg.stages * cfg.data_parallel, " in all), but the ", transport,
+           " transport runs one pipeline in this process: launch with mpirun -n ", cfg.stages * cfg.data_parallel,
+           " ... --transport mpi on the CPU, or with mpirun, torchrun or srun ... --transport nccl on GPUs "
+           "(docs/guide.md, \"Data parallelism\")");
+}
+
+// A rank of a grid: the table once (world rank 0), the placement checked on every rank.
+[[maybe_unused]] std::unique_ptr<Pipeline> make_grid_pipeline(const PipelineConfig& cfg, GridTransports g) {
+  check_placement(g.grid, g.places);
+  static bool said = false;  // verify builds several pipelines: say it once
+  if (!said && g.rank == 0) std::cerr << "stateflow: " << describe_grid(g.grid, g.places) << std::flush;
+  said = true;
+  std::vector<std::unique_ptr<Transport>> endpoints;
+  endpoints.push_back(std::move(g.pipeline));
+  return std::make_unique<Pipeline>(cfg, std::move(endpoints), std::move(g.group));
+}
 
 int nccl_gpus() {
 #ifdef STATEFLOW_HAVE_NCCL
@@ -30,11 +51,11 @@ std::unique_ptr<Pipeline> make_nccl_pipeline(const PipelineConfig& cfg, const st
 #ifdef STATEFLOW_HAVE_NCCL
   std::vector<std::unique_ptr<Transport>> endpoints;
   if (!rank) {
+    check_one_replica(cfg, "nccl (one process, every GPU)");
     endpoints = make_nccl_transports(cfg.stages, cfg.timeout_s);
     return std::make_unique<Pipeline>(cfg, std::move(endpoints));
   }
-  SF_CHECK(rank->world_size == cfg.stages, "this launch has ", rank->world_size, " rank(s) (from ", rank->source,
-           ") but --stages is ", cfg.stages, "; start one process per stage");
+  const ProcessGrid grid = make_grid(rank->world_size, cfg.stages, cfg.data_parallel);
   bool by_mpi = false;
 #ifdef STATEFLOW_HAVE_MPI
   by_mpi = launched_by_mpirun(env);
@@ -49,6 +70,9 @@ std::unique_ptr<Pipeline> make_nccl_pipeline(const PipelineConfig& cfg, const st
 #endif
     return rendezvous_broadcast(address, rank->rank, rank->world_size, id, cfg.timeout_s);
   };
+  if (grid.replicas > 1)
+    return make_grid_pipeline(cfg, make_nccl_grid_transports(rank->rank, rank->world_size, rank->local_rank,
+                                                             cfg.stages, grid.replicas, cfg.timeout_s, share_id));
   endpoints.push_back(make_nccl_transport(rank->rank, rank->world_size, rank->local_rank, cfg.timeout_s, share_id));
   return std::make_unique<Pipeline>(cfg, std::move(endpoints));
 #else
@@ -86,15 +110,16 @@ std::unique_ptr<Pipeline> make_pipeline(const PipelineConfig& cfg, const std::st
   if (!choice.why.empty() && !said && (!rank || rank->rank == 0))
     std::cerr << "stateflow: --transport auto chose " << choice.name << " (" << choice.why << ")" << std::endl;
   said = true;
-  if (choice.name == "local") return make_local_pipeline(cfg);
+  if (choice.name == "local") {
+    check_one_replica(cfg, "local");
+    return make_local_pipeline(cfg);
+  }
   if (choice.name == "nccl") return make_nccl_pipeline(cfg, rank, env);
   if (choice.name == "mpi") {
     SF_CHECK(cfg.device == Device::CPU,
              "--transport mpi sends host tensors only: use --device cpu with mpi, or --transport nccl on GPUs");
 #ifdef STATEFLOW_HAVE_MPI
-    std::vector<std::unique_ptr<Transport>> endpoints;
-    endpoints.push_back(make_mpi_transport(cfg.timeout_s));
-    return std::make_unique<Pipeline>(cfg, std::move(endpoints));
+    return make_grid_pipeline(cfg, make_mpi_grid_transports(cfg.stages, cfg.data_parallel, cfg.timeout_s));
 #else
     fail("this stateflow was built without MPI; install libopenmpi-dev and rebuild, or use --transport local");
 #endif
@@ -103,6 +128,6 @@ std::unique_ptr<Pipeline> make_pipeline(const PipelineConfig& cfg, const std::st
        "P) or nccl (GPUs)");
 }
 
-bool is_reporting_rank(const Pipeline& p) { return p.first_rank() == 0; }
+bool is_reporting_rank(const Pipeline& p) { return p.first_rank() == 0 && p.replica() == 0; }
 
 }  // namespace stateflow

@@ -106,40 +106,56 @@ Tensor unpack(const Tensor& buf, size_t bytes, const std::string& what) {
   return t;
 }
 
+MPI_Datatype mpi_type(DType t, const std::string& what) {
+  SF_CHECK(t == DType::F32 || t == DType::F64, "MPI transport: the ", what, " holds ", dtype_name(t),
+           ", but only f32 and f64 tensors are summed");
+  return t == DType::F32 ? MPI_FLOAT : MPI_DOUBLE;
+}
+
+// One communicator: the whole world (a plain pipeline), or under data parallelism one
+// replica's pipeline or one stage's group of replicas. `self` says who this rank is there
+// ("stage 1", "stage 1 of replica 0", "replica 0 of stage 1") and `peer` what the other
+// ranks are ("stage", "replica"), for messages.
 class MpiTransport : public Transport {
  public:
-  explicit MpiTransport(double timeout_s) : timeout_s_(timeout_s) {
+  MpiTransport(double timeout_s, MPI_Comm comm, std::string self, std::string peer)
+      : timeout_s_(timeout_s), comm_(comm), peer_(std::move(peer)) {
     SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
-    MpiSession::ensure();
-    MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
-    MPI_Comm_size(MPI_COMM_WORLD, &world_size_);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &world_size_);
+    self_ = self.empty() ? cat("stage ", rank_) : std::move(self);
     int* tag_ub = nullptr;
     int found = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found);
     tag_ub_ = found ? *tag_ub : 32767;  // the least the MPI standard allows
+  }
+  ~MpiTransport() override {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (comm_ != MPI_COMM_WORLD && !finalized) MPI_Comm_free(&comm_);
   }
   int rank() const override { return rank_; }
   int world_size() const override { return world_size_; }
   std::string name() const override { return "mpi"; }
 
   void send(int peer, const MessageTag& tag, const Tensor& t) override {
-    SF_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "stage ", rank_, ": bad peer ", peer);
+    SF_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, self_, ": bad peer ", peer);
     const int mpi_tag = message_tag(tag, tag_ub_);
     size_t bytes = 0;
     Tensor buf = pack(t, &bytes);
     SF_CHECK(bytes <= size_t(INT_MAX), "MPI transport: the ", describe(tag), " is ", bytes,
              " bytes, above the 2 GiB one message can carry; use shorter chunks");
     pending_.push_back({peer, tag, buf, MPI_REQUEST_NULL});
-    MPI_Isend(buf.raw(), int(bytes), MPI_BYTE, peer, mpi_tag, MPI_COMM_WORLD, &pending_.back().request);
+    MPI_Isend(buf.raw(), int(bytes), MPI_BYTE, peer, mpi_tag, comm_, &pending_.back().request);
     complete_sends();
   }
 
   Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override {
-    SF_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, "stage ", rank_, ": bad peer ", peer);
+    SF_CHECK(peer >= 0 && peer < world_size_ && peer != rank_, self_, ": bad peer ", peer);
     const int mpi_tag = message_tag(tag, tag_ub_);
     const auto deadline = deadline_from_now();
     auto timed_out = [&] {
-      fail("stage ", rank_, " waited ", timeout_s_, " s for the ", describe(tag), " from stage ", peer,
+      fail(self_, " waited ", timeout_s_, " s for the ", describe(tag), " from ", peer_, " ", peer,
            ", which stalled or died; raise --timeout if its steps are legitimately that slow");
     };
     // A matched probe, then a non-blocking receive: no call here can block past the deadline.
@@ -147,7 +163,7 @@ class MpiTransport : public Transport {
     MPI_Status status;
     int found = 0;
     auto arrived = [&] {
-      MPI_Improbe(peer, mpi_tag, MPI_COMM_WORLD, &found, &message, &status);
+      MPI_Improbe(peer, mpi_tag, comm_, &found, &message, &status);
       return found != 0;
     };
     if (!poll_until(arrived, deadline)) timed_out();
@@ -165,6 +181,29 @@ class MpiTransport : public Transport {
   double all_reduce_sum(double value) override { return all_reduce(value, MPI_SUM); }
   double all_reduce_max(double value) override { return all_reduce(value, MPI_MAX); }
 
+  void start_all_reduce_sum(const std::vector<Tensor>& tensors, const std::string& what) override {
+    for (const Tensor& t : tensors) {
+      SF_CHECK(t.on_host(), "MPI transport: the ", what, " is not on the host; use --transport nccl on GPUs");
+      SF_CHECK(t.numel() <= INT_MAX, "MPI transport: a tensor of the ", what, " has ", t.numel(),
+               " elements, more than one MPI call takes; use smaller layers");
+      reduces_.push_back({what, t, MPI_REQUEST_NULL});
+      MPI_Iallreduce(MPI_IN_PLACE, t.raw(), int(t.numel()), mpi_type(t.dtype(), what), MPI_SUM, comm_,
+                     &reduces_.back().request);
+    }
+    progress_reduces();
+  }
+
+  void wait_all_reduces() override {
+    // Testing in order drives MPI's progress, which runs only inside MPI calls here.
+    auto all_done = [&] {
+      progress_reduces();
+      return reduces_.empty();
+    };
+    if (!poll_until(all_done, deadline_from_now()))
+      fail(self_, " waited ", timeout_s_, " s for the sum of the ", reduces_.front().what, " over the other ",
+           peer_, "s, which stalled or died; raise --timeout if their steps are legitimately that slow");
+  }
+
   void flush() override {
     auto all_sent = [&] {
       complete_sends();
@@ -172,19 +211,27 @@ class MpiTransport : public Transport {
     };
     if (!poll_until(all_sent, deadline_from_now())) {
       const PendingSend& s = pending_.front();
-      fail("stage ", rank_, " waited ", timeout_s_, " s for stage ", s.peer, " to take the ", describe(s.tag),
+      fail(self_, " waited ", timeout_s_, " s for ", peer_, " ", s.peer, " to take the ", describe(s.tag),
            ", which stalled or died; raise --timeout if its steps are legitimately that slow");
     }
   }
 
   void abort(const std::string& reason) override {
-    // Reasons raised here already start with "stage r "; others get the prefix.
-    const std::string self = cat("stage ", rank_, " ");
-    std::cerr << "error: " << (reason.rfind(self, 0) == 0 ? "" : cat("stage ", rank_, ": ")) << reason << std::endl;
+    // Reasons raised here already start with who this rank is; others get the prefix.
+    std::cerr << "error: " << (reason.rfind(self_ + " ", 0) == 0 ? "" : self_ + ": ") << reason << std::endl;
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
 
  private:
+  struct PendingReduce {
+    std::string what;
+    Tensor tensor;  // summed in place: kept alive until MPI is done with it
+    MPI_Request request;
+  };
+  void progress_reduces() {
+    while (!reduces_.empty() && test(reduces_.front().request)) reduces_.erase(reduces_.begin());
+  }
+
   struct PendingSend {
     int peer;
     MessageTag tag;
@@ -205,22 +252,63 @@ class MpiTransport : public Transport {
   double all_reduce(double value, MPI_Op op) {
     double result = 0;
     MPI_Request req;
-    MPI_Iallreduce(&value, &result, 1, MPI_DOUBLE, op, MPI_COMM_WORLD, &req);
+    MPI_Iallreduce(&value, &result, 1, MPI_DOUBLE, op, comm_, &req);
     if (!poll_until([&] { return test(req); }, deadline_from_now()))
-      fail("stage ", rank_, " waited ", timeout_s_, " s in an all-reduce for the other stage(s), which stalled or died; "
+      fail(self_, " waited ", timeout_s_, " s in an all-reduce for the other ", peer_, "(s), which stalled or died; "
            "raise --timeout if their steps are legitimately that slow");
     return result;
   }
 
   double timeout_s_;
+  MPI_Comm comm_;
+  std::string self_, peer_;
   int rank_ = 0, world_size_ = 1, tag_ub_ = 0;
   // Stage flushes every step and a failure aborts the job, so none is left at destruction.
   std::vector<PendingSend> pending_;
+  std::vector<PendingReduce> reduces_;  // started, in order
 };
 
 }  // namespace
 
-std::unique_ptr<Transport> make_mpi_transport(double timeout_s) { return std::make_unique<MpiTransport>(timeout_s); }
+std::unique_ptr<Transport> make_mpi_transport(double timeout_s) {
+  MpiSession::ensure();
+  return std::make_unique<MpiTransport>(timeout_s, MPI_COMM_WORLD, "", "stage");
+}
+
+GridTransports make_mpi_grid_transports(int stages, int data_parallel, double timeout_s) {
+  MpiSession::ensure();
+  int rank = 0, world = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &world);
+  GridTransports out;
+  out.grid = make_grid(world, stages, data_parallel);
+  out.rank = rank;
+  // Every rank's host, for the table and the placement check (fixed-size records).
+  char host[MPI_MAX_PROCESSOR_NAME] = {};
+  int length = 0;
+  MPI_Get_processor_name(host, &length);
+  std::vector<char> hosts(size_t(world) * MPI_MAX_PROCESSOR_NAME);
+  MPI_Allgather(host, MPI_MAX_PROCESSOR_NAME, MPI_CHAR, hosts.data(), MPI_MAX_PROCESSOR_NAME, MPI_CHAR,
+                MPI_COMM_WORLD);
+  for (int r = 0; r < world; ++r) {
+    const char* h = hosts.data() + size_t(r) * MPI_MAX_PROCESSOR_NAME;
+    out.places.push_back({std::string(h, strnlen(h, MPI_MAX_PROCESSOR_NAME)), -1});
+  }
+  const int stage = out.grid.stage_of(rank), replica = out.grid.replica_of(rank);
+  if (out.grid.replicas == 1) {
+    out.pipeline = make_mpi_transport(timeout_s);
+    return out;
+  }
+  // Collective over the world, in the same order on every rank.
+  MPI_Comm pipeline = MPI_COMM_NULL, group = MPI_COMM_NULL;
+  MPI_Comm_split(MPI_COMM_WORLD, replica, stage, &pipeline);
+  MPI_Comm_split(MPI_COMM_WORLD, stage, replica, &group);
+  out.pipeline = std::make_unique<MpiTransport>(timeout_s, pipeline, cat("stage ", stage, " of replica ", replica),
+                                                "stage");
+  out.group = std::make_unique<MpiTransport>(timeout_s, group, cat("replica ", replica, " of stage ", stage),
+                                             "replica");
+  return out;
+}
 
 std::string mpi_broadcast_from_rank0(const std::string& bytes, int rank, double timeout_s) {
   MpiSession::ensure();

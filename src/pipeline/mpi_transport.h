@@ -12,11 +12,17 @@
 #include <memory>
 #include <string>
 
+#include "pipeline/grid.h"
 #include "pipeline/transport.h"
 
 namespace stateflow {
 
 std::unique_ptr<Transport> make_mpi_transport(double timeout_s);
+
+// Data parallelism: the process grid of MPI_COMM_WORLD (data_parallel 0: world / stages), every
+// rank's host, and this rank's transports: its replica's pipeline (ranks = stages) and, when
+// there are several replicas, its stage group (ranks = replicas; sums gradients).
+GridTransports make_mpi_grid_transports(int stages, int data_parallel, double timeout_s);
 
 // Rank 0's bytes on every rank of MPI_COMM_WORLD (how the NCCL id travels under mpirun), MPI
 // initialised as for the transport; `rank` (found in the environment) must be MPI's rank.

@@ -9,6 +9,8 @@
 #include <mutex>
 #include <thread>
 
+#include <unistd.h>
+
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 
@@ -115,11 +117,16 @@ struct NcclProcess {
   }
 };
 
+// One communicator of the process (`index`): a pipeline's (ranks = stages) or, under data
+// parallelism, a stage group's (ranks = replicas). `self` says who this rank is there and
+// `peer` what the other ranks are, for messages.
 class NcclTransport : public Transport {
  public:
-  NcclTransport(std::shared_ptr<NcclProcess> process, size_t index, int rank, int world_size)
+  NcclTransport(std::shared_ptr<NcclProcess> process, size_t index, int rank, int world_size, std::string self = "",
+                std::string peer = "stage")
       : process_(std::move(process)), index_(index), rank_(rank), world_size_(world_size),
-        device_(process_->devices[index]) {
+        device_(process_->devices[index]), self_(self.empty() ? cat("stage ", rank) : std::move(self)),
+        peer_(std::move(peer)) {
     GpuScope on(device_);  // made on the caller's thread: leave its current GPU as it was
     cuda_check(cudaStreamCreateWithFlags(&comm_stream_, cudaStreamNonBlocking), "cudaStreamCreate (comm stream)");
     cuda_check(cudaEventCreateWithFlags(&compute_ready_, cudaEventDisableTiming), "cudaEventCreate");
@@ -131,6 +138,7 @@ class NcclTransport : public Transport {
     GpuScope on(device_);
     if (process_->failed().empty()) cudaStreamSynchronize(comm_stream_);  // an aborted one has stopped
     for (Batch& b : in_flight_) cudaEventDestroy(b.done);
+    for (Batch& b : reduces_) cudaEventDestroy(b.done);
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     cudaEventDestroy(compute_ready_);
     cudaFree(reduce_device_);
@@ -158,7 +166,7 @@ class NcclTransport : public Transport {
     call([&](ncclComm_t) { return ncclGroupEnd(); }, cat("ncclGroupEnd (", batch_.what, ")"));
     // A non-blocking communicator may still be connecting to the peers here.
     if (std::string why = process_->wait_ready({index_}, process_->timeout_s); !why.empty())
-      stop(cat("stage ", rank_, " could not start the transfer of the ", batch_.what, ": ", why));
+      stop(cat(self_, " could not start the transfer of the ", batch_.what, ": ", why));
     batch_.done = take_event();
     cuda_check(cudaEventRecord(batch_.done, comm_stream_), "cudaEventRecord (transfer done)");
     if (batch_.receives)  // the stage's next kernels read the data
@@ -188,6 +196,42 @@ class NcclTransport : public Transport {
   double all_reduce_sum(double value) override { return all_reduce(value, ncclSum); }
   double all_reduce_max(double value) override { return all_reduce(value, ncclMax); }
 
+  // One NCCL group of in-place sums on the comm stream, after the kernels queued so far on the
+  // compute stream (those that wrote the gradients); the backward goes on meanwhile.
+  void start_all_reduce_sum(const std::vector<Tensor>& tensors, const std::string& what) override {
+    SF_CHECK(!batch_open_, "NCCL transport: an all-reduce inside a batch of sends and receives");
+    for (const Tensor& t : tensors)
+      SF_CHECK(t.device() == Device::CUDA && t.dtype() == DType::F32, "NCCL transport: the ", what,
+               " must be f32 tensors on the GPU, not ", dtype_name(t.dtype()), " on ", device_name(t.device()));
+    enter();
+    cuda_check(cudaEventRecord(compute_ready_, compute_stream()), "cudaEventRecord (gradients ready)");
+    cuda_check(cudaStreamWaitEvent(comm_stream_, compute_ready_, 0), "cudaStreamWaitEvent (comm stream)");
+    call([&](ncclComm_t) { return ncclGroupStart(); }, "ncclGroupStart");
+    for (const Tensor& t : tensors)
+      call([&](ncclComm_t c) {
+        return ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), ncclFloat32, ncclSum, c, comm_stream_);
+      }, cat("ncclAllReduce of the ", what));
+    call([&](ncclComm_t) { return ncclGroupEnd(); }, cat("ncclGroupEnd (", what, ")"));
+    if (std::string why = process_->wait_ready({index_}, process_->timeout_s); !why.empty())
+      stop(cat(self_, " could not start the sum of the ", what, ": ", why));
+    Batch b;
+    b.what = cat("sum of the ", what, " over the other ", peer_, "s");
+    b.keep = tensors;
+    b.done = take_event();
+    cuda_check(cudaEventRecord(b.done, comm_stream_), "cudaEventRecord (all-reduce done)");
+    reduces_.push_back(std::move(b));
+  }
+
+  void wait_all_reduces() override {
+    enter();
+    for (Batch& b : reduces_) {
+      wait_for([&] { return done(b.done); }, b.what);
+      cuda_check(cudaStreamWaitEvent(compute_stream(), b.done, 0), "cudaStreamWaitEvent (all-reduce)");
+    }
+    for (Batch& b : reduces_) spare_events_.push_back(b.done);
+    reduces_.clear();
+  }
+
   void flush() override {
     enter();
     while (!in_flight_.empty()) {
@@ -200,7 +244,8 @@ class NcclTransport : public Transport {
   void abort(const std::string& reason) override {
     // Called on this stage's thread: a group left open by a failed batch must not outlive it.
     if (batch_open_) ncclGroupEnd(), batch_open_ = false;
-    process_->abort_all(reason.rfind("stage ", 0) == 0 ? reason : cat("stage ", rank_, " failed: ", reason));
+    process_->abort_all(reason.rfind("stage ", 0) == 0 || reason.rfind(self_, 0) == 0 ? reason
+                                                                                     : cat(self_, " failed: ", reason));
   }
 
  private:
@@ -218,7 +263,7 @@ class NcclTransport : public Transport {
   // Every call starts here: this thread on our GPU, and no failure elsewhere in the process.
   void enter() {
     cuda_check(cudaSetDevice(device_), "cudaSetDevice (NCCL transport)");
-    if (std::string f = process_->failed(); !f.empty()) fail("stage ", rank_, " stopped because ", f);
+    if (std::string f = process_->failed(); !f.empty()) fail(self_, " stopped because ", f);
   }
 
   // An NCCL call on our communicator, under its lock.
@@ -226,7 +271,7 @@ class NcclTransport : public Transport {
   void call(F&& f, const std::string& what) {
     std::lock_guard<std::mutex> l(*process_->locks[index_]);
     ncclComm_t c = process_->comms[index_];
-    if (!c) fail("stage ", rank_, " stopped because ", process_->failed());
+    if (!c) fail(self_, " stopped because ", process_->failed());
     nccl_check(f(c), c, what);
   }
 
@@ -273,10 +318,10 @@ class NcclTransport : public Transport {
         if (c) ncclCommGetAsyncError(c, &state);
         if (state != ncclSuccess && state != ncclInProgress) error = nccl_error(state, c);
       }
-      if (!error.empty()) stop(cat("stage ", rank_, ": NCCL failed while waiting for the ", what, ": ", error));
+      if (!error.empty()) stop(cat(self_, ": NCCL failed while waiting for the ", what, ": ", error));
       if (is_done()) return;
       if (Clock::now() >= deadline)
-        stop(cat("stage ", rank_, " waited ", process_->timeout_s, " s for the ", what,
+        stop(cat(self_, " waited ", process_->timeout_s, " s for the ", what,
                  ", which stalled or died; raise --timeout if its steps are legitimately that slow"));
       backoff(pause);
     }
@@ -285,7 +330,7 @@ class NcclTransport : public Transport {
   // Gives up: when another stage failed first (and aborted our communicator), that is the
   // cause to report; else this failure aborts every communicator of the process.
   [[noreturn]] void stop(const std::string& why) {
-    if (std::string f = process_->failed(); !f.empty()) fail("stage ", rank_, " stopped because ", f);
+    if (std::string f = process_->failed(); !f.empty()) fail(self_, " stopped because ", f);
     process_->abort_all(why);
     fail(why);
   }
@@ -318,9 +363,9 @@ class NcclTransport : public Transport {
                "cudaMemcpyAsync (all-reduce input)");
     call([&](ncclComm_t c) { return ncclAllReduce(reduce_device_, reduce_device_, 1, ncclFloat64, op, c, comm_stream_); },
          "ncclAllReduce");
-    const std::string what = "all-reduce of the other stage(s)";
+    const std::string what = cat("all-reduce of the other ", peer_, "(s)");
     if (std::string why = process_->wait_ready({index_}, process_->timeout_s); !why.empty())
-      stop(cat("stage ", rank_, " could not start an all-reduce: ", why));
+      stop(cat(self_, " could not start an all-reduce: ", why));
     cuda_check(cudaMemcpyAsync(reduce_host_, reduce_device_, sizeof(double), cudaMemcpyDeviceToHost, comm_stream_),
                "cudaMemcpyAsync (all-reduce result)");
     cudaEvent_t e = take_event();
@@ -333,6 +378,7 @@ class NcclTransport : public Transport {
   std::shared_ptr<NcclProcess> process_;
   size_t index_;
   int rank_, world_size_, device_;
+  std::string self_, peer_;
   cudaStream_t comm_stream_ = nullptr;
   cudaEvent_t compute_ready_ = nullptr;
   double* reduce_device_ = nullptr;
@@ -340,6 +386,7 @@ class NcclTransport : public Transport {
   bool batch_open_ = false;
   Batch batch_;
   std::deque<Batch> in_flight_;
+  std::deque<Batch> reduces_;  // gradient sums started and not yet waited for
   std::vector<cudaEvent_t> spare_events_;
 };
 
@@ -347,9 +394,9 @@ class NcclTransport : public Transport {
 // sides. A batch that sends to a peer and receives from it would then wait for the peer to
 // connect its send, which it only reaches after computing on this very batch's data: a
 // deadlock. One exchange between every pair of ranks at start-up connects them all.
-void connect_all_peers(NcclProcess& process, int first_rank, int world_size) {
+// The first n communicators of the process are ranks first_rank.. of the world_size to connect.
+void connect_all_peers(NcclProcess& process, size_t n, int first_rank, int world_size) {
   const size_t bytes = size_t(1) << 20;
-  const size_t n = process.comms.size();
   std::vector<cudaStream_t> streams(n, nullptr);
   std::vector<char*> buffers(n, nullptr);  // one block to send, then one per peer to receive into
   for (size_t i = 0; i < n; ++i) {
@@ -415,7 +462,7 @@ void init_communicators(NcclProcess& process, const ncclUniqueId& id, int first_
          "; check that every rank runs (and reached the same rendezvous), or raise --timeout; NCCL_DEBUG=INFO "
          "says more");
   }
-  connect_all_peers(process, first_rank, world_size);
+  connect_all_peers(process, process.comms.size(), first_rank, world_size);
 }
 
 }  // namespace
@@ -443,9 +490,9 @@ std::vector<std::unique_ptr<Transport>> make_nccl_transports(int world_size, dou
   return out;
 }
 
-std::unique_ptr<Transport> make_nccl_transport(int rank, int world_size, int device, double timeout_s,
-                                               const std::function<std::string(const std::string&)>& share_id) {
-  SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
+// Selects this rank's GPU and returns rank 0's NCCL id, shared by share_id.
+static ncclUniqueId shared_unique_id(int rank, int device,
+                                     const std::function<std::string(const std::string&)>& share_id) {
   const int gpus = cuda_device_count();
   SF_CHECK(device >= 0 && device < gpus, "rank ", rank, " has local rank ", device, " but this host has ", gpus,
            " GPU(s); start at most one process per GPU on each host");
@@ -456,10 +503,101 @@ std::unique_ptr<Transport> make_nccl_transport(int rank, int world_size, int dev
   SF_CHECK(shared.size() == sizeof id, "NCCL: the id from rank 0 has ", shared.size(), " bytes, not ", sizeof id,
            "; every rank must run the same stateflow");
   std::copy(shared.begin(), shared.end(), reinterpret_cast<char*>(&id));
+  return id;
+}
+
+std::unique_ptr<Transport> make_nccl_transport(int rank, int world_size, int device, double timeout_s,
+                                               const std::function<std::string(const std::string&)>& share_id) {
+  SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
+  const ncclUniqueId id = shared_unique_id(rank, device, share_id);
   auto process = std::make_shared<NcclProcess>(1, timeout_s);
   process->devices[0] = device;
   init_communicators(*process, id, rank, world_size);
   return std::make_unique<NcclTransport>(process, 0, rank, world_size);
+}
+
+namespace {
+
+// The communicators of a data-parallel rank, by slot in its NcclProcess.
+enum GridSlot : size_t { kPipelineComm = 0, kGroupComm = 1, kWorldComm = 2 };
+
+// Waits for the slots' communicators to settle; on failure aborts them all and says what failed.
+void settle(NcclProcess& process, const std::vector<size_t>& slots, const std::string& what) {
+  if (std::string why = process.wait_ready(slots, process.timeout_s); !why.empty()) {
+    process.abort_all(why);
+    fail("NCCL: ", what, " failed: ", why, "; check that every rank runs (and reached the same rendezvous), or ",
+         "raise --timeout; NCCL_DEBUG=INFO says more");
+  }
+}
+
+// Every rank's host and GPU, gathered over the world communicator.
+std::vector<RankPlace> gather_places(NcclProcess& process, int rank, int world_size) {
+  struct Record {
+    char host[256];
+    int gpu;
+  };
+  Record mine{};
+  gethostname(mine.host, sizeof mine.host - 1);
+  mine.gpu = process.devices[kWorldComm];
+  Record* device_records = nullptr;
+  cudaStream_t stream = nullptr;
+  cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate (placement)");
+  cuda_check(cudaMalloc(&device_records, sizeof(Record) * size_t(world_size)), "cudaMalloc (placement)");
+  cuda_check(cudaMemcpy(device_records + rank, &mine, sizeof mine, cudaMemcpyHostToDevice), "cudaMemcpy (placement)");
+  nccl_check(ncclAllGather(device_records + rank, device_records, sizeof(Record), ncclUint8,
+                           process.comms[kWorldComm], stream),
+             process.comms[kWorldComm], "ncclAllGather (placement)");
+  settle(process, {kWorldComm}, "gathering every rank's host and GPU");
+  const auto deadline = deadline_after(process.timeout_s);
+  auto pause = std::chrono::microseconds(10);
+  cudaError_t r;
+  while ((r = cudaStreamQuery(stream)) == cudaErrorNotReady && Clock::now() < deadline) backoff(pause);
+  if (r != cudaSuccess) {
+    process.abort_all("placement gather failed");
+    fail("NCCL: gathering every rank's host and GPU failed: ",
+         r == cudaErrorNotReady ? cat("no answer within ", process.timeout_s, " s") : cudaGetErrorString(r));
+  }
+  std::vector<Record> all(static_cast<size_t>(world_size));
+  cuda_check(cudaMemcpy(all.data(), device_records, sizeof(Record) * all.size(), cudaMemcpyDeviceToHost),
+             "cudaMemcpy (placement)");
+  cudaFree(device_records);
+  cudaStreamDestroy(stream);
+  std::vector<RankPlace> out;
+  for (const Record& rec : all) out.push_back({std::string(rec.host, strnlen(rec.host, sizeof rec.host)), rec.gpu});
+  return out;
+}
+
+}  // namespace
+
+GridTransports make_nccl_grid_transports(int rank, int world_size, int device, int stages, int data_parallel,
+                                         double timeout_s,
+                                         const std::function<std::string(const std::string&)>& share_id) {
+  SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
+  GridTransports out;
+  out.grid = make_grid(world_size, stages, data_parallel);
+  out.rank = rank;
+  const int stage = out.grid.stage_of(rank), replica = out.grid.replica_of(rank);
+  const ncclUniqueId id = shared_unique_id(rank, device, share_id);
+  auto process = std::make_shared<NcclProcess>(3, timeout_s);
+  for (int& d : process->devices) d = device;
+  // The world, then its two splits (collective over the world, in this order on every rank).
+  ncclConfig_t config = non_blocking_config();
+  nccl_check(ncclCommInitRankConfig(&process->comms[kWorldComm], world_size, id, rank, &config), nullptr,
+             cat("ncclCommInitRankConfig (rank ", rank, " on GPU ", device, ")"));
+  settle(*process, {kWorldComm}, cat("starting the communicator of ", world_size, " rank(s)"));
+  out.places = gather_places(*process, rank, world_size);
+  nccl_check(ncclCommSplit(process->comms[kWorldComm], replica, stage, &process->comms[kPipelineComm], &config),
+             process->comms[kWorldComm], "ncclCommSplit (replica pipelines)");
+  settle(*process, {kWorldComm, kPipelineComm}, cat("making replica ", replica, "'s pipeline communicator"));
+  nccl_check(ncclCommSplit(process->comms[kWorldComm], stage, replica, &process->comms[kGroupComm], &config),
+             process->comms[kWorldComm], "ncclCommSplit (stage groups)");
+  settle(*process, {kWorldComm, kGroupComm}, cat("making stage ", stage, "'s group communicator"));
+  if (stages > 1) connect_all_peers(*process, 1, stage, stages);  // slot 0: the pipeline
+  out.pipeline = std::make_unique<NcclTransport>(process, kPipelineComm, stage, stages,
+                                                 cat("stage ", stage, " of replica ", replica), "stage");
+  out.group = std::make_unique<NcclTransport>(process, kGroupComm, replica, out.grid.replicas,
+                                              cat("replica ", replica, " of stage ", stage), "replica");
+  return out;
 }
 
 }  // namespace stateflow

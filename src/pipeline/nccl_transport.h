@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "pipeline/grid.h"
 #include "pipeline/transport.h"
 
 namespace stateflow {
@@ -33,5 +34,13 @@ std::vector<std::unique_ptr<Transport>> make_nccl_transports(int world_size, dou
 // share_id(bytes) must return rank 0's bytes on every rank (MPI broadcast or TCP rendezvous).
 std::unique_ptr<Transport> make_nccl_transport(int rank, int world_size, int device, double timeout_s,
                                                const std::function<std::string(const std::string&)>& share_id);
+
+// Data parallelism, one process per GPU: the grid of world_size ranks (data_parallel 0:
+// world / stages), every rank's host and GPU, and this rank's transports over two
+// communicators split from the world's: its replica's pipeline (ranks = stages) and its
+// stage group (ranks = replicas, one rank when D = 1).
+GridTransports make_nccl_grid_transports(int rank, int world_size, int device, int stages, int data_parallel,
+                                         double timeout_s,
+                                         const std::function<std::string(const std::string&)>& share_id);
 
 }  // namespace stateflow

@@ -57,9 +57,11 @@ class StageThread {
   std::thread thread_;  // last: starts once the members it uses exist
 };
 
-Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints)
-    : cfg_(cfg), endpoints_(std::move(endpoints)) {
+Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints,
+                   std::unique_ptr<Transport> group)
+    : cfg_(cfg), endpoints_(std::move(endpoints)), group_(std::move(group)) {
   SF_CHECK(!endpoints_.empty(), "a pipeline needs at least one stage to run");
+  SF_CHECK(!group_ || endpoints_.size() == 1, "data parallelism runs one stage per process");
   if (endpoints_.size() > 1) set_blas_threads(1);
   stages_.resize(endpoints_.size());
   // A lone stage that the transport does not place on a GPU stays on the caller's thread:
@@ -67,7 +69,9 @@ Pipeline::Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transp
   if (endpoints_.size() > 1 || endpoints_[0]->cuda_device() >= 0)
     for (size_t i = 0; i < endpoints_.size(); ++i) threads_.push_back(std::make_unique<StageThread>());
   try {
-    run_all([&](int i) { stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i]); });
+    run_all([&](int i) {
+      stages_[i] = std::make_unique<Stage>(cfg_, endpoints_[i]->rank(), *endpoints_[i], group_.get());
+    });
   } catch (...) {
     destroy_stages();  // those that were built
     throw;
@@ -81,6 +85,7 @@ void Pipeline::destroy_stages() {
   // tracker. Then each stage goes on its own thread, which drives its GPU (a stage on the
   // caller's thread goes with stages_).
   endpoints_.clear();
+  group_.reset();
   for (size_t i = 0; i < threads_.size(); ++i) threads_[i]->start([this, i] { stages_[i].reset(); });
   for (auto& t : threads_) t->wait();
 }
@@ -110,12 +115,26 @@ void Pipeline::run_all(const std::function<void(int)>& fn) {
   if (first) std::rethrow_exception(first);
 }
 
-PipelineStepResult Pipeline::forward_backward(const Batch& batch) {
+PipelineStepResult Pipeline::forward_backward(const Batch& global) {
+  Batch slice;
+  if (group_) {
+    slice = replica_slice(global, replica(), replicas());
+    SF_CHECK(slice.batch % cfg_.microbatches == 0, "each of the ", replicas(), " replicas takes ", slice.batch,
+             " of the ", global.batch, " sequences, which do not split into ", cfg_.microbatches,
+             " microbatches: use a --batch that is a multiple of --data-parallel x --microbatches");
+  }
+  const Batch& batch = group_ ? slice : global;
   PipelineStepResult r;
   r.stages.resize(stages_.size());
   run_all([&](int i) { r.stages[i] = stages_[i]->forward_backward(batch); });
   r.loss = r.stages[0].loss;
   r.stats = r.stages[0].stats;
+  if (group_) {  // each replica's share of the global mean: their sum is the step's
+    r.loss = group_->all_reduce_sum(r.loss);
+    r.stats.loss_sum = group_->all_reduce_sum(r.stats.loss_sum);
+    r.stats.correct = int64_t(group_->all_reduce_sum(double(r.stats.correct)));
+    r.stats.counted = int64_t(group_->all_reduce_sum(double(r.stats.counted)));
+  }
   r.makespan_s = r.stages[0].makespan_s;
   r.bubble_fraction = r.stages[0].bubble_fraction();
   return r;
@@ -140,11 +159,14 @@ void Pipeline::clip_and_update(double lr, double norm) {
   run_all([&](int i) { stages_[i]->clip_and_update(lr, norm); });
 }
 
+// Over the stage group, then over the pipeline: every rank of the grid once.
 double Pipeline::max_over_processes(double v) {
+  if (group_) v = group_->all_reduce_max(v);
   return runs_all_stages() ? v : endpoints_.front()->all_reduce_max(v);
 }
 
 double Pipeline::sum_over_processes(double v) {
+  if (group_) v = group_->all_reduce_sum(v);
   return runs_all_stages() ? v : endpoints_.front()->all_reduce_sum(v);
 }
 

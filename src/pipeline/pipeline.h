@@ -4,6 +4,11 @@
 // the pipeline's lifetime (built, run and destroyed there): a GPU stage's current device,
 // cuBLAS handle and streams are per-thread state. A lone stage not placed on a GPU by its
 // transport (MPI) runs on the caller's thread instead.
+//
+// Data parallelism (one process per rank, grid.h): this process runs one stage of one of D
+// replicas. Each step it takes its replica's slice of the global batch, its stage sums the
+// gradients over the stage group, and the loss statistics are summed over the replicas, so
+// every rank sees the global batch's loss, gradients and gradient norm.
 #pragma once
 #include <functional>
 #include <memory>
@@ -26,11 +31,14 @@ class StageThread;
 
 class Pipeline {
  public:
-  // endpoints: one transport per stage run here (their ranks say which stages).
-  Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints);
+  // endpoints: one transport per stage run here (their ranks say which stages). group: under
+  // data parallelism, the lone stage's group transport (rank = replica).
+  Pipeline(const PipelineConfig& cfg, std::vector<std::unique_ptr<Transport>> endpoints,
+           std::unique_ptr<Transport> group = nullptr);
   ~Pipeline();
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
+  // batch: the global batch (a replica takes its slice).
   PipelineStepResult forward_backward(const Batch& batch);
   // Global gradient norm over all stages: NaN or Inf when any grad is.
   double grad_norm();
@@ -49,7 +57,10 @@ class Pipeline {
   const PipelineConfig& config() const { return cfg_; }
   bool runs_all_stages() const { return int(stages_.size()) == cfg_.stages; }
   int first_rank() const { return endpoints_.front()->rank(); }
-  // The maximum of v over all processes of the run (v itself when this process runs all stages).
+  int replica() const { return group_ ? group_->rank() : 0; }
+  int replicas() const { return group_ ? group_->world_size() : 1; }
+  // The maximum of v over all processes of the run, every replica's (v itself when this process
+  // runs the whole run).
   double max_over_processes(double v);
   double sum_over_processes(double v);
 
@@ -63,6 +74,7 @@ class Pipeline {
   // left in a transport hold memory charged to a stage's tracker.
   std::vector<std::unique_ptr<Stage>> stages_;
   std::vector<std::unique_ptr<Transport>> endpoints_;
+  std::unique_ptr<Transport> group_;  // data parallelism: the stage group
   std::vector<std::unique_ptr<StageThread>> threads_;  // one per local stage, or none
 };
 

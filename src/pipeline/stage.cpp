@@ -8,12 +8,12 @@
 #include "pipeline/check.h"
 #include "pipeline/lower.h"
 #include "pipeline/partition.h"
-#include "train/device_ops.h"
-#include "train/units.h"
+#include "model/device_ops.h"
+#include "pipeline/units.h"
 
 namespace stateflow {
 
-Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
+Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport, Transport* group)
     : cfg_(cfg),
       rank_(rank),
       transport_(transport),
@@ -38,6 +38,14 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport)
   executor_ = std::make_unique<StageExecutor>(model_->layers(), begin, cfg.recompute);
   optimizer_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
   if (cfg.device != Device::CPU) clock_ = device_backend(cfg.device).make_clock();
+  if (group) {
+    std::vector<std::vector<Param*>> layer_params;
+    for (Layer* l : model_->layers()) layer_params.push_back(l->params());
+    reducer_ = std::make_unique<GradientReducer>(layer_params, *group, rank, cfg.bucket_bytes);
+  }
+  const std::vector<Action>& actions = lowered_.per_stage.at(rank);
+  for (size_t i = 0; i < actions.size(); ++i)
+    if (actions[i].op == Op::Backward) last_backward_ = i;
 }
 
 Stage::DeviceMemoryRelease::~DeviceMemoryRelease() {
@@ -144,7 +152,10 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
       case Op::Backward: {
         auto it = units.find(key);
         SF_CHECK(it != units.end(), "engine: backward of unit (", a.microbatch, ", ", a.chunk, ") before its forward");
-        Tensor dx = executor_->backward(it->second.ctx, last ? Tensor() : take(received[1], key));
+        // The step's last backward makes each layer's gradients final on the way down.
+        std::function<void(int)> layer_done;
+        if (reducer_ && i == last_backward_) layer_done = [&](int j) { reducer_->layer_done(j); };
+        Tensor dx = executor_->backward(it->second.ctx, last ? Tensor() : take(received[1], key), layer_done);
         units.erase(it);
         if (!first) to_send[1][key] = dx;
         break;
@@ -155,6 +166,7 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
     if (gpu) marks.emplace_back(start_mark, clock_->mark());
     if (is_compute(a)) r.busy_s += r.timeline.back().end - start;
   }
+  if (reducer_) reducer_->finish();
   transport_.flush();
   if (gpu) {
     // Device kernels run asynchronously: the step ends when they are done, and the device

@@ -9,12 +9,13 @@
 
 #include "kernels/cpu/cross_entropy.h"
 #include "model/model.h"
+#include "pipeline/grad_reduce.h"
 #include "pipeline/schedule.h"
 #include "pipeline/stage_executor.h"
 #include "pipeline/trace.h"
 #include "pipeline/transport.h"
-#include "train/data.h"
-#include "train/optimizer.h"
+#include "pipeline/batch.h"
+#include "model/optimizer.h"
 
 namespace stateflow {
 
@@ -30,6 +31,10 @@ struct PipelineConfig {
   double clip = 1.0;         // global gradient-norm clip (0: off)
   double timeout_s = 120.0;  // transport: longest wait for a peer
   bool recompute = false;    // full recomputation per layer (keep layer inputs, not stashes)
+  // Data parallelism: replicas of the pipeline (0: the launch's world size / stages; local
+  // and single-process runs have 1), and the size of the gradient buckets they sum.
+  int data_parallel = 0;
+  int64_t bucket_bytes = kDefaultBucketBytes;
 };
 
 // On a GPU the times are the device's (CUDA events on the compute stream around every action,
@@ -54,7 +59,9 @@ class Stage {
   // lowered here; an invalid shape (P, M, N) throws with the checker's explanation.
   // Destroying a stage returns its device memory to the driver: its tensors must all be gone
   // by then, messages left in a transport too.
-  Stage(const PipelineConfig& cfg, int rank, Transport& transport);
+  // group: under data parallelism, this stage's group transport (one rank per replica): the
+  // gradients are summed over it, bucket by bucket, from the stage's last backward on.
+  Stage(const PipelineConfig& cfg, int rank, Transport& transport, Transport* group = nullptr);
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
   // Runs every action of one step for this stage. Grads accumulate (zero them before).
@@ -74,6 +81,7 @@ class Stage {
   const Schedule& schedule() const { return lowered_; }
   AdamW& optimizer() { return *optimizer_; }
   StageExecutor& executor() { return *executor_; }
+  GradientReducer* reducer() { return reducer_.get(); }
 
  private:
   PipelineConfig cfg_;
@@ -93,6 +101,8 @@ class Stage {
   std::unique_ptr<StageExecutor> executor_;
   std::unique_ptr<AdamW> optimizer_;
   std::unique_ptr<DeviceClock> clock_;  // GPU stages: times the actions
+  std::unique_ptr<GradientReducer> reducer_;  // data parallelism only
+  size_t last_backward_ = 0;                  // index of the step's last backward action
 };
 
 }  // namespace stateflow

@@ -38,7 +38,7 @@ Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
   return h;
 }
 
-Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
+Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy, const std::function<void(int)>& layer_done) {
   auto it = stash_.find({ctx.microbatch, ctx.chunk});
   SF_CHECK(it != stash_.end(), "backward of unit (", ctx.microbatch, ", ", ctx.chunk, ") without its forward");
   CategoryScope activations(MemCategory::Activations);
@@ -61,6 +61,7 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy) {
     g = layers_[j]->backward(ctx, g, dout, din, *unit.layers[j]);
     unit.layers[j].reset();  // this layer's activations are done
     if (ctx.chunk > 0 && !din.empty()) state_grads_.put(id, ctx.microbatch, ctx.chunk - 1, std::move(din));
+    if (layer_done) layer_done(int(j));
   }
   stash_bytes_ -= unit.bytes;
   stash_.erase(it);

@@ -8,6 +8,7 @@
 // boundary state; backward runs each layer's forward again to rebuild its stash just
 // before that layer's backward. The results are bitwise those without recomputation.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <utility>
@@ -28,7 +29,8 @@ class StageExecutor {
   Tensor forward(const ChunkCtx& ctx, const Tensor& x);
   // dy: gradient of this stage's output (ignored on the last stage, where the loss starts
   // backprop). Returns the gradient of the stage input (undefined on the first stage).
-  Tensor backward(const ChunkCtx& ctx, const Tensor& dy);
+  // layer_done(j), when given, is called right after layer j (index in this stage) is done.
+  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const std::function<void(int)>& layer_done = {});
   // Units forwarded whose backward has not run yet.
   size_t units_in_flight() const { return stash_.size(); }
   // Bytes the in-flight units' stashes hold (measured by the allocator: what a unit's forward

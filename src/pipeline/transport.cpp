@@ -17,4 +17,9 @@ void check_arrival(const Tensor& t, const MessageSpec& spec, int peer, const Mes
            "; both stages must run the same stateflow with the same model, batch, chunk and device settings");
 }
 
+void Transport::start_all_reduce_sum(const std::vector<Tensor>&, const std::string& what) {
+  fail("the ", name(), " transport cannot sum the ", what, " over data-parallel replicas: use one process per rank ",
+       "(--transport mpi on the CPU, nccl on GPUs)");
+}
+
 }  // namespace stateflow

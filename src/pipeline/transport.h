@@ -4,6 +4,7 @@
 // timeout with an Error that names the peer, so a dead or stalled stage never hangs a run.
 #pragma once
 #include <string>
+#include <vector>
 
 #include "core/tensor.h"
 #include "pipeline/schedule.h"
@@ -54,6 +55,13 @@ class Transport {
   // Sum of `value` over all ranks, returned on every rank.
   virtual double all_reduce_sum(double value) = 0;
   virtual double all_reduce_max(double value) = 0;
+  // Data parallelism, on a stage group's transport (one rank per replica): starts summing
+  // each tensor in place over the group's ranks and returns at once; `what` names them in
+  // errors. Every rank starts the same tensors in the same order. Transports that join no
+  // replicas (local threads) refuse.
+  virtual void start_all_reduce_sum(const std::vector<Tensor>& tensors, const std::string& what);
+  // Returns when every sum started is done (throws after the timeout naming what it waited for).
+  virtual void wait_all_reduces() {}
   // Waits for outstanding sends to complete (end of a step).
   virtual void flush() = 0;
   // Tells every peer that this rank failed, so they stop waiting for it (best effort).

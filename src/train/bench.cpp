@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/device_memory.h"
 
 namespace stateflow {

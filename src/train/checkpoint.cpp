@@ -216,7 +216,9 @@ std::string save_checkpoint(Pipeline& pipeline, const std::string& save_dir, con
   // The GPU runs asynchronously: the last step's updates must have landed before they are copied.
   if (pc.device != Device::CPU) device_backend(pc.device).synchronize();
   std::vector<FileDigest> digests(pc.stages);
-  for (Stage* s : pipeline.stages()) digests.at(s->rank()) = save_stage(*s, pc, dir, state.step);
+  // Data-parallel replicas hold the same weights and optimizer state: replica 0 writes them.
+  if (pipeline.replica() == 0)
+    for (Stage* s : pipeline.stages()) digests.at(s->rank()) = save_stage(*s, pc, dir, state.step);
   CheckpointManifest m{state, {}};
   for (int r = 0; r < pc.stages; ++r) {
     FileDigest d;  // each file's digest is known to the process that wrote it; zero elsewhere
@@ -364,7 +366,8 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
     }
     opt.set_steps(parts[0].optimizer_steps);
   }
-  const int64_t total = static_cast<int64_t>(pipeline.sum_over_processes(double(loaded)));
+  // Every replica loaded the same parameters: count replica 0's.
+  const int64_t total = static_cast<int64_t>(pipeline.sum_over_processes(pipeline.replica() == 0 ? double(loaded) : 0));
   SF_CHECK(total == int64_t(owner.size()), "checkpoint ", step_dir, " holds ", owner.size(),
            " parameters but this model has ", total, ": it has tensors this model does not know");
   return m.state;

@@ -7,7 +7,9 @@
 //                                                   the run's options, each file's size and CRC-32
 //
 // Every file is written atomically, so a directory with a manifest is complete. Loading
-// matches parameters by name, so a checkpoint resumes under any stage split and chunking.
+// matches parameters by name, so a checkpoint resumes under any stage split and chunking. Under
+// data parallelism replica 0 writes the files (all replicas hold the same state) and every
+// replica reads them, so a run resumes under any number of replicas too.
 // GPU runs write and read the same files: their fp32 masters and moments go through host
 // copies, and their bf16 GEMM copies are re-cast from the masters after loading.
 #pragma once

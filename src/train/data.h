@@ -7,14 +7,9 @@
 #include <string>
 #include <vector>
 
-namespace stateflow {
+#include "pipeline/batch.h"
 
-// tokens and targets are [batch * seq_len], row-major. targets[i] is the token that should
-// follow position i, or -1 where no loss is taken.
-struct Batch {
-  int64_t batch = 0, seq_len = 0;
-  std::vector<int32_t> tokens, targets;
-};
+namespace stateflow {
 
 class DataSource {
  public:

@@ -1,7 +1,7 @@
 #include "train/step.h"
 
 #include "pipeline/stage_executor.h"
-#include "train/units.h"
+#include "pipeline/units.h"
 
 namespace stateflow {
 

@@ -4,7 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <type_traits>
 
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 
 namespace stateflow {
 
@@ -24,6 +24,8 @@ PipelineConfig TrainOptions::pipeline_config() const {
   pc.dtype = dtype;
   pc.device = device;
   pc.stages = stages;
+  pc.data_parallel = data_parallel;
+  pc.bucket_bytes = std::max<int64_t>(1, int64_t(bucket_mb * (1 << 20)));
   pc.microbatches = microbatches;
   pc.chunk_lengths = resolved_chunk_lengths();
   pc.schedule = parse_schedule_kind(schedule);
@@ -45,6 +47,11 @@ void TrainOptions::validate() const {
   SF_CHECK(stages >= 1, "--stages must be at least 1, got ", stages);
   SF_CHECK(microbatches >= 1 && batch % microbatches == 0, "--microbatches ", microbatches,
            " must be at least 1 and divide --batch ", batch);
+  SF_CHECK(data_parallel >= 0, "--data-parallel must be at least 1 (or 0: world size / --stages), got ", data_parallel);
+  SF_CHECK(data_parallel == 0 || batch % (int64_t(data_parallel) * microbatches) == 0, "--batch ", batch,
+           " must be a multiple of --data-parallel ", data_parallel, " x --microbatches ", microbatches,
+           ": each replica takes --batch / --data-parallel sequences and splits them into microbatches");
+  SF_CHECK(bucket_mb > 0, "--bucket-mb must be positive, got ", bucket_mb);
   SF_CHECK(lr > 0 && lr < 1, "--lr must be in (0, 1), got ", lr);
   SF_CHECK(min_lr >= 0 && min_lr <= lr, "--min-lr must be in [0, lr], got ", min_lr);
   SF_CHECK(warmup >= 0, "--warmup must be >= 0, got ", warmup);
@@ -65,6 +72,7 @@ template <class Options, class Fn>
 static void visit_fields(Options& o, Fn&& field) {
   field("steps", o.steps), field("batch", o.batch), field("seq_len", o.seq_len);
   field("stages", o.stages), field("microbatches", o.microbatches);
+  field("data_parallel", o.data_parallel), field("bucket_mb", o.bucket_mb);
   field("chunks", o.chunks), field("chunk_lengths", o.chunk_lengths), field("schedule", o.schedule);
   field("transport", o.transport), field("timeout_s", o.timeout_s), field("recompute", o.recompute);
   field("lr", o.lr), field("min_lr", o.min_lr), field("warmup", o.warmup);

@@ -22,6 +22,8 @@ struct TrainOptions {
   int64_t batch = 16;   // sequences per step
   int64_t seq_len = 128;
   int stages = 2;
+  int data_parallel = 0;   // replicas (0: the launch's world size / stages); never taken from a checkpoint
+  double bucket_mb = 25;   // data parallelism: gradient bucket size in MiB
   int microbatches = 2;
   int64_t chunks = 4;                  // used when chunk_lengths is empty
   std::vector<int64_t> chunk_lengths;  // explicit cut, must sum to seq_len

@@ -9,7 +9,7 @@
 
 #include "pipeline/launch.h"
 #include "train/checkpoint.h"
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 #include "train/lr_schedule.h"
 #include "train/stop_signal.h"
 
@@ -95,7 +95,10 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
         << " on " << device_name(opts_.device)
         << "\ndata: " << data_->describe() << "\nbatch " << opts_.batch << " x " << opts_.seq_len << " tokens; "
         << kind_name(pc.schedule) << " schedule over " << pc.stages << " stage(s) (" << opts_.transport
-        << " transport), " << pc.microbatches << " microbatch(es), chunks " << format_chunk_lengths(pc.chunk_lengths)
+        << " transport), "
+        << (pipeline_->replicas() > 1 ? cat(pipeline_->replicas(), " data-parallel replicas of ",
+                                            opts_.batch / pipeline_->replicas(), " sequences, ")
+                                      : std::string()) << pc.microbatches << " microbatch(es), chunks " << format_chunk_lengths(pc.chunk_lengths)
         << (pc.recompute ? ", full recomputation" : "") << "\n";
     if (!opts_.save_dir.empty())
       log << "checkpoints into " << opts_.save_dir << ": "

@@ -9,11 +9,13 @@
 
 #include "model/mixer.h"
 #include "pipeline/launch.h"
-#include "train/chunking.h"
-#include "train/optimizer.h"
+#include "pipeline/chunking.h"
+#include "model/optimizer.h"
 #include "train/step.h"
 
 namespace stateflow {
+
+constexpr double kVerifyLr = 1e-3;  // the update's learning rate: any positive one shows it
 
 std::vector<std::pair<std::string, std::vector<int64_t>>> builtin_chunkings(int64_t T, int64_t C) {
   std::vector<std::pair<std::string, std::vector<int64_t>>> out;
@@ -55,6 +57,15 @@ VerifyResult run_verify(const VerifyOptions& opts) {
 
   zero_grads(params);
   const double ref_loss = forward_backward(model, batch, 1, {opts.seq_len}).loss;
+  // The update the trainer would make from these gradients (clipped to the global norm), on a
+  // second copy of the initial weights so that the reference gradients stay as they are.
+  PipelineConfig pc;
+  Model updated(opts.model, opts.dtype, 0, Model::num_layers_of(opts.model), opts.device);
+  std::vector<Param*> updated_params = updated.params();
+  for (size_t i = 0; i < params.size(); ++i) updated_params[i]->grad.copy_from(params[i]->grad);
+  const double ref_norm = std::sqrt(grad_sq_sum(updated_params));
+  if (ref_norm > pc.clip) scale_grads(updated_params, pc.clip / ref_norm);
+  AdamW(updated_params, pc.adamw).step(kVerifyLr);
 
   std::vector<std::pair<std::string, std::vector<int64_t>>> cases;
   if (opts.chunkings.empty())
@@ -62,11 +73,11 @@ VerifyResult run_verify(const VerifyOptions& opts) {
   else
     for (auto& l : opts.chunkings) cases.push_back({"N=" + std::to_string(l.size()), l});
 
-  PipelineConfig pc;
   pc.model = opts.model;
   pc.dtype = opts.dtype;
   pc.device = opts.device;
   pc.stages = opts.stages;
+  pc.data_parallel = opts.data_parallel;
   pc.microbatches = opts.microbatches;
   pc.schedule = parse_schedule_kind(opts.schedule);
   pc.timeout_s = opts.timeout_s;
@@ -91,7 +102,14 @@ VerifyResult run_verify(const VerifyOptions& opts) {
           pipeline->max_over_processes(it == owned.end() ? 0.0 : max_rel_diff(it->second->grad, ref->grad)));
       col.max_grad_diff = std::max(col.max_grad_diff, col.grad_diffs.back());
     }
+    pipeline->clip_and_update(kVerifyLr, pipeline->grad_norm());
+    for (size_t i = 0; i < params.size(); ++i) {
+      auto it = owned.find(params[i]->name);
+      col.update_diff = std::max(col.update_diff, pipeline->max_over_processes(
+          it == owned.end() ? 0.0 : max_rel_diff(it->second->value, updated_params[i]->value)));
+    }
     r.max_rel_grad_diff = std::max(r.max_rel_grad_diff, col.max_grad_diff);
+    r.max_rel_update_diff = std::max(r.max_rel_update_diff, col.update_diff);
     r.max_rel_loss_diff = std::max(r.max_rel_loss_diff, col.loss_diff);
     r.columns.push_back(std::move(col));
   }
@@ -107,7 +125,8 @@ void print_verify(const VerifyResult& r, std::ostream& os) {
     os << "  [" << c << "] " << r.columns[c].label << ": " << l << "\n";
   }
   char buf[64];
-  size_t w = 4;
+  const std::string update_row = "weights after update";
+  size_t w = update_row.size();
   for (auto& n : r.param_names) w = std::max(w, n.size());
   os << std::string(w, ' ');
   for (size_t c = 0; c < r.columns.size(); ++c) {
@@ -126,9 +145,11 @@ void print_verify(const VerifyResult& r, std::ostream& os) {
   row("loss", [](const VerifyColumn& c) { return c.loss_diff; });
   for (size_t i = 0; i < r.param_names.size(); ++i)
     row(r.param_names[i], [i](const VerifyColumn& c) { return c.grad_diffs[i]; });
+  row(update_row, [](const VerifyColumn& c) { return c.update_diff; });
   std::snprintf(buf, sizeof buf, "%.3e", r.tolerance);
   os << (r.passed() ? "PASS" : "FAIL") << ": max relative loss difference " << r.max_rel_loss_diff
-     << ", max relative gradient difference " << r.max_rel_grad_diff << " (tolerance " << buf << ")\n";
+     << ", max relative gradient difference " << r.max_rel_grad_diff << ", max relative weight difference after "
+     << "one AdamW step " << r.max_rel_update_diff << " (tolerance " << buf << ")\n";
   std::snprintf(buf, sizeof buf, "%.3e", r.max_rel_grad_diff);
   os << "max_rel_grad_diff=" << buf << "\n";
 }

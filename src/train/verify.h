@@ -1,7 +1,8 @@
 // `stateflow verify`: one training step's forward and backward on one stage with one chunk
 // (the reference), and again through the pipeline (P stages, M microbatches, the chosen
-// schedule) under several chunkings, from the same weights and batch; reports the max
-// relative difference of the loss and of every parameter gradient (MATH.md section 8).
+// schedule, D data-parallel replicas sharing the batch) under several chunkings, from the
+// same weights and batch; reports the max relative difference of the loss, of every
+// parameter gradient (MATH.md section 8) and of the weights after one clipped AdamW step.
 #pragma once
 #include <iosfwd>
 #include <string>
@@ -22,6 +23,7 @@ struct VerifyOptions {
   int64_t batch = 2;
   int64_t seq_len = 45;  // not a multiple of the tiny preset's block size 8
   int stages = 1;
+  int data_parallel = 0;  // replicas, one process per rank (0: world size / stages)
   int microbatches = 1;
   std::string schedule = "stateflow";
   std::string transport = "local";
@@ -37,6 +39,7 @@ struct VerifyColumn {
   double loss_diff = 0;
   std::vector<double> grad_diffs;  // per parameter, model.params() order
   double max_grad_diff = 0;
+  double update_diff = 0;  // the weights after one AdamW step from these gradients
 };
 
 struct VerifyResult {
@@ -44,9 +47,12 @@ struct VerifyResult {
   std::vector<VerifyColumn> columns;
   double max_rel_grad_diff = 0;
   double max_rel_loss_diff = 0;
+  double max_rel_update_diff = 0;
   double tolerance = 0;
   bool report = true;  // false on the ranks of an MPI run that do not print
-  bool passed() const { return max_rel_grad_diff <= tolerance && max_rel_loss_diff <= tolerance; }
+  bool passed() const {
+    return max_rel_grad_diff <= tolerance && max_rel_loss_diff <= tolerance && max_rel_update_diff <= tolerance;
+  }
 };
 
 // The built-in chunkings for a sequence length: even N in {2,3,4,8}, uneven, unaligned to

@@ -16,7 +16,7 @@
 #include "layer_testing.h"
 #include "model/model.h"
 #include "test_util.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 #include "train/step.h"
 
 namespace stateflow {

@@ -9,7 +9,7 @@
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "test_util.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 namespace stateflow {
 namespace {

@@ -10,36 +10,14 @@
 # usage: train_2gpus.sh STATEFLOW [MPIEXEC]
 set -uo pipefail
 here=$(dirname "$0")
+source "$here/common.sh"
 stateflow=$1 mpiexec=${2:-}
-gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
-if ((gpus < 2)); then
-  echo "SKIPPED: needs 2 GPUs, found ${gpus:-0}"
-  exit 77
-fi
+require_gpus 2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 args=(train --device cuda --dtype f32 --config "$here/gpu_2_blocks.json" --steps 3 --batch 2 --seq-len 128
   --chunks 2 --microbatches 1 --log-every 1 --timeout 60)
 failures=0
-
-losses() { python3 -c 'import csv,sys; print(" ".join(r["loss"] for r in csv.DictReader(open(sys.argv[1]))))' "$1"; }
-
-# label, metrics file, exit status, output
-check() {
-  local label=$1 metrics=$2 rc=$3 out=$4
-  if [[ $rc -eq 0 && -s $metrics ]] && python3 - "$work/ref.csv" "$metrics" <<'PY'; then
-import csv, sys
-ref = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[1]))]
-got = [float(r["loss"]) for r in csv.DictReader(open(sys.argv[2]))]
-sys.exit(0 if len(ref) == len(got) == 3 and all(abs(a - b) <= 1e-5 * abs(b) for a, b in zip(got, ref)) else 1)
-PY
-    echo "ok   $label: losses $(losses "$metrics") (1 GPU: $(losses "$work/ref.csv"))"
-  else
-    echo "FAIL $label: exit $rc, losses '$( [[ -s $metrics ]] && losses "$metrics")' vs 1 GPU '$(losses "$work/ref.csv")'"
-    echo "$out"
-    failures=$((failures + 1))
-  fi
-}
 
 out=$(timeout 120 "$stateflow" "${args[@]}" --stages 1 --transport local --metrics "$work/ref.csv" 2>&1)
 if [[ $? -ne 0 || ! -s $work/ref.csv ]]; then

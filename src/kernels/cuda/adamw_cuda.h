@@ -1,4 +1,4 @@
-// AdamW step on fp32 master weights on the GPU, with the formulas of train/optimizer.cpp:
+// AdamW step on fp32 master weights on the GPU, with the formulas of kernels/cpu/adamw.h:
 //   m = beta1*m + (1-beta1)*g            v = beta2*v + (1-beta2)*g^2
 //   p = p*(1 - lr*decay) - lr * (m/(1-beta1^t)) / (sqrt(v/(1-beta2^t)) + eps)
 // done in double with every operation rounded as the CPU rounds it (no fused multiply-adds),
@@ -13,7 +13,7 @@
 
 #include <cstdint>
 
-#include "train/optimizer.h"
+#include "kernels/cpu/adamw.h"
 
 namespace stateflow {
 

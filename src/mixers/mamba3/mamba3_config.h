@@ -1,31 +1,27 @@
-// The Mamba-3 mixer's config section ("mamba3" in a model config; docs/mamba3.md).
+// The Mamba-3 mixer's config section, "mamba3" (docs/mamba3.md): {"heads", "head_dim",
+// "state_size", "rank", "groups", "rope_fraction", "block_size"} (MATH.md section 6 names:
+// H, P, N, R, G, the share of N that rotates, C).
 #pragma once
 #include <cstdint>
 
-#include <nlohmann/json_fwd.hpp>
+#include "model/config.h"
 
 namespace stateflow {
 
 struct Mamba3Config {
-  int64_t heads = 2;            // H
-  int64_t head_dim = 8;         // P: channels of x (and of the output) per head
-  int64_t state_size = 8;       // N: state columns per head; B and C have this width
-  int64_t rank = 1;             // R: 1 = SISO, > 1 = MIMO of rank R
-  int64_t groups = 1;           // G: B/C groups; heads h / (H/G) share B and C (before the biases)
-  double rope_fraction = 0.5;   // share of the N state coordinates turned by the rotary angles
-  int64_t block_size = 8;       // C: inner sub-chunk of the chunked core
-  double a_floor = 1e-4;        // A = min(-softplus(dd_A), -a_floor): every head decays a little
-  double norm_eps = 1e-5;       // RMSNorm of B and C
+  int64_t heads;         // H
+  int64_t head_dim;      // P: channels of x (and of the output) per head
+  int64_t state_size;    // N: state columns per head; B and C have this width
+  int64_t rank;          // R: 1 = SISO, > 1 = MIMO of rank R
+  int64_t groups;        // G: B/C groups; head h reads group h / (H/G)
+  double rope_fraction;  // share of the N state coordinates the rotary angles turn
+  int64_t block_size;    // C: inner sub-chunk of the chunked core
 
   // Rotary angles: NA = floor(N * rope_fraction / 2) coordinate pairs.
   int64_t angles() const { return int64_t(double(state_size) * rope_fraction / 2); }
-  // Throws stateflow::Error naming the field ("mamba3.heads must be >= 1").
-  void validate() const;
-  nlohmann::json to_json() const;
-  // Applies the fields present in j over *this; unknown fields are an error.
-  void apply_json(const nlohmann::json& j);
-  // Parameters of one mixer with model width d_model.
-  int64_t num_parameters(int64_t d_model) const;
 };
+
+// The checked section of cfg; throws Error naming the field ("mamba3.heads = 0 is out of range ...").
+Mamba3Config mamba3_config(const ModelConfig& cfg);
 
 }  // namespace stateflow

@@ -7,10 +7,14 @@
 #include "kernels/cpu/norms.h"
 #include "mixers/mamba3/mamba3_core.h"
 #include "mixers/mamba3/mamba3_ops.h"
+#include "model/device_path.h"
 
 namespace stateflow {
 
 namespace {
+
+// A = min(-softplus(dd_A), -kAFloor): every head keeps forgetting a little (MATH.md 6.1).
+constexpr double kAFloor = 1e-4;
 
 struct Mamba3Stash : Stash {
   Tensor x;                       // layer input [rows, D]
@@ -29,11 +33,9 @@ template <class T> const T* state_ptr(const State& s, int i) { return s.empty() 
 
 }  // namespace
 
-Mamba3Mixer::Mamba3Mixer(const std::string& p, int64_t d_model, int64_t n_blocks, const Mamba3Config& cfg, DType dt,
-                         Rng& rng)
-    : cfg_(cfg), D_(d_model), H_(cfg.heads), P_(cfg.head_dim), N_(cfg.state_size), R_(cfg.rank), G_(cfg.groups),
-      NA_(cfg.angles()) {
-  cfg.validate();
+Mamba3Mixer::Mamba3Mixer(const std::string& p, const ModelConfig& model, DType dt, Rng& rng)
+    : cfg_(mamba3_config(model)), D_(model.d_model), H_(cfg_.heads), P_(cfg_.head_dim), N_(cfg_.state_size),
+      R_(cfg_.rank), G_(cfg_.groups), NA_(cfg_.angles()), norm_eps_(model.norm_eps) {
   const int64_t HP = H_ * P_, BC = R_ * G_ * N_;
   Wz_ = make_param(p + ".Wz", {D_, HP}, dt), Wx_ = make_param(p + ".Wx", {D_, HP}, dt);
   WB_ = make_param(p + ".WB", {D_, BC}, dt), WC_ = make_param(p + ".WC", {D_, BC}, dt);
@@ -64,7 +66,7 @@ Mamba3Mixer::Mamba3Mixer(const std::string& p, int64_t d_model, int64_t n_blocks
   });
   for (Param* w : {&B_norm_, &C_norm_, &B_bias_, &C_bias_, &D_skip_}) fill_constant(w->value, 1.0);
   // Residual branch output starts small so the stack is near identity at init.
-  fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(HP)) / std::sqrt(2.0 * double(n_blocks)));
+  fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(HP)) / std::sqrt(2.0 * double(model.num_blocks())));
   for (Param* w : {&Wz_, &Wx_, &WB_, &WC_, &Wdt_, &WA_, &Wtrap_, &Wang_, &Wo_}) w->gemm_operand = true;
 }
 
@@ -108,7 +110,7 @@ Tensor Mamba3Mixer::forward_impl(const ChunkCtx& ctx, const Tensor& x, const Sta
 
   s->dt = Tensor::zeros({rows, H_}, dt), s->adt = Tensor::zeros({rows, H_}, dt), s->lam = Tensor::zeros({rows, H_}, dt);
   mamba3_gates_forward<T>(s->dd_dt.data<T>(), s->dd_A.data<T>(), s->trap.data<T>(), dt_bias_.value.data<T>(),
-                          s->dt.data<T>(), s->adt.data<T>(), s->lam.data<T>(), rows, H_, cfg_.a_floor);
+                          s->dt.data<T>(), s->adt.data<T>(), s->lam.data<T>(), rows, H_, kAFloor);
 
   state_out = zero_state(B, dt);
   s->phi = Tensor::zeros({rows, H_, NA_}, dt);
@@ -121,7 +123,7 @@ Tensor Mamba3Mixer::forward_impl(const ChunkCtx& ctx, const Tensor& x, const Sta
     Tensor normed = Tensor::zeros({bc_rows, N_}, dt), out = Tensor::zeros({rows, H_, R_, N_}, dt);
     rstd = Tensor::zeros({bc_rows}, dt);
     rmsnorm_forward<T>(raw.data<T>(), norm.value.data<T>(), normed.data<T>(), rstd.data<T>(), bc_rows, N_,
-                       cfg_.norm_eps);
+                       norm_eps_);
     mamba3_rotary_bc_forward<T>(normed.data<T>(), bias.value.data<T>(), s->phi.data<T>(), out.data<T>(), rows, H_,
                                 R_, G_, N_, NA_);
     return out;
@@ -209,7 +211,7 @@ Tensor Mamba3Mixer::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const
   Tensor d_dd_dt = zeros({rows, H_}), d_dd_A = zeros({rows, H_}), dtrap = zeros({rows, H_});
   mamba3_gates_backward<T>(s.dd_dt.data<T>(), s.dd_A.data<T>(), s.trap.data<T>(), dt_bias_.value.data<T>(),
                            ddt.data<T>(), dadt.data<T>(), dlam.data<T>(), d_dd_dt.data<T>(), d_dd_A.data<T>(),
-                           dtrap.data<T>(), dt_bias_.grad.data<T>(), rows, H_, cfg_.a_floor);
+                           dtrap.data<T>(), dt_bias_.grad.data<T>(), rows, H_, kAFloor);
 
   // input projections
   Tensor dx = zeros({rows, D_});
@@ -224,16 +226,14 @@ Tensor Mamba3Mixer::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const
 
 Tensor Mamba3Mixer::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                             std::unique_ptr<Stash>& stash) {
-  SF_CHECK(x.on_host(), "mamba3: no GPU kernels yet (issue 13); run models with Mamba-3 blocks on the CPU "
-                        "(--device cpu)");
+  if (!x.on_host()) return device_path("mamba3").forward(*this, ctx, x, state_in, state_out, stash);
   return dispatch_float(x.dtype(),
                         [&](auto z) { return forward_impl<decltype(z)>(ctx, x, state_in, state_out, stash); });
 }
 
 Tensor Mamba3Mixer::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                              Stash& stash) {
-  SF_CHECK(dy.on_host(), "mamba3: no GPU kernels yet (issue 13); run models with Mamba-3 blocks on the CPU "
-                         "(--device cpu)");
+  if (!dy.on_host()) return device_path("mamba3").backward(*this, ctx, dy, dstate_out, dstate_in, stash);
   return dispatch_float(dy.dtype(),
                         [&](auto z) { return backward_impl<decltype(z)>(ctx, dy, dstate_out, dstate_in, stash); });
 }

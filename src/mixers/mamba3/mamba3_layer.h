@@ -4,7 +4,7 @@
 //   ->  rank-R inputs x * mimo_x  ->  chunked core (carried S, x_prev, b_prev) with D skip
 //   ->  silu(z) gate and rank combination  ->  output projection.
 // Boundary state: {S [batch, H, P, N], phi [batch, H, NA], b_prev [batch, H, R, N],
-// x_prev [batch, H, R, P]}. CPU only for now: a device tensor is an error naming the fix.
+// x_prev [batch, H, R, P]}. CPU only for now: no GPU path is registered for it.
 #pragma once
 #include "mixers/mamba3/mamba3_config.h"
 #include "model/layer.h"
@@ -15,9 +15,8 @@ class Rng;
 
 class Mamba3Mixer : public Layer {
  public:
-  // n_blocks: residual blocks in the model, which scales the output projection's init.
-  Mamba3Mixer(const std::string& prefix, int64_t d_model, int64_t n_blocks, const Mamba3Config& cfg, DType dtype,
-              Rng& rng);
+  // Sizes from cfg's "mamba3" section; d_model, norm_eps and the block count from cfg.
+  Mamba3Mixer(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
   std::string kind() const override { return "mamba3"; }
   std::vector<Param*> params() override;
   bool stateful() const override { return true; }
@@ -40,6 +39,7 @@ class Mamba3Mixer : public Layer {
 
   Mamba3Config cfg_;
   int64_t D_, H_, P_, N_, R_, G_, NA_;
+  double norm_eps_;  // RMSNorm of B and C
   Param Wz_, Wx_, WB_, WC_, Wdt_, WA_, Wtrap_, Wang_;  // input projections [D, ...]
   Param dt_bias_;                                      // [H]
   Param B_norm_, C_norm_;                              // RMSNorm weights [N], shared by groups and ranks

@@ -8,6 +8,7 @@
 
 #include "layer_testing.h"
 #include "mixers/mamba3/mamba3_layer.h"
+#include "model/mixer.h"
 #include "test_util.h"
 
 using namespace stateflow;
@@ -15,16 +16,22 @@ using namespace stateflow::testing;
 
 namespace {
 
-Mamba3Config siso_config() {
-  Mamba3Config c;
-  c.heads = 2, c.head_dim = 3, c.state_size = 6, c.rank = 1, c.groups = 1, c.block_size = 4;
+// A two-block Mamba-3 model of width 10 with this mamba3 section (over the defaults).
+ModelConfig model_with(const nlohmann::json& section) {
+  ModelConfig c = model_preset("tiny");
+  c.d_model = 10, c.pattern = "MM", c.mixers = {{"mamba3", section}};
+  c.complete_sections();
+  c.validate();
   return c;
 }
 
-Mamba3Config mimo_config() {
-  Mamba3Config c;
-  c.heads = 4, c.head_dim = 3, c.state_size = 4, c.rank = 2, c.groups = 2, c.rope_fraction = 1, c.block_size = 5;
-  return c;
+ModelConfig siso_config() {
+  return model_with({{"heads", 2}, {"head_dim", 3}, {"state_size", 6}, {"rank", 1}, {"block_size", 4}});
+}
+
+ModelConfig mimo_config() {
+  return model_with({{"heads", 4}, {"head_dim", 3}, {"state_size", 4}, {"rank", 2}, {"groups", 2},
+                     {"rope_fraction", 1.0}, {"block_size", 5}});
 }
 
 struct Fixture {
@@ -34,7 +41,7 @@ struct Fixture {
   int64_t B = 2, T = 23, d_model = 10;
   Tensor x, dy;
   State state0, dstate_final;
-  explicit Fixture(const Mamba3Config& cfg) : layer("mamba3", 10, 2, cfg, DType::F64, rng) {
+  explicit Fixture(const ModelConfig& cfg) : layer("mamba3", cfg, DType::F64, rng) {
     // Random weights everywhere (the init sets several to constants), at the init's scale.
     for (Param* p : layer.params()) p->value = random_tensor(rng, p->value.shape(), DType::F64, 0.5);
     x = random_tensor(rng, {B * T, d_model});
@@ -132,7 +139,7 @@ TEST(Mamba3Layer, Float32TracksFloat64) {
   Fixture f(mimo_config());
   SplitRun ref = run_split(f.layer, f.x, f.B, f.T, f.state0, f.dy, f.dstate_final, {f.T});
   Rng rng(f.seed);
-  Mamba3Mixer layer32("mamba3", f.d_model, 2, mimo_config(), DType::F32, rng);
+  Mamba3Mixer layer32("mamba3", mimo_config(), DType::F32, rng);
   auto p64 = f.layer.params(), p32 = layer32.params();
   for (size_t i = 0; i < p64.size(); ++i) p32[i]->value = p64[i]->value.cast(DType::F32);
   State s0, ds;
@@ -146,40 +153,28 @@ TEST(Mamba3Layer, Float32TracksFloat64) {
 }
 
 TEST(Mamba3Config, ValidationNamesTheField) {
-  auto bad = [](auto edit, const std::string& needle) {
-    Mamba3Config c;
-    edit(c);
-    expect_error([&] { c.validate(); }, needle);
+  auto bad = [](const nlohmann::json& section, const std::string& needle) {
+    expect_error([&] { model_with(section); }, needle);
   };
-  bad([](Mamba3Config& c) { c.heads = 0; }, "mamba3.heads must be >= 1");
-  bad([](Mamba3Config& c) { c.head_dim = 0; }, "mamba3.head_dim");
-  bad([](Mamba3Config& c) { c.state_size = -1; }, "mamba3.state_size");
-  bad([](Mamba3Config& c) { c.rank = 0; }, "mamba3.rank");
-  bad([](Mamba3Config& c) { c.block_size = 0; }, "mamba3.block_size");
-  bad([](Mamba3Config& c) { c.heads = 4, c.groups = 3; }, "mamba3.groups = 3 must divide mamba3.heads = 4");
-  bad([](Mamba3Config& c) { c.rope_fraction = 0; }, "mamba3.rope_fraction");
-  bad([](Mamba3Config& c) { c.state_size = 2, c.rope_fraction = 0.5; }, "gives no rotary pair");
-  bad([](Mamba3Config& c) { c.a_floor = 0; }, "mamba3.a_floor");
-  Mamba3Config ok;
-  ok.validate();
-}
-
-TEST(Mamba3Config, JsonRoundTripAndUnknownFields) {
-  Mamba3Config c = mimo_config();
-  Mamba3Config back;
-  back.apply_json(c.to_json());
-  EXPECT_EQ(back.to_json(), c.to_json());
-  Mamba3Config d;
-  expect_error([&] { d.apply_json(nlohmann::json{{"head_size", 4}}); }, "mamba3: unknown field 'head_size'");
-  expect_error([&] { d.apply_json(nlohmann::json{{"heads", 2.5}}); }, "mamba3.heads has the wrong type");
+  bad({{"heads", 0}}, "mamba3.heads = 0 is out of range");
+  bad({{"head_dim", 0}}, "mamba3.head_dim");
+  bad({{"state_size", -1}}, "mamba3.state_size");
+  bad({{"rank", 0}}, "mamba3.rank");
+  bad({{"block_size", 0}}, "mamba3.block_size");
+  bad({{"heads", 4}, {"groups", 3}}, "mamba3.groups = 3 must divide mamba3.heads = 4");
+  bad({{"rope_fraction", 1.5}}, "mamba3.rope_fraction");
+  bad({{"state_size", 2}, {"rope_fraction", 0.5}}, "turns no coordinate pair");
+  bad({{"head_size", 4}}, "mamba3.head_size is not a field of mamba3");
+  bad({{"heads", 2.5}}, "mamba3.heads' has the wrong type");
+  model_with(nlohmann::json::object());  // the defaults are valid
 }
 
 TEST(Mamba3Config, ParameterCountMatchesTheLayer) {
-  for (Mamba3Config c : {siso_config(), mimo_config()}) {
+  for (const ModelConfig& c : {siso_config(), mimo_config()}) {
     Rng rng(1);
-    Mamba3Mixer layer("m", 10, 2, c, DType::F64, rng);
+    Mamba3Mixer layer("m", c, DType::F64, rng);
     int64_t n = 0;
     for (Param* p : layer.params()) n += p->value.numel();
-    EXPECT_EQ(n, c.num_parameters(10));
+    EXPECT_EQ(n, mixer_for_letter('M').num_parameters(c));
   }
 }

@@ -50,12 +50,14 @@ double angle_diff(const Tensor& ours, const Tensor& ref) {
 void check_case(const nlohmann::json& c) {
   const auto& dm = c["dims"];
   const int64_t Dm = dm["Dm"], H = dm["H"], P = dm["P"], N = dm["N"], R = dm["R"], NA = dm["NA"], T = dm["T"];
-  Mamba3Config cfg;
-  cfg.heads = H, cfg.head_dim = P, cfg.state_size = N, cfg.rank = R, cfg.groups = 1, cfg.block_size = dm["block"];
-  cfg.rope_fraction = 2.0 * double(NA) / double(N);
-  ASSERT_EQ(cfg.angles(), NA);
+  ModelConfig cfg = model_preset("tiny");
+  cfg.d_model = Dm, cfg.pattern = "M";
+  cfg.mixers = {{"mamba3", {{"heads", H}, {"head_dim", P}, {"state_size", N}, {"rank", R}, {"groups", 1},
+                            {"rope_fraction", 2.0 * double(NA) / double(N)}, {"block_size", dm["block"]}}}};
+  cfg.validate();
+  ASSERT_EQ(mamba3_config(cfg).angles(), NA);
   Rng rng(1);
-  Mamba3Mixer layer("m", Dm, 1, cfg, DType::F64, rng);
+  Mamba3Mixer layer("m", cfg, DType::F64, rng);
 
   // The oracle's one input projection W_in = [z | x | B | C | dd_dt | dd_A | trap | ang].
   const auto& p = c["params"];

@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "model/layer.h"
-#include "train/data.h"
+#include "pipeline/batch.h"
 
 namespace stateflow {
 
@@ -20,7 +20,8 @@ class UnitPlan {
   int microbatches() const { return M_; }
   int chunks() const { return static_cast<int>(lengths_.size()); }
   const std::vector<int64_t>& chunk_lengths() const { return lengths_; }
-  // Loss factor shared by every unit: 1 / (answer tokens in the whole batch).
+  // Loss factor shared by every unit: 1 / (answer tokens in the whole batch, or in the global
+  // batch a replica's slice is part of).
   double loss_scale() const { return loss_scale_; }
   // The unit's inputs; `stats` is where its loss layer adds loss and accuracy.
   Unit make_unit(int microbatch, int chunk, LossStats* stats) const;

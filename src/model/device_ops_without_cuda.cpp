@@ -1,5 +1,5 @@
 // CPU-only builds: no parameter lives on a GPU, so these are unreachable; they name the fix.
-#include "train/device_ops.h"
+#include "model/device_ops.h"
 
 namespace stateflow {
 

@@ -1,19 +1,12 @@
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 #include <cmath>
 #include <set>
 
-#include "train/device_ops.h"
+#include "kernels/cpu/adamw.h"
+#include "model/device_ops.h"
 
 namespace stateflow {
-
-void AdamWConfig::validate() const {
-  SF_CHECK(beta1 >= 0 && beta1 < 1, "AdamW beta1 = ", beta1, " must be in [0, 1)");
-  SF_CHECK(beta2 >= 0 && beta2 < 1, "AdamW beta2 = ", beta2, " must be in [0, 1)");
-  SF_CHECK(eps > 0 && std::isfinite(eps), "AdamW eps = ", eps, " must be positive");
-  SF_CHECK(weight_decay >= 0 && std::isfinite(weight_decay), "AdamW weight_decay = ", weight_decay,
-           " must be >= 0");
-}
 
 bool takes_weight_decay(const Param& p) { return p.value.ndim() >= 2; }
 
@@ -34,25 +27,9 @@ AdamW::AdamW(std::vector<Param*> params, AdamWConfig cfg) : params_(std::move(pa
   }
 }
 
-template <class T>
-static void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, double lr, double decay,
-                         const AdamWConfig& c, double bias1, double bias2) {
-  for (int64_t i = 0; i < n; ++i) {
-    double gi = g[i];
-    double mi = c.beta1 * m[i] + (1 - c.beta1) * gi;
-    double vi = c.beta2 * v[i] + (1 - c.beta2) * gi * gi;
-    double pi = p[i] * (1 - lr * decay);
-    p[i] = static_cast<T>(pi - lr * (mi / bias1) / (std::sqrt(vi / bias2) + c.eps));
-    m[i] = static_cast<T>(mi);
-    v[i] = static_cast<T>(vi);
-  }
-}
-
 void AdamW::step(double lr) {
   SF_CHECK(lr >= 0 && std::isfinite(lr), "learning rate ", lr, " must be finite and >= 0");
   ++steps_;
-  double bias1 = 1 - std::pow(cfg_.beta1, static_cast<double>(steps_));
-  double bias2 = 1 - std::pow(cfg_.beta2, static_cast<double>(steps_));
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
     double decay = takes_weight_decay(p) ? cfg_.weight_decay : 0.0;
@@ -63,7 +40,7 @@ void AdamW::step(double lr) {
     dispatch_float(p.value.dtype(), [&](auto z) {
       using T = decltype(z);
       adamw_update<T>(p.value.data<T>(), p.grad.data<T>(), m_[i].data<T>(), v_[i].data<T>(), p.value.numel(), lr,
-                      decay, cfg_, bias1, bias2);
+                      decay, cfg_, steps_);
     });
   }
 }

@@ -1,4 +1,4 @@
-#include "train/device_ops.h"
+#include "model/device_ops.h"
 
 #include <cuda_bf16.h>
 

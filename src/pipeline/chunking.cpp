@@ -1,4 +1,4 @@
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 
 #include "core/error.h"
 

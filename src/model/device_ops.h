@@ -1,11 +1,11 @@
 // The optimizer's and the gradient clipping's operations on parameters that live on the GPU
-// (train/cuda/device_ops_cuda.cpp; a CPU-only build has stubs that throw).
+// (model/cuda/device_ops_cuda.cpp; a CPU-only build has stubs that throw).
 #pragma once
 #include <cstdint>
 #include <vector>
 
 #include "model/param.h"
-#include "train/optimizer.h"
+#include "model/optimizer.h"
 
 namespace stateflow {
 

@@ -1,6 +1,6 @@
-#include "train/units.h"
+#include "pipeline/units.h"
 
-#include "train/chunking.h"
+#include "pipeline/chunking.h"
 
 namespace stateflow {
 
@@ -11,8 +11,9 @@ UnitPlan::UnitPlan(const Batch& batch, int microbatches, std::vector<int64_t> ch
   validate_chunk_lengths(lengths_, batch.seq_len);
   int64_t off = 0;
   for (int64_t l : lengths_) offsets_.push_back(off), off += l;
-  int64_t counted = 0;
-  for (int32_t t : batch.targets) counted += t >= 0;
+  int64_t counted = batch.global_loss_tokens;
+  if (!counted)
+    for (int32_t t : batch.targets) counted += t >= 0;
   loss_scale_ = counted ? 1.0 / double(counted) : 0.0;
 }
 

@@ -11,17 +11,10 @@
 #include <vector>
 
 #include "core/tensor.h"
+#include "kernels/cpu/adamw.h"
 #include "model/param.h"
 
 namespace stateflow {
-
-struct AdamWConfig {
-  double beta1 = 0.9;
-  double beta2 = 0.95;
-  double eps = 1e-8;
-  double weight_decay = 0.1;
-  void validate() const;  // throws Error naming the bad field
-};
 
 // Weight decay goes to matrices (ndim >= 2: projections, embeddings) only; vectors such as
 // norm scales, biases, A_log and dt_bias are left undecayed, as is usual for these models.
