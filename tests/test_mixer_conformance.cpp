@@ -73,13 +73,13 @@ class MixerConformance : public ::testing::TestWithParam<MixerCase> {
     State out;
     std::unique_ptr<Stash> stash;
     layer->forward(ctx, take_rows(x, B, T, 0, 1), {}, out, stash);
-    ASSERT_EQ(out.size(), mixer.boundary_state(cfg).size()) << "boundary state against the registry row";
+    const std::vector<StateTensorSpec> specs = mixer.boundary_state(cfg);
+    ASSERT_EQ(out.size(), specs.size()) << "boundary state against the registry row";
     for (size_t i = 0; i < out.size(); ++i) {
-      const StateTensorSpec& spec = mixer.boundary_state(cfg)[i];
-      Shape want = spec.shape;
-      if (spec.grows_with_chunks) want.insert(want.begin(), T);  // one row per token of the sequence
+      Shape want = specs[i].shape;
+      if (specs[i].grows_with_chunks) want.insert(want.begin(), T);  // one row per token of the sequence
       want.insert(want.begin(), B);
-      EXPECT_EQ(out[i].shape(), want) << "boundary state " << mixer.boundary_state(cfg)[i].name;
+      EXPECT_EQ(out[i].shape(), want) << "boundary state " << specs[i].name;
     }
     state0 = random_state_like(rng, out);
     dstate_final = random_state_like(rng, out);
