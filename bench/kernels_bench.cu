@@ -150,12 +150,12 @@ void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vect
   o.seq_len = T, o.warmup_steps = warmup, o.steps = steps;
   const ModelConfig& m = o.model;
   const ModelFlops flops = model_flops_per_token(m);
-  std::printf("\ntraining step: %s (%.3f B parameters, width %lld, %lld GDN blocks of %lld heads x %lld, MLP %lld, "
-              "vocab %lld), batch %lld x %lld tokens, one stage, one chunk; fp32 master weights, bf16 GEMMs and "
-              "activations; %d warm-up + %d timed steps\n",
-              m.name.c_str(), double(m.num_parameters()) / 1e9, (long long)m.d_model, (long long)m.n_layers,
-              (long long)m.n_heads, (long long)m.head_dv, (long long)m.mlp_hidden, (long long)m.vocab_size,
-              (long long)o.batch, (long long)o.seq_len, warmup, steps);
+  std::printf("\ntraining step: %s (%.3f B parameters, width %lld, pattern %s, %s, MLP %lld, vocab %lld), batch "
+              "%lld x %lld tokens, one stage, one chunk; fp32 master weights, bf16 GEMMs and activations; %d warm-up "
+              "+ %d timed steps\n",
+              m.name.c_str(), double(m.num_parameters()) / 1e9, (long long)m.d_model, m.pattern.c_str(),
+              m.mixers.dump().c_str(), (long long)m.mlp_hidden, (long long)m.vocab_size, (long long)o.batch,
+              (long long)o.seq_len, warmup, steps);
   if (D != m.d_model)
     std::printf("  (note: --dim %lld is not the model's width %lld: the GEMM ceiling was measured at other shapes)\n",
                 (long long)D, (long long)m.d_model);

@@ -1,13 +1,20 @@
 #!/usr/bin/env python3
-"""Overlay training-loss curves from `stateflow train --metrics FILE` CSVs in one SVG.
+"""Overlay training-loss curves from `stateflow train --metrics FILE` CSVs, with matplotlib
+(Debian's python3-matplotlib, installed by tools/install-deps.sh).
 
-usage: plot_losses.py OUT.svg LABEL=metrics.csv [LABEL=metrics.csv ...]
-Prints the largest absolute difference between the first curve and each other one.
-Standard library only (no plotting package needed)."""
+usage: plot_losses.py OUT.svg|OUT.png LABEL=metrics.csv [LABEL=metrics.csv ...]
+The first curve is the reference: the upper panel overlays every curve, the lower one shows
+each other curve minus the reference. Printed for each other curve: its largest absolute and
+relative difference from the reference, the largest over the first quarter of the steps, and
+both curves' mean over the last quarter (runs whose rounding differs drift apart step by
+step, so late single-step differences are noise of the size of the loss's own jitter)."""
 import csv
 import sys
 
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+import matplotlib
+
+matplotlib.use("Agg")  # files only, no display
+import matplotlib.pyplot as plt  # noqa: E402
 
 
 def read(path):
@@ -23,35 +30,35 @@ def main():
     for arg in sys.argv[2:]:
         label, path = arg.rsplit("=", 1)
         curves.append((label, *read(path)))
-    W, H, pad = 720, 420, 60
-    xs = [x for _, s, _ in curves for x in s]
-    ys = [y for _, _, l in curves for y in l]
-    x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
-    sx = lambda x: pad + (x - x0) / max(x1 - x0, 1) * (W - 2 * pad)
-    sy = lambda y: H - pad - (y - y0) / max(y1 - y0, 1e-12) * (H - 2 * pad)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
-             f'<rect width="{W}" height="{H}" fill="white"/>',
-             f'<line x1="{pad}" y1="{H-pad}" x2="{W-pad}" y2="{H-pad}" stroke="black"/>',
-             f'<line x1="{pad}" y1="{pad}" x2="{pad}" y2="{H-pad}" stroke="black"/>',
-             f'<text x="{W/2}" y="{H-20}" text-anchor="middle">step</text>',
-             f'<text x="15" y="{H/2}" transform="rotate(-90 15 {H/2})" text-anchor="middle">loss</text>']
-    for i in range(5):
-        yv = y0 + (y1 - y0) * i / 4
-        parts.append(f'<text x="{pad-5}" y="{sy(yv)+4:.1f}" text-anchor="end">{yv:.2f}</text>')
-        xv = x0 + (x1 - x0) * i / 4
-        parts.append(f'<text x="{sx(xv):.1f}" y="{H-pad+16}" text-anchor="middle">{xv:.0f}</text>')
+    ref_label, ref_steps, ref_losses = curves[0]
+    fig, (top, bottom) = plt.subplots(2, 1, sharex=True, figsize=(8, 6), gridspec_kw={"height_ratios": [3, 1]})
     for i, (label, steps, losses) in enumerate(curves):
-        pts = " ".join(f"{sx(x):.1f},{sy(y):.1f}" for x, y in zip(steps, losses))
-        dash = ' stroke-dasharray="6,4"' if i else ""
-        parts.append(f'<polyline fill="none" stroke="{COLORS[i % 4]}" stroke-width="1.5"{dash} points="{pts}"/>')
-        parts.append(f'<text x="{W-pad-150}" y="{pad+18*i}" fill="{COLORS[i % 4]}">{label}</text>')
-    parts.append("</svg>")
-    with open(out, "w") as f:
-        f.write("\n".join(parts) + "\n")
-    _, s0, l0 = curves[0]
-    for label, s, l in curves[1:]:
-        assert s == s0, f"{label}: different steps than {curves[0][0]}"
-        print(f"max |loss({label}) - loss({curves[0][0]})| = {max(abs(a - b) for a, b in zip(l, l0)):.3e}")
+        top.plot(steps, losses, label=label, color=f"C{i}", linewidth=1.2,
+                 linestyle="-" if i == 0 else (0, (4, 2 + 2 * i)))
+    top.set_ylabel("training loss")
+    top.legend()
+    top.grid(alpha=0.3)
+    quarter = max(1, len(ref_steps) // 4)
+    for i, (label, steps, losses) in enumerate(curves[1:], start=1):
+        if steps != ref_steps:
+            sys.exit(f"{label}: its steps differ from {ref_label}'s")
+        diff = [a - b for a, b in zip(losses, ref_losses)]
+        bottom.plot(steps, diff, color=f"C{i}", linewidth=1, label=label)
+        worst = max(range(len(diff)), key=lambda k: abs(diff[k]))
+        early = max(abs(d) for d in diff[:quarter])
+        mean = lambda xs: sum(xs[-quarter:]) / quarter  # noqa: E731
+        print(f"max |loss({label}) - loss({ref_label})| = {abs(diff[worst]):.3e} at step {steps[worst]} "
+              f"(relative {abs(diff[worst]) / abs(ref_losses[worst]):.3e}); over steps {steps[0]}-"
+              f"{steps[quarter - 1]}: {early:.3e}; mean loss over the last {quarter} steps {mean(losses):.4f} vs "
+              f"{mean(ref_losses):.4f}")
+    bottom.set_xlabel("step")
+    bottom.set_ylabel(f"minus {ref_label}")
+    bottom.grid(alpha=0.3)
+    fig.tight_layout()
+    # No date in the file: the same curves give the same bytes.
+    matplotlib.rcParams["svg.hashsalt"] = "stateflow"
+    fig.savefig(out, metadata={"Date": None} if out.endswith(".svg") else None)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ using namespace stateflow::testing;
 namespace {
 
 // A stage group of `replicas` ranks whose other replicas hold the same gradients as this one:
-// the sum is the gradient times `replicas`. Records what it was asked to sum.
+// the sum is the gradient times `replicas`. Records what it was asked to sum (not the tensors:
+// they belong to the stage, which may go first).
 class MirroredGroup : public Transport {
  public:
   explicit MirroredGroup(int replicas) : replicas_(replicas) {}
@@ -32,7 +33,7 @@ class MirroredGroup : public Transport {
   void flush() override {}
   void abort(const std::string&) override {}
   void start_all_reduce_sum(const std::vector<Tensor>& tensors, const std::string& what) override {
-    starts.push_back({what, tensors, in_flight ? in_flight() : 0});
+    starts.push_back({what, tensors.size(), in_flight ? in_flight() : 0});
     for (const Tensor& t : tensors) pending.push_back(t);
   }
   void wait_all_reduces() override {
@@ -42,7 +43,7 @@ class MirroredGroup : public Transport {
   }
   struct Start {
     std::string what;
-    std::vector<Tensor> tensors;
+    size_t tensors;
     size_t units_in_flight;  // of the stage's executor when the bucket started
   };
   std::vector<Start> starts;

@@ -50,10 +50,12 @@ fi
 { cmake "${cmake_args[@]}" && ninja -C "$BUILD" -j "$(nproc)" ${TARGETS:-}; } 2>&1 | tee "$LOG/build.log"
 status[build]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
 
-if [[ ${status[build]} == ok ]]; then
+if [[ ${status[build]} == ok && -x $BUILD/stateflow_cuda_tests ]]; then  # not built with other TARGETS
   timeout 300 "$BUILD/stateflow_cuda_tests" 2>&1 | tee "$LOG/cuda_tests.log"
   status[cuda_tests]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
-  if [[ ${SANITIZE:-auto} == 1 || (${SANITIZE:-auto} == auto && ${status[cuda_tests]} != ok) ]]; then
+fi
+if [[ ${status[build]} == ok ]]; then
+  if [[ -n ${status[cuda_tests]:-} && (${SANITIZE:-auto} == 1 || (${SANITIZE:-auto} == auto && ${status[cuda_tests]} != ok)) ]]; then
     for tool in memcheck racecheck; do
       timeout 120 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/stateflow_cuda_tests" \
         --gtest_filter='*Repeatable*' 2>&1 | tail -40 | tee -a "$LOG/sanitizer.log"

@@ -1,23 +1,74 @@
 // `stateflow plan`
+#include <algorithm>
 #include <cstdio>
 #include <iostream>
 
 #include "cli/commands.h"
+#include "core/allocator.h"
 #include "core/error.h"
+#include "model/flops.h"
+#include "model/mixer.h"
+#include "model/model.h"
 #include "pipeline/check.h"
 #include "pipeline/lower.h"
+#include "pipeline/partition.h"
 #include "pipeline/simulate.h"
 
 namespace stateflow::cli {
 
+namespace {
+
+// Per stage: its blocks, FLOPs per token (the LM head on the last), parameters and boundary
+// state per sequence, from the mixer registry; printed, and returned as the simulator's costs
+// (a chunk's share of a sequence; the busiest stage's forward of one sequence = 1).
+CostTable model_costs(const ModelConfig& m, int P, int N) {
+  const auto ranges = stage_layer_ranges(m, P);
+  const std::string letters = m.blocks();
+  const double head = double(m.d_model) * double(m.vocab_size);
+  std::vector<double> fwd(P), bwd(P);
+  std::printf("model %s: pattern %s, %lld parameters; stages cut %s\n", m.name.c_str(), m.pattern.c_str(),
+              (long long)m.num_parameters(), m.has_stage_cuts() ? "where the pattern has '|'" : "evenly by cost");
+  std::printf("%6s %-16s %16s %16s %20s\n", "stage", "blocks", "fwd MFLOP/token", "bwd MFLOP/token",
+              "state/sequence");
+  for (int r = 0; r < P; ++r) {
+    auto [begin, end] = ranges[r];
+    std::string blocks;
+    int64_t state_bytes = 0;
+    bool grows = false;
+    for (int b = std::max(begin - 1, 0) / 2; b < std::min<int>((end - 1) / 2, int(letters.size())); ++b) {
+      const BlockFlops f = block_flops_per_token(m, letters[b]);
+      fwd[r] += f.forward(), bwd[r] += f.backward();
+      blocks += letters[b];
+      for (const StateTensorSpec& t : mixer_for_letter(letters[b]).boundary_state(m)) {
+        int64_t n = 1;
+        for (int64_t d : t.shape) n *= d;
+        state_bytes += n * int64_t(dtype_size(t.device_dtype));
+        grows = grows || t.grows_with_chunks;
+      }
+    }
+    if (end == Model::num_layers_of(m)) fwd[r] += 2 * head, bwd[r] += 4 * head;
+    std::printf("%6d %-16s %16.4g %16.4g %17s%s\n", r, blocks.c_str(), fwd[r] / 1e6, bwd[r] / 1e6,
+                format_bytes(state_bytes).c_str(), grows ? " (+ grows with the prefix)" : "");
+  }
+  const double busiest = *std::max_element(fwd.begin(), fwd.end());
+  CostTable t = uniform_costs(P, N, 0, 0, int64_t(1) << 20);
+  for (int r = 0; r < P; ++r)
+    for (int c = 0; c < N; ++c) t.forward_time[r][c] = fwd[r] / busiest / N, t.backward_time[r][c] = bwd[r] / busiest / N;
+  return t;
+}
+
+}  // namespace
+
 void add_plan_command(CLI::App& root) {
   auto* app = root.add_subcommand(
-      "plan", "Show a schedule and what the simulator predicts for it (equal per-chunk costs, backward = 2x forward)");
+      "plan", "Show a schedule and what the simulator predicts for it: equal per-chunk costs, backward = 2x forward; "
+              "with a model (--preset, --config or --pattern), each stage's cost from its blocks' FLOPs");
   struct Opts {
     std::string schedule = "stateflow";
     int stages = 4, microbatches = 4, chunks = 4;
     bool dump = false, lowered = false;
     std::string trace;
+    std::string preset, config_path, pattern;
   };
   auto o = std::make_shared<Opts>();
   app->add_option("--schedule", o->schedule, "stateflow, 1f1b or gpipe")->capture_default_str();
@@ -27,6 +78,12 @@ void add_plan_command(CLI::App& root) {
   app->add_flag("--dump", o->dump, "Print the schedule's text form (one line per stage)");
   app->add_flag("--lowered", o->lowered, "With --dump: print it with its sends and receives");
   app->add_option("--trace", o->trace, "Write the predicted timeline as Chrome trace JSON");
+  app->add_option("--preset", o->preset, "A model preset: show its stage cut and cost the stages by FLOPs");
+  app->add_option("--config", o->config_path, "A model config JSON file (as --preset)");
+  app->add_option("--pattern", o->pattern,
+                  "Layer pattern of the model (default preset tiny when no --preset or --config): one letter per "
+                  "block, '|' between stages. Letters: " +
+                      mixer_letters_help());
   app->callback([o]() {
     Schedule s = make_schedule(o->schedule, o->stages, o->microbatches, o->chunks);
     CheckResult check = check_schedule(s);
@@ -35,8 +92,14 @@ void add_plan_command(CLI::App& root) {
     // One whole sequence: forward 1, backward 2, activations 1 (per stage); a chunk 1/N of it.
     const double N = o->chunks;
     const int64_t chunk_bytes = 1 << 20;
-    SimResult r = simulate(s, uniform_costs(o->stages, o->chunks, 1.0 / N, 2.0 / N, chunk_bytes));
-    std::printf("makespan %.4f (forward of one sequence on one stage = 1)\n", r.makespan);
+    const bool with_model = !o->preset.empty() || !o->config_path.empty() || !o->pattern.empty();
+    const CostTable costs =
+        with_model ? model_costs(resolve_model_config(o->preset.empty() ? "tiny" : o->preset, o->config_path, o->pattern),
+                                 o->stages, o->chunks)
+                   : uniform_costs(o->stages, o->chunks, 1.0 / N, 2.0 / N, chunk_bytes);
+    SimResult r = simulate(s, costs);
+    std::printf("makespan %.4f (forward of one sequence on %s = 1)\n", r.makespan,
+                with_model ? "the busiest stage" : "one stage");
     std::printf("bubble fraction %.4f\n", r.bubble_fraction);
     for (int st = 0; st < o->stages; ++st)
       std::printf("stage %d: peak activations %.3f sequences (%d units in flight)\n", st,

@@ -2,56 +2,36 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <set>
+#include <stdexcept>
 
 #include "cli/commands.h"
 #include "cli/common.h"
 #include "train/checkpoint.h"
+#include "train/resume_options.h"
 #include "train/stop_signal.h"
 #include "train/trainer.h"
 
 namespace stateflow::cli {
 
 // With --resume, every option not given on this command line is the checkpoint's, so that
-// `stateflow train --resume DIR` continues the run as it was. Where it runs (--device), how
-// stages talk (--transport, --timeout) and --trace always come from this command line.
-static TrainOptions resumed_options(const CLI::App& app, const TrainOptions& given) {
+// `stateflow train --resume DIR` continues the run as it was; each one given applies or is
+// refused as train/resume_options.h says.
+static TrainOptions resume_from_checkpoint(const CLI::App& app, const TrainOptions& given) {
   const std::string dir = find_checkpoint(given.resume);
-  TrainOptions o = TrainOptions::from_json(read_manifest(dir).state.options);
-  auto keep_given = [&](std::initializer_list<const char*> flags, auto& field, const auto& value) {
-    for (const char* f : flags)
-      if (app.count(f)) field = value;
-  };
-  keep_given({"--preset", "--config"}, o.model, given.model);
-  keep_given({"--dtype"}, o.dtype, given.dtype);
-  keep_given({"--data"}, o.data.kind, given.data.kind);
-  keep_given({"--data-path"}, o.data.path, given.data.path);
-  keep_given({"--data-vocab"}, o.data.vocab_size, given.data.vocab_size);
-  keep_given({"--data-seed"}, o.data.seed, given.data.seed);
-  keep_given({"--recall-pairs"}, o.data.recall.num_pairs, given.data.recall.num_pairs);
-  keep_given({"--recall-queries"}, o.data.recall.num_queries, given.data.recall.num_queries);
-  keep_given({"--steps"}, o.steps, given.steps);
-  keep_given({"--batch"}, o.batch, given.batch);
-  keep_given({"--seq-len"}, o.seq_len, given.seq_len);
-  keep_given({"--stages"}, o.stages, given.stages);
-  keep_given({"--microbatches"}, o.microbatches, given.microbatches);
-  keep_given({"--bucket-mb"}, o.bucket_mb, given.bucket_mb);
-  keep_given({"--schedule"}, o.schedule, given.schedule);
-  keep_given({"--lr"}, o.lr, given.lr);
-  keep_given({"--min-lr"}, o.min_lr, given.min_lr);
-  keep_given({"--warmup"}, o.warmup, given.warmup);
-  keep_given({"--weight-decay"}, o.adamw.weight_decay, given.adamw.weight_decay);
-  keep_given({"--clip"}, o.clip, given.clip);
-  keep_given({"--log-every"}, o.log_every, given.log_every);
-  keep_given({"--save-every"}, o.save_every, given.save_every);
-  keep_given({"--keep"}, o.keep, given.keep);
-  keep_given({"--skip-nonfinite"}, o.skip_nonfinite, given.skip_nonfinite);
-  // Keep saving beside the checkpoint resumed from, wherever that directory is now.
-  o.save_dir = app.count("--save-dir") ? given.save_dir : std::filesystem::path(dir).parent_path().string();
-  o.device = given.device, o.transport = given.transport, o.timeout_s = given.timeout_s;
-  o.data_parallel = given.data_parallel;  // may change: the replicas slice the same global batches
-  o.trace_path = given.trace_path;
-  o.resume = given.resume;
-  return o;
+  std::set<std::string> flags;
+  for (const CLI::Option* opt : app.get_options())
+    if (opt->count() && !opt->get_lnames().empty()) flags.insert("--" + opt->get_lnames()[0]);
+  return resumed_options(TrainOptions::from_json(read_manifest(dir).state.options), given, flags, dir);
+}
+
+// A flag added to `train` without a resume rule would be silently dropped on --resume.
+static void check_every_flag_has_a_resume_rule(const CLI::App& app) {
+  for (const CLI::Option* opt : app.get_options()) {
+    if (opt->get_lnames().empty() || opt->get_lnames()[0] == "help") continue;
+    if (!find_resume_rule("--" + opt->get_lnames()[0]))
+      throw std::logic_error("train: --" + opt->get_lnames()[0] + " has no rule in train/resume_options.cpp");
+  }
 }
 
 void add_train_command(CLI::App& root) {
@@ -94,13 +74,17 @@ void add_train_command(CLI::App& root) {
                   "options not given here are the checkpoint's");
   app->add_flag("--skip-nonfinite", opts->skip_nonfinite,
                 "Skip steps whose loss or gradient is NaN/Inf (no update, a warning) instead of stopping");
+  check_every_flag_has_a_resume_rule(*app);
   app->callback([=]() {
     TrainOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
     o.schedule = pipe->schedule;
-    if (!o.resume.empty()) o = resumed_options(*app, o);
-    if (o.resume.empty() || app->count("--chunks") || app->count("--chunk-lengths"))
+    if (o.resume.empty()) {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
+    } else {
+      o.chunks = pipe->chunks, o.chunk_lengths = pipe->given_chunk_lengths();
+      o = resume_from_checkpoint(*app, o);
+    }
     install_stop_handlers();
     try {
       Trainer trainer(o);

@@ -1,5 +1,7 @@
 // `stateflow verify`
+#include <cmath>
 #include <iostream>
+#include <stdexcept>
 
 #include "cli/commands.h"
 #include "cli/common.h"
@@ -26,12 +28,22 @@ void add_verify_command(CLI::App& root) {
   app->add_option("--batch", opts->batch, "Sequences in the step (shared by the data-parallel replicas)")
       ->capture_default_str();
   app->add_option("--seq-len", opts->seq_len, "Tokens per sequence")->capture_default_str();
-  app->add_option("--tolerance", opts->tolerance, "Max relative difference allowed (default 1e-10 f64, 1e-4 f32)");
+  app->add_option("--tolerance", opts->tolerance, "Max relative difference allowed (default 1e-10 f64, 1e-4 f32)")
+      ->check([](const std::string& v) {
+        double t = 0;
+        try {
+          t = std::stod(v);
+        } catch (const std::exception&) {
+        }
+        return t > 0 && std::isfinite(t) ? std::string()
+                                         : v + " is not a positive, finite relative difference";
+      });
   app->callback([=]() {
     VerifyOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
     o.schedule = pipe->schedule;
-    if (pipe->chunks > 0 || !pipe->chunk_lengths.empty()) o.chunkings.push_back(pipe->resolve_chunks(o.seq_len));
+    if (app->count("--chunks") || app->count("--chunk-lengths"))
+      o.chunkings.push_back(pipe->resolve_chunks(o.seq_len));
     VerifyResult r = run_verify(o);
     print_verify(r, std::cout);
     if (!r.passed()) throw ExitCode(1);

@@ -40,8 +40,19 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
   app.add_option("--microbatches", microbatches, "Microbatches M per step (must divide --batch)")
       ->capture_default_str();
   if (with_chunks) {
-    app.add_option("--chunks", chunks, "Chunks N per sequence (nearly equal lengths)")->capture_default_str();
-    app.add_option("--chunk-lengths", chunk_lengths, "Explicit chunk lengths a,b,c,... summing to --seq-len");
+    // A given value is never replaced by a default: bad ones are refused here.
+    app.add_option("--chunks", chunks, "Chunks N per sequence (nearly equal lengths)")
+        ->capture_default_str()
+        ->check([](const std::string& v) {
+          return v.find_first_not_of("0123456789") == std::string::npos && v.find_first_not_of('0') != std::string::npos
+                     ? std::string()
+                     : v + " is not a number of chunks: give a whole number, at least 1";
+        });
+    app.add_option("--chunk-lengths", chunk_lengths, "Explicit chunk lengths a,b,c,... summing to --seq-len")
+        ->check([](const std::string& v) {
+          return v.empty() ? std::string("it is empty: give lengths a,b,c,... summing to --seq-len, or leave it out")
+                           : std::string();
+        });
   }
   app.add_option("--schedule", schedule, "Pipeline schedule: stateflow (chunk-level 1F1B), 1f1b, gpipe")
       ->capture_default_str();
@@ -82,6 +93,10 @@ std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {
     return l;
   }
   return even_chunk_lengths(seq_len, chunks);
+}
+
+std::vector<int64_t> PipelineOptions::given_chunk_lengths() const {
+  return chunk_lengths.empty() ? std::vector<int64_t>{} : parse_chunk_lengths(chunk_lengths);
 }
 
 void add_data_parallel_option(CLI::App& app, int& data_parallel) {

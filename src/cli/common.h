@@ -40,6 +40,8 @@ struct PipelineOptions {
   void apply_launch_flags() const;  // hands --rank, --world-size, --local-rank, --rendezvous to launch
   // --chunk-lengths if given, else --chunks nearly-equal chunks of seq_len.
   std::vector<int64_t> resolve_chunks(int64_t seq_len) const;
+  // The lengths of --chunk-lengths (checked for form, not against a seq_len); empty when not given.
+  std::vector<int64_t> given_chunk_lengths() const;
 };
 
 // --data-parallel D (train and verify): replicas of the pipeline, one process per rank.

@@ -22,4 +22,6 @@ const DevicePath& device_path(const std::string& kind) {
   return it->second;
 }
 
+bool has_device_path(const std::string& kind) { return paths().count(kind) > 0; }
+
 }  // namespace stateflow

@@ -23,6 +23,7 @@ struct DevicePathRegistration {
 
 // Throws Error when this build has no GPU path for the kind.
 const DevicePath& device_path(const std::string& kind);
+bool has_device_path(const std::string& kind);
 
 // Registers layer class L's GPU path: its members forward_cuda and backward_cuda, which have
 // Layer's forward and backward signatures and are defined in the CUDA file that says

@@ -41,7 +41,6 @@ class GradientReducer {
   // gets ready for the next step.
   void finish();
   const std::vector<GradBucket>& buckets() const { return buckets_; }
-  int replicas() const { return group_.world_size(); }
 
  private:
   void start(size_t bucket);

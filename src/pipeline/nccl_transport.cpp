@@ -13,6 +13,7 @@
 
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
+#include "pipeline/watchdog.h"
 
 namespace stateflow {
 namespace {
@@ -48,10 +49,16 @@ struct NcclProcess {
   std::vector<std::unique_ptr<std::mutex>> locks;
   std::mutex failure_mu;
   std::string failure;
+  // Watches every transfer in flight from its own thread: the host may be blocked in a CUDA
+  // synchronisation that waits for one (a dead peer's), where no timeout of ours runs. After
+  // --timeout it aborts the communicators, which ends that wait; the stage then fails naming
+  // the peer at its next transport call, or the process exits after another --timeout.
+  std::unique_ptr<Watchdog> watchdog;
 
   NcclProcess(int endpoints, double timeout)
       : timeout_s(timeout), comms(size_t(endpoints), nullptr), devices(size_t(endpoints), -1) {
     for (int i = 0; i < endpoints; ++i) locks.push_back(std::make_unique<std::mutex>());
+    watchdog = std::make_unique<Watchdog>(timeout, timeout, [this](const std::string& why) { abort_all(why); });
   }
 
   std::string failed() {
@@ -97,6 +104,7 @@ struct NcclProcess {
   // Every healthy communicator is finalised together (finalize waits for the peers' to be
   // quiescent), then destroyed; one that does not settle in time is aborted.
   ~NcclProcess() {
+    watchdog.reset();  // it calls abort_all(): gone before anything that uses
     int caller_device = 0;
     cudaGetDevice(&caller_device);
     std::vector<size_t> live;
@@ -137,8 +145,8 @@ class NcclTransport : public Transport {
   ~NcclTransport() override {
     GpuScope on(device_);
     if (process_->failed().empty()) cudaStreamSynchronize(comm_stream_);  // an aborted one has stopped
-    for (Batch& b : in_flight_) cudaEventDestroy(b.done);
-    for (Batch& b : reduces_) cudaEventDestroy(b.done);
+    for (Batch& b : in_flight_) process_->watchdog->forget(b.watch), cudaEventDestroy(b.done);
+    for (Batch& b : reduces_) process_->watchdog->forget(b.watch), cudaEventDestroy(b.done);
     for (cudaEvent_t e : spare_events_) cudaEventDestroy(e);
     cudaEventDestroy(compute_ready_);
     cudaFree(reduce_device_);
@@ -169,6 +177,7 @@ class NcclTransport : public Transport {
       stop(cat(self_, " could not start the transfer of the ", batch_.what, ": ", why));
     batch_.done = take_event();
     cuda_check(cudaEventRecord(batch_.done, comm_stream_), "cudaEventRecord (transfer done)");
+    watch(batch_);
     if (batch_.receives)  // the stage's next kernels read the data
       cuda_check(cudaStreamWaitEvent(compute_stream(), batch_.done, 0), "cudaStreamWaitEvent (receive)");
     in_flight_.push_back(std::move(batch_));
@@ -219,6 +228,7 @@ class NcclTransport : public Transport {
     b.keep = tensors;
     b.done = take_event();
     cuda_check(cudaEventRecord(b.done, comm_stream_), "cudaEventRecord (all-reduce done)");
+    watch(b);
     reduces_.push_back(std::move(b));
   }
 
@@ -228,7 +238,7 @@ class NcclTransport : public Transport {
       wait_for([&] { return done(b.done); }, b.what);
       cuda_check(cudaStreamWaitEvent(compute_stream(), b.done, 0), "cudaStreamWaitEvent (all-reduce)");
     }
-    for (Batch& b : reduces_) spare_events_.push_back(b.done);
+    for (Batch& b : reduces_) process_->watchdog->forget(b.watch), spare_events_.push_back(b.done);
     reduces_.clear();
   }
 
@@ -256,6 +266,7 @@ class NcclTransport : public Transport {
     std::vector<Tensor> keep;
     bool receives = false;
     cudaEvent_t done = nullptr;
+    int64_t watch = -1;  // its id on the process's watchdog
   };
 
   static cudaStream_t compute_stream() { return cublas_for_thread().stream(); }
@@ -293,6 +304,14 @@ class NcclTransport : public Transport {
     else
       batch_.receives = true;
     if (own_batch) end_batch();
+  }
+
+  // Hands a recorded batch to the process's watchdog (forget it before its event is reused).
+  void watch(Batch& b) {
+    b.watch = process_->watchdog->watch(cat(self_, ": the ", b.what), [e = b.done, gpu = device_] {
+      cudaSetDevice(gpu);  // the watchdog's own thread
+      return cudaEventQuery(e) != cudaErrorNotReady;
+    });
   }
 
   static bool done(cudaEvent_t e) {
@@ -338,6 +357,7 @@ class NcclTransport : public Transport {
   // Drops the batches whose transfers are done (their sent tensors go back to the stage).
   void complete_batches() {
     while (!in_flight_.empty() && done(in_flight_.front().done)) {
+      process_->watchdog->forget(in_flight_.front().watch);  // before its event is used again
       spare_events_.push_back(in_flight_.front().done);
       in_flight_.pop_front();
     }

@@ -9,7 +9,10 @@
 // against the timeout and throws an Error naming the peer and what it waited for, after
 // aborting the communicator. In one process, abort() (or a timeout) aborts every endpoint's
 // communicator, which also stops GPU transfers that wait for a failed stage; with one
-// process per GPU the others fail at their own timeout.
+// process per GPU the others fail at their own timeout. A host blocked in a CUDA
+// synchronisation polls nothing: a watchdog (pipeline/watchdog.h) aborts the communicators
+// when a transfer is not done after the timeout, which ends that wait; the stage then fails
+// naming the peer, or the process exits with code 1 after another timeout.
 //
 // Nothing NCCL-specific appears here, so callers compile without NCCL headers.
 #pragma once

@@ -56,9 +56,7 @@ static std::vector<StepDir> list_step_dirs(const fs::path& save_dir) {
   return out;
 }
 
-// The fields in which two model configs differ, ignoring the name and the stage cuts of the
-// layer pattern (neither changes the math): "d_model 24 vs 32, ..."; empty when they agree.
-static std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
+std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   ModelConfig a_blocks = a, b_blocks = b;
   a_blocks.pattern = a.blocks(), b_blocks.pattern = b.blocks();
   json ja = a_blocks.to_json(), jb = b_blocks.to_json();
@@ -249,6 +247,12 @@ std::string find_checkpoint(const std::string& path) {
        dirs.empty() ? "" : "; the step directories there are incomplete");
 }
 
+std::string save_dir_of(const std::string& step_dir) {
+  fs::path dir = fs::absolute(step_dir).lexically_normal();
+  if (dir.filename().empty()) dir = dir.parent_path();  // "step-000400/"
+  return dir.parent_path().string();
+}
+
 static int64_t meta_int(const SafetensorsFile& f, const std::string& key) {
   const std::string& v = f.meta(key);
   size_t used = 0;
@@ -306,20 +310,17 @@ static Tensor load_tensor(const SafetensorsFile& f, const std::string& name, Ten
   return host;
 }
 
-CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir) {
-  const CheckpointManifest m = read_manifest(step_dir);
-  const PipelineConfig& pc = pipeline.config();
-  const ModelConfig saved = ModelConfig::from_json(m.state.options.at("model"));
-  const std::string diff = model_differences(saved, pc.model);
-  SF_CHECK(diff.empty(), "checkpoint ", step_dir, " was made with another model (checkpoint vs this run: ", diff,
-           "); resume with the checkpoint's model, or start a new run");
-  const std::string saved_dtype = m.state.options.at("dtype").get<std::string>();
-  SF_CHECK(pc.device == Device::CPU || saved_dtype == dtype_name(DType::F32), "checkpoint ", step_dir, " holds ",
-           saved_dtype, " weights, but GPU runs keep f32 master weights: resume it on the CPU (--device cpu)");
-  SF_CHECK(saved_dtype == dtype_name(pc.dtype), "checkpoint ", step_dir, " holds ", saved_dtype,
-           " weights but this run is ", dtype_name(pc.dtype), ": pass --dtype ", saved_dtype);
-
+// The stage files of a step directory, each checked against the manifest, together tiling
+// the model's layers, with every parameter (and its two moments) in exactly one of them.
+struct CheckedParts {
   std::vector<StagePart> parts;
+  std::map<std::string, size_t> owner;  // parameter name -> its part
+};
+
+static CheckedParts read_checked_parts(const std::string& step_dir, const CheckpointManifest& m,
+                                       const ModelConfig& saved) {
+  CheckedParts out;
+  std::vector<StagePart>& parts = out.parts;
   for (int i = 0; i < int(m.files.size()); ++i) parts.push_back(read_stage_part(step_dir, m, i));
   // The parts must tile the model's layers in order, and agree on the optimizer's step count.
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -334,7 +335,7 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
            parts.back().end, " but the model has ", Model::num_layers_of(saved), ": a stage part is missing");
 
   // Each parameter by name: where it is, and that no two parts hold it.
-  std::map<std::string, size_t> owner;
+  std::map<std::string, size_t>& owner = out.owner;
   for (size_t i = 0; i < parts.size(); ++i) {
     size_t weights = 0;
     for (const StTensorInfo& t : parts[i].file.tensors()) {
@@ -348,6 +349,25 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
              parts[i].file.tensors().size(), " tensors for ", weights,
              " parameters; expected each parameter with its optim.m and optim.v");
   }
+  return out;
+}
+
+CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir) {
+  const CheckpointManifest m = read_manifest(step_dir);
+  const PipelineConfig& pc = pipeline.config();
+  const ModelConfig saved = ModelConfig::from_json(m.state.options.at("model"));
+  const std::string diff = model_differences(saved, pc.model);
+  SF_CHECK(diff.empty(), "checkpoint ", step_dir, " was made with another model (checkpoint vs this run: ", diff,
+           "); resume with the checkpoint's model, or start a new run");
+  const std::string saved_dtype = m.state.options.at("dtype").get<std::string>();
+  SF_CHECK(pc.device == Device::CPU || saved_dtype == dtype_name(DType::F32), "checkpoint ", step_dir, " holds ",
+           saved_dtype, " weights, but GPU runs keep f32 master weights: resume it on the CPU (--device cpu)");
+  SF_CHECK(saved_dtype == dtype_name(pc.dtype), "checkpoint ", step_dir, " holds ", saved_dtype,
+           " weights but this run is ", dtype_name(pc.dtype), ": pass --dtype ", saved_dtype);
+
+  const CheckedParts checked = read_checked_parts(step_dir, m, saved);
+  const std::vector<StagePart>& parts = checked.parts;
+  const std::map<std::string, size_t>& owner = checked.owner;
   int64_t loaded = 0;
   for (Stage* s : pipeline.stages()) {
     AdamW& opt = s->optimizer();
@@ -371,6 +391,21 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
   SF_CHECK(total == int64_t(owner.size()), "checkpoint ", step_dir, " holds ", owner.size(),
            " parameters but this model has ", total, ": it has tensors this model does not know");
   return m.state;
+}
+
+std::map<std::string, Tensor> read_checkpoint_tensors(const std::string& step_dir) {
+  const CheckpointManifest m = read_manifest(step_dir);
+  const CheckedParts checked = read_checked_parts(step_dir, m, ModelConfig::from_json(m.state.options.at("model")));
+  std::map<std::string, Tensor> out;
+  for (const StagePart& part : checked.parts)
+    for (const StTensorInfo& t : part.file.tensors()) {
+      SF_CHECK(t.dtype == StDtype::F32 || t.dtype == StDtype::F64, part.file.what(), ": tensor ", t.name, " is ",
+               st_dtype_name(t.dtype), "; checkpoints hold F32 or F64");
+      Tensor host = Tensor::zeros(t.shape, t.dtype == StDtype::F32 ? DType::F32 : DType::F64, MemCategory::Other);
+      part.file.copy_to(t.name, host);
+      out.emplace(t.name, std::move(host));
+    }
+  return out;
 }
 
 }  // namespace stateflow

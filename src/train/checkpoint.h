@@ -14,6 +14,7 @@
 // copies, and their bf16 GEMM copies are re-cast from the masters after loading.
 #pragma once
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,13 @@ std::string save_checkpoint(Pipeline& pipeline, const std::string& save_dir, con
 
 // A step directory (it has a manifest) as is; a save dir: its newest complete checkpoint.
 std::string find_checkpoint(const std::string& path);
+// The save dir that holds a step directory, as an absolute path: a bare relative name
+// ("step-000400", "step-000400/") is in the current directory.
+std::string save_dir_of(const std::string& step_dir);
+
+// The fields in which two model configs differ, ignoring the name and the stage cuts of the
+// layer pattern (neither changes the math): "d_model 24 vs 32, ..."; empty when they agree.
+std::string model_differences(const ModelConfig& a, const ModelConfig& b);
 
 // The manifest of a step directory, checked for form (not yet against the files).
 struct CheckpointManifest {
@@ -64,5 +72,10 @@ void write_manifest(const std::string& step_dir, const CheckpointManifest& m);
 // model and dtype against the pipeline's, then loads each local stage's weights and
 // optimizer state by parameter name. Every process of the run calls it.
 CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir);
+
+// Every tensor of a checkpoint by name, on the host: the weights and AdamW's moments
+// ("optim.m.<name>", "optim.v.<name>"), checked as load_checkpoint checks them, but without
+// building a model (for tools that compare or inspect checkpoints).
+std::map<std::string, Tensor> read_checkpoint_tensors(const std::string& step_dir);
 
 }  // namespace stateflow

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <ostream>
 
 #include "pipeline/launch.h"
@@ -113,9 +114,13 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
   };
   std::ofstream metrics;
   if (report && !opts_.metrics_path.empty()) {
-    metrics.open(opts_.metrics_path, step_ > 0 ? std::ios::app : std::ios::trunc);
+    // A resumed run appends to its file; a new or empty file (a fresh run, or a --metrics given
+    // on resuming) starts with the header.
+    namespace fs = std::filesystem;
+    const bool fresh = step_ == 0 || !fs::exists(opts_.metrics_path) || fs::file_size(opts_.metrics_path) == 0;
+    metrics.open(opts_.metrics_path, fresh ? std::ios::trunc : std::ios::app);
     SF_CHECK(metrics.good(), "cannot write --metrics file '", opts_.metrics_path, "'");
-    if (step_ == 0) metrics << "step,loss,accuracy,grad_norm,lr,seconds,bubble_fraction\n";
+    if (fresh) metrics << "step,loss,accuracy,grad_norm,lr,seconds,bubble_fraction\n";
     metrics.precision(17);
   }
   std::vector<StepReport> out;

@@ -1,9 +1,10 @@
-// AdamW on the GPU against train/optimizer's AdamW on float parameters: several steps with
+// AdamW on the GPU against model/optimizer's AdamW on float parameters: several steps with
 // fresh gradients, a decayed matrix and an undecayed vector; p, m and v must be bitwise equal
 // to the CPU's after every step, and the bf16 copy the rounding of p.
 #include <gtest/gtest.h>
 
 #include "kernels/cuda/adamw_cuda.h"
+#include "model/optimizer.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
 

@@ -1,9 +1,11 @@
-// The whole model on the GPU (bf16 activations and GEMMs, fp32 master weights, gradients and
-// GDN state) against the CPU model in fp32 on the same weights and batch: loss and every
-// parameter gradient within the bf16 band. On the GPU, chunked training with boundaries at
-// multiples of C = 64 gives the unchunked loss statistics and every gradient bitwise (pinned
-// GEMM algorithms, token-ordered reductions); with other boundaries, its error against the
-// fp64 CPU model is at most twice the unchunked run's.
+// The GPU part of the mixer conformance suite (tests/test_mixer_conformance.cpp has the CPU
+// part): for every mixer with a GPU path, a two-block model of it on the GPU (bf16 activations
+// and GEMMs, fp32 master weights, gradients and recurrent state) against the CPU model in fp32
+// on the same weights and batch: loss and every parameter gradient within the bf16 band. On
+// the GPU, chunked training with boundaries at multiples of kWeightGradTokens gives the
+// unchunked loss statistics and every gradient bitwise (pinned GEMM algorithms, token-ordered
+// reductions); with other boundaries, its error against the fp64 CPU model is at most twice
+// the unchunked run's. A mixer joins with one line in kGpuMixerCases.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,9 +16,11 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "layer_testing.h"
+#include "model/device_path.h"
+#include "model/mixer.h"
 #include "model/model.h"
-#include "test_util.h"
 #include "model/optimizer.h"
+#include "test_util.h"
 #include "train/step.h"
 
 namespace stateflow {
@@ -25,7 +29,31 @@ namespace {
 using testing::fresh_seed;
 using testing::random_batch;
 
-// Shapes the CUDA kernels support: GDN heads of 128, C = 64, widths multiples of 8.
+// Shapes each mixer's CUDA kernels support, as the mixer's config section.
+struct GpuMixerCase {
+  char letter;
+  nlohmann::json section;
+};
+const GpuMixerCase kGpuMixerCases[] = {
+    {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
+};
+
+std::string case_name(const ::testing::TestParamInfo<GpuMixerCase>& info) {
+  return mixer_for_letter(info.param.letter).name;
+}
+
+// Two blocks of the mixer (gpu_test_model's widths: multiples of 8).
+ModelConfig model_of(const GpuMixerCase& c, uint64_t seed) {
+  ModelConfig cfg = testing::gpu_test_model(seed);
+  cfg.pattern = std::string(2, c.letter);
+  cfg.mixers = {{mixer_for_letter(c.letter).name, c.section}};
+  cfg.complete_sections();
+  cfg.validate();
+  return cfg;
+}
+
+class MixerConformanceCuda : public ::testing::TestWithParam<GpuMixerCase> {};
+
 struct StepResult {
   double loss;
   double loss_sum;            // the step's LossStats sum (token order: chunk-invariant)
@@ -52,13 +80,13 @@ std::pair<double, std::string> worst_grad_error(Model& m, const StepResult& a, c
   return worst;
 }
 
-TEST(ModelCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
+TEST_P(MixerConformanceCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = testing::gpu_test_model(seed);
+  const ModelConfig cfg = model_of(GetParam(), seed);
   Model cpu(cfg, DType::F32);
   Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
   const int64_t T = 200;  // not a multiple of C
@@ -95,13 +123,13 @@ std::string first_difference(Model& m, const StepResult& a, const StepResult& b)
 
 // Cuts at multiples of kWeightGradTokens (which are multiples of every kernel's inner block:
 // the GDN core's 64-token chunks, the 64-token blocks of the reductions): bitwise equal.
-TEST(ModelCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUnchunkedStep) {
+TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUnchunkedStep) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = testing::gpu_test_model(seed);
+  const ModelConfig cfg = model_of(GetParam(), seed);
   Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
   const int64_t S = kWeightGradTokens, T = 3 * S + 128;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
@@ -132,13 +160,13 @@ double mean_grad_error(Model& m, const StepResult& a, const StepResult& ref) {
 // Boundaries off the multiples of kWeightGradTokens: the split run's error against the fp64 CPU model is at
 // most twice the unsplit run's (loss; mean gradient error). The loss is one number whose bf16
 // error can be near zero by chance, so its bound has a floor of 1e-4 relative.
-TEST(ModelCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
+TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const ModelConfig cfg = testing::gpu_test_model(seed);
+  const ModelConfig cfg = model_of(GetParam(), seed);
   Model cpu(cfg, DType::F64);
   Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
   const int64_t T = 200;
@@ -158,6 +186,17 @@ TEST(ModelCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
                 lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, worst, where.c_str());
     EXPECT_LE(loss_err, 2 * std::max(whole_loss_err, 1e-4)) << lengths_name(lengths);
     EXPECT_LE(grad_err, 2 * whole_grad_err) << lengths_name(lengths);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Mixers, MixerConformanceCuda, ::testing::ValuesIn(kGpuMixerCases), case_name);
+
+TEST(MixerRegistryCuda, EveryMixerWithAGpuPathIsInTheGpuConformanceSuite) {
+  for (const Mixer* m : all_mixers()) {
+    if (!has_device_path(m->name)) continue;
+    bool listed = false;
+    for (const GpuMixerCase& c : kGpuMixerCases) listed = listed || c.letter == m->letter;
+    EXPECT_TRUE(listed) << "mixer " << m->name << " has a GPU path: add it to kGpuMixerCases";
   }
 }
 

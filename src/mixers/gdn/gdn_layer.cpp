@@ -8,7 +8,6 @@
 #include "kernels/cpu/short_conv.h"
 #include "mixers/gdn/gdn_core.h"
 #include "mixers/gdn/gdn_gates.h"
-#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -189,20 +188,6 @@ Tensor GatedDeltaNet::backward_impl(const ChunkCtx& ctx, const Tensor& dout, con
   proj_back(Wq_, dqp, HK), proj_back(Wk_, dkp, HK), proj_back(Wv_, dvp, HV);
   proj_back(Wa_, da, H_), proj_back(Wb_, db, H_), proj_back(Wg_, dz, HV);
   return dx;
-}
-
-Tensor GatedDeltaNet::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                              std::unique_ptr<Stash>& stash) {
-  if (!x.on_host()) return device_path("gdn").forward(*this, ctx, x, state_in, state_out, stash);
-  return dispatch_float(x.dtype(),
-                        [&](auto z) { return forward_impl<decltype(z)>(ctx, x, state_in, state_out, stash); });
-}
-
-Tensor GatedDeltaNet::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                               Stash& stash) {
-  if (!dy.on_host()) return device_path("gdn").backward(*this, ctx, dy, dstate_out, dstate_in, stash);
-  return dispatch_float(dy.dtype(),
-                        [&](auto z) { return backward_impl<decltype(z)>(ctx, dy, dstate_out, dstate_in, stash); });
 }
 
 }  // namespace stateflow

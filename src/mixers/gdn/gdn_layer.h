@@ -5,20 +5,15 @@
 // Boundary state: {S [batch, heads, dv, dk], conv prefixes of q~, k~, v~ [batch, K-1, channels]}.
 #pragma once
 #include "mixers/gdn/gdn_config.h"
-#include "model/layer.h"
+#include "model/mixer_layer.h"
 
 namespace stateflow {
 
-class GatedDeltaNet : public Layer {
+class GatedDeltaNet : public MixerLayer<GatedDeltaNet> {
  public:
   GatedDeltaNet(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
   std::string kind() const override { return "gdn"; }
   std::vector<Param*> params() override;
-  bool stateful() const override { return true; }
-  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                 std::unique_ptr<Stash>& stash) override;
-  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                  Stash& stash) override;
 
   // Indices into the boundary State.
   enum StateIndex { kS = 0, kPrefixQ = 1, kPrefixK = 2, kPrefixV = 3, kStateSize = 4 };
@@ -31,6 +26,7 @@ class GatedDeltaNet : public Layer {
                        Stash& stash);
 
  private:
+  friend class MixerLayer<GatedDeltaNet>;
   GatedDeltaNet(const std::string& prefix, const ModelConfig& cfg, const GdnConfig& g, DType dtype, Rng& rng);
   template <class T>
   Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,

@@ -7,7 +7,6 @@
 #include "kernels/cpu/norms.h"
 #include "mixers/mamba3/mamba3_core.h"
 #include "mixers/mamba3/mamba3_ops.h"
-#include "model/device_path.h"
 
 namespace stateflow {
 
@@ -222,20 +221,6 @@ Tensor Mamba3Mixer::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const
   proj_back(Wz_, dz, HP), proj_back(Wx_, dxr, HP), proj_back(WB_, dBp, BC), proj_back(WC_, dCp, BC);
   proj_back(Wdt_, d_dd_dt, H_), proj_back(WA_, d_dd_A, H_), proj_back(Wtrap_, dtrap, H_), proj_back(Wang_, dang, NA_);
   return dx;
-}
-
-Tensor Mamba3Mixer::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                            std::unique_ptr<Stash>& stash) {
-  if (!x.on_host()) return device_path("mamba3").forward(*this, ctx, x, state_in, state_out, stash);
-  return dispatch_float(x.dtype(),
-                        [&](auto z) { return forward_impl<decltype(z)>(ctx, x, state_in, state_out, stash); });
-}
-
-Tensor Mamba3Mixer::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                             Stash& stash) {
-  if (!dy.on_host()) return device_path("mamba3").backward(*this, ctx, dy, dstate_out, dstate_in, stash);
-  return dispatch_float(dy.dtype(),
-                        [&](auto z) { return backward_impl<decltype(z)>(ctx, dy, dstate_out, dstate_in, stash); });
 }
 
 }  // namespace stateflow

@@ -7,28 +7,24 @@
 // x_prev [batch, H, R, P]}. CPU only for now: no GPU path is registered for it.
 #pragma once
 #include "mixers/mamba3/mamba3_config.h"
-#include "model/layer.h"
+#include "model/mixer_layer.h"
 
 namespace stateflow {
 
 class Rng;
 
-class Mamba3Mixer : public Layer {
+class Mamba3Mixer : public MixerLayer<Mamba3Mixer> {
  public:
   // Sizes from cfg's "mamba3" section; d_model, norm_eps and the block count from cfg.
   Mamba3Mixer(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
   std::string kind() const override { return "mamba3"; }
   std::vector<Param*> params() override;
-  bool stateful() const override { return true; }
-  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                 std::unique_ptr<Stash>& stash) override;
-  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                  Stash& stash) override;
 
   // Indices into the boundary State.
   enum StateIndex { kS = 0, kPhi = 1, kBPrev = 2, kXPrev = 3, kStateSize = 4 };
 
  private:
+  friend class MixerLayer<Mamba3Mixer>;
   template <class T>
   Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                       std::unique_ptr<Stash>& stash);

@@ -112,17 +112,4 @@ Tensor ScalarDecayAttention::backward_impl(const ChunkCtx& ctx, const Tensor& do
   return dx;
 }
 
-Tensor ScalarDecayAttention::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                                     std::unique_ptr<Stash>& stash) {
-  SF_CHECK(x.on_host(), "the sdecay mixer runs on the CPU only; use --device cpu or another mixer");
-  return dispatch_float(x.dtype(),
-                        [&](auto z) { return forward_impl<decltype(z)>(ctx, x, state_in, state_out, stash); });
-}
-
-Tensor ScalarDecayAttention::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out,
-                                      State& dstate_in, Stash& stash) {
-  return dispatch_float(dy.dtype(),
-                        [&](auto z) { return backward_impl<decltype(z)>(ctx, dy, dstate_out, dstate_in, stash); });
-}
-
 }  // namespace stateflow

@@ -4,7 +4,7 @@
 // Boundary state: {S [batch, heads, dv, dk]}. CPU only: the registry's worked example.
 #pragma once
 #include "model/config.h"
-#include "model/layer.h"
+#include "model/mixer_layer.h"
 
 namespace stateflow {
 
@@ -14,18 +14,14 @@ struct SdecayConfig {
 };
 SdecayConfig sdecay_config(const ModelConfig& cfg);
 
-class ScalarDecayAttention : public Layer {
+class ScalarDecayAttention : public MixerLayer<ScalarDecayAttention> {
  public:
   ScalarDecayAttention(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
   std::string kind() const override { return "sdecay"; }
   std::vector<Param*> params() override;
-  bool stateful() const override { return true; }
-  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                 std::unique_ptr<Stash>& stash) override;
-  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                  Stash& stash) override;
 
  private:
+  friend class MixerLayer<ScalarDecayAttention>;
   template <class T>
   Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                       std::unique_ptr<Stash>& stash);

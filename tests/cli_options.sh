@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Options given on the command line are used or refused, never silently replaced:
+#  * verify: --chunks -3 / 0, an empty --chunk-lengths, --tolerance -1 / 0 / nan are errors
+#    naming the option (they used to run the built-in chunkings and default tolerance);
+#  * train --resume: --recompute and --metrics given again apply (they used to be dropped),
+#    a data option that differs from the checkpoint's is refused saying why, and a bare
+#    relative step directory (`cd RUN && train --resume step-000002`) keeps saving into RUN.
+# Usage: cli_options.sh path/to/stateflow
+set -euo pipefail
+bin=$(realpath "$1")
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+fail() { echo "FAILED: $*"; exit 1; }
+
+# refused "what" "expected message" command...: must exit non-zero, printing the message.
+refused() {
+  local what=$1 want=$2 rc=0; shift 2
+  "$@" >"$dir/out" 2>&1 || rc=$?
+  ((rc != 0)) || fail "$what: accepted (exit 0): $(tail -3 "$dir/out")"
+  grep -qF -- "$want" "$dir/out" || fail "$what: exit $rc without '$want': $(cat "$dir/out")"
+  echo "refused as it should be: $what"
+}
+
+refused "verify --chunks -3" "--chunks: -3 is not a number of chunks: give a whole number, at least 1" "$bin" verify --chunks -3
+refused "verify --chunks 0" "--chunks: 0 is not a number of chunks" "$bin" verify --chunks 0
+refused "verify --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" verify --chunk-lengths ""
+refused "train --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" train --chunk-lengths ""
+for t in -1 0 nan; do
+  refused "verify --tolerance $t" "--tolerance: $t is not a positive, finite relative difference" \
+    "$bin" verify --tolerance "$t"
+done
+
+tiny=(--preset tiny --batch 2 --seq-len 16 --recall-pairs 2 --recall-queries 2 --stages 2 --chunks 2 --log-every 1)
+"$bin" train "${tiny[@]}" --steps 2 --save-dir "$dir/run" --save-every 2 >"$dir/first.log" 2>&1 ||
+  fail "first run: $(cat "$dir/first.log")"
+
+# A bare relative step directory: new checkpoints go into the directory it is in, with the
+# inherited --save-every 2 as with --save-every 0.
+(cd "$dir/run" && "$bin" train --resume step-000002 --steps 4 >"$dir/relative.log" 2>&1) ||
+  fail "resume from a bare relative name: $(cat "$dir/relative.log")"
+[[ -f $dir/run/step-000004/manifest.json ]] || fail "no checkpoint step-000004 in the run directory"
+(cd "$dir/run" && "$bin" train --resume step-000004/ --steps 5 --save-every 0 >"$dir/relative0.log" 2>&1) ||
+  fail "resume with --save-every 0: $(cat "$dir/relative0.log")"
+[[ -f $dir/run/step-000005/manifest.json ]] || fail "--save-every 0: no checkpoint at the end, in the run directory"
+echo "a bare relative --resume name saves beside it"
+
+# --recompute and --metrics given on resuming apply, and the new metrics file has its header.
+"$bin" train --resume "$dir/run" --steps 7 --recompute full --metrics "$dir/m.csv" >"$dir/recompute.log" 2>&1 ||
+  fail "resume with --recompute full: $(cat "$dir/recompute.log")"
+grep -q "full recomputation" "$dir/recompute.log" || fail "--recompute full was not applied: $(head -5 "$dir/recompute.log")"
+[[ $(head -1 "$dir/m.csv") == step,loss,* ]] || fail "the new --metrics file has no header: $(head -2 "$dir/m.csv")"
+(($(wc -l <"$dir/m.csv") == 3)) || fail "--metrics: expected a header and 2 rows: $(cat "$dir/m.csv")"
+# ... and the next resume, without them, inherits them from the checkpoint and appends.
+"$bin" train --resume "$dir/run" --steps 8 >"$dir/inherit.log" 2>&1 || fail "resume: $(cat "$dir/inherit.log")"
+grep -q "full recomputation" "$dir/inherit.log" || fail "--recompute full was not saved with the checkpoint"
+(($(wc -l <"$dir/m.csv") == 4)) || fail "--metrics: the inherited file was not appended to: $(cat "$dir/m.csv")"
+echo "--recompute and --metrics apply on resuming and are inherited after"
+
+refused "train --resume with another --data-seed" "--data-seed differs from the checkpoint's" \
+  "$bin" train --resume "$dir/run" --steps 9 --data-seed 12345
+refused "train --resume with another --preset" "--preset differs from the checkpoint's (checkpoint vs command line: d_model 24 vs 128" \
+  "$bin" train --resume "$dir/run" --steps 9 --preset small
+echo "all command-line checks passed"
