@@ -4,7 +4,11 @@
 // default (recomputes Pre and the forward sweep) and with GdnCudaConfig::saved_forward.
 //
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
-//                  [--value-tile 0] [--json FILE]
+//                  [--value-tile 0] [--chunk-len 1024,2048,...] [--json FILE]
+// --chunk-len (batch 1): also runs each length cut into chunks of these many tokens, the way
+// the pipeline calls the core (state S and its gradient carried from chunk to chunk, backward
+// last chunk first), one row per chunk length: the whole sequence's time and whether the
+// outputs are bitwise those of the unchunked call (they must be at multiples of C = 64).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -73,6 +77,11 @@ __global__ void init_normal_f32(float* x, int64_t n, float scale, uint64_t seed)
   if (i < n) x[i] = scale * hash_normal(i, seed);
 }
 
+__global__ void count_differences(const unsigned char* a, const unsigned char* b, int64_t n, unsigned long long* diff) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n && a[i] != b[i]) atomicAdd(diff, 1ull);  // a count, not a gradient
+}
+
 __global__ void count_nonfinite(const bf16* x, int64_t n, unsigned long long* bad) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i < n && !isfinite(__bfloat162float(x[i]))) atomicAdd(bad, 1ull);  // a count, not a gradient
@@ -94,13 +103,15 @@ float median(std::vector<float> v) {
 }
 
 struct Result {
-  int64_t len;
+  int64_t len, chunk_len;  // chunk_len 0: one call
+  float chunked_fwd_ms, chunked_fwdbwd_ms;
+  unsigned long long chunked_bytes_differing;  // in o, dq, dk, dv, dbeta, dg, S_out, dS_in
   float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, stage_ms[11];  // Pre ST Out | B1 B2 B3 B4 | same, saved
   double fwd_tflops, fwdbwd_tflops, fwdbwd_saved_tflops, workspace_gib, total_gib, meminfo_gib;
   unsigned long long nonfinite;
 };
 
-Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
+Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t chunk_len) {
   GdnDims d;
   d.batch = B, d.heads = H, d.len = T, d.dk = 128, d.dv = 128, d.block = 64, d.scale = 1.0 / std::sqrt(128.0);
   const int64_t nt = B * T * H, nk = nt * 128, ns = B * H * 128 * 128;
@@ -170,6 +181,60 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile) {
   CK(cudaMemset(bad, 0, sizeof(*bad)));
   for (bf16* x : {o, dq, dk, dv}) count_nonfinite<<<blocks(nk, 256), 256>>>(x, nk, bad);
   CK(cudaMemcpy(&r.nonfinite, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
+  r.chunk_len = chunk_len;
+  if (chunk_len > 0) {
+    // Chunk c covers tokens [c L, min((c+1) L, T)); its entering state and the gradient leaving
+    // it live in S_at / dS_at (c = 0's are S_in and dS_in, the last chunk's S_out and dS_out).
+    const int64_t n = (T + chunk_len - 1) / chunk_len;
+    size_t chain_bytes = 0;
+    float *S_at = dalloc<float>(size_t(n + 1) * ns, chain_bytes), *dS_at = dalloc<float>(size_t(n + 1) * ns, chain_bytes);
+    auto chunk = [&](int64_t c) {
+      GdnDims dc = d;
+      dc.len = std::min(chunk_len, T - c * chunk_len);
+      return dc;
+    };
+    auto S_of = [&](int64_t c) { return c == 0 ? S_in : c == n ? S_out : S_at + c * ns; };
+    auto dS_of = [&](int64_t c) { return c == 0 ? dS_in : c == n ? dS_out : dS_at + c * ns; };
+    auto fwd_chunked = [&] {
+      for (int64_t c = 0; c < n; ++c) {
+        const int64_t t = c * chunk_len * H;
+        stateflow::gdn_chunk_forward_cuda(chunk(c), q + t * 128, k + t * 128, v + t * 128, beta + t, g + t, S_of(c),
+                                          o + t * 128, S_of(c + 1), ws, nullptr, cfg);
+      }
+    };
+    auto bwd_chunked = [&] {
+      for (int64_t c = n; c-- > 0;) {
+        const int64_t t = c * chunk_len * H;
+        stateflow::gdn_chunk_backward_cuda(chunk(c), q + t * 128, k + t * 128, v + t * 128, beta + t, g + t, S_of(c),
+                                           dO + t * 128, dS_of(c + 1), dq + t * 128, dk + t * 128, dv + t * 128,
+                                           dbeta + t, dg + t, dS_of(c), ws, nullptr, cfg);
+      }
+    };
+    // The unchunked outputs, kept to compare with the chunked ones byte for byte.
+    struct Out {
+      void* p;
+      int64_t bytes;
+    };
+    const std::vector<Out> outs = {{o, nk * 2}, {dq, nk * 2}, {dk, nk * 2}, {dv, nk * 2}, {dbeta, nt * 4},
+                                   {dg, nt * 4}, {S_out, ns * 4}, {dS_in, ns * 4}};
+    fwd(), bwd(cfg);
+    std::vector<unsigned char*> ref;
+    size_t ref_bytes = 0;
+    for (const Out& x : outs) {
+      ref.push_back(dalloc<unsigned char>(size_t(x.bytes), ref_bytes));
+      CK(cudaMemcpy(ref.back(), x.p, x.bytes, cudaMemcpyDeviceToDevice));
+    }
+    r.chunked_fwd_ms = time_it(fwd_chunked);
+    r.chunked_fwdbwd_ms = time_it([&] { fwd_chunked(), bwd_chunked(); });
+    CK(cudaMemset(bad, 0, sizeof(*bad)));
+    for (size_t i = 0; i < outs.size(); ++i)
+      count_differences<<<blocks(outs[i].bytes, 256), 256>>>(static_cast<const unsigned char*>(outs[i].p), ref[i],
+                                                              outs[i].bytes, bad);
+    CK(cudaMemcpy(&r.chunked_bytes_differing, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
+    for (unsigned char* p : ref) CK(cudaFree(p));
+    CK(cudaFree(S_at));
+    CK(cudaFree(dS_at));
+  }
 
   // The GDN row's count for one head of 128 with C = 64 (MATH.md 9), nt = tokens x heads.
   stateflow::ModelConfig one_head;
@@ -207,6 +272,7 @@ int main(int argc, char** argv) {
   int64_t B = 1, H = 16;
   std::vector<int64_t> lens = {8192, 32768, 131072};
   int reps = 20, value_tile = 0;
+  std::vector<int64_t> chunk_lens;
   const char* json = nullptr;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -215,12 +281,18 @@ int main(int argc, char** argv) {
     else if (a == "--len") lens = parse_list(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--value-tile") value_tile = std::atoi(argv[i + 1]);
+    else if (a == "--chunk-len") chunk_lens = parse_list(argv[i + 1]);
     else if (a == "--json") json = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown option %s (see the header of gdn_core_bench.cu)\n", argv[i]);
       return 2;
     }
   }
+  for (int64_t L : chunk_lens)
+    if (L < 1 || B != 1) {
+      std::fprintf(stderr, "--chunk-len needs positive lengths and --batch 1 (a chunk of batch 1 is contiguous)\n");
+      return 2;
+    }
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("GDN core (CUDA) benchmark on %s (%d SMs): bf16, batch %lld, heads %lld, dk = dv = 128, C = 64, "
@@ -228,17 +300,38 @@ int main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, (long long)B, (long long)H,
               value_tile ? std::to_string(value_tile).c_str() : "auto", reps);
   std::vector<Result> res;
-  for (int64_t T : lens) res.push_back(run(B, H, T, reps, value_tile));
+  for (int64_t T : lens) {
+    res.push_back(run(B, H, T, reps, value_tile, 0));
+    for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, value_tile, L));
+  }
   std::printf("\n%8s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "fwd ms",
               "TFLOP/s", "f+b ms", "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4",
               "sv B2 B3    B4", "wsGiB", "allGiB", "memGiB", "nonfinite");
-  for (const Result& r : res)
+  for (const Result& r : res) {
+    if (r.chunk_len) continue;
     std::printf("%8lld | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
                 "%5.3f %5.3f %5.3f | %6.2f %6.2f %6.2f | %llu\n",
                 (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                 r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                 r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
                 r.total_gib, r.meminfo_gib, r.nonfinite);
+  }
+  if (!chunk_lens.empty()) {
+    std::printf("\nIn chunks (state carried; backward last chunk first), against one call on the same inputs:\n");
+    std::printf("%8s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call",
+                "chunks", "bytes differing from one call");
+    const Result* whole = nullptr;
+    for (const Result& r : res) {
+      if (!r.chunk_len) {
+        whole = &r;
+        continue;
+      }
+      std::printf("%8lld %8lld | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu\n", (long long)r.len, (long long)r.chunk_len,
+                  r.chunked_fwd_ms, r.chunked_fwd_ms / whole->fwd_ms, r.chunked_fwdbwd_ms,
+                  r.chunked_fwdbwd_ms / whole->fwdbwd_ms, (long long)((r.len + r.chunk_len - 1) / r.chunk_len),
+                  r.chunked_bytes_differing);
+    }
+  }
   if (json) {
     FILE* f = std::fopen(json, "w");
     if (!f) {
@@ -254,11 +347,13 @@ int main(int argc, char** argv) {
                    "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, "
                    "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
                    "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f}, "
-                   "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu}%s\n",
+                   "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu, \"chunk_len\": %lld, "
+                   "\"chunked_fwd_ms\": %.4f, \"chunked_fwdbwd_ms\": %.4f, \"chunked_bytes_differing\": %llu}%s\n",
                    (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                    r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                    r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
-                   r.total_gib, r.nonfinite, i + 1 < res.size() ? "," : "");
+                   r.total_gib, r.nonfinite, (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwdbwd_ms,
+                   r.chunked_bytes_differing, i + 1 < res.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -161,3 +161,38 @@ TEST(Bench, WithoutA1f1bRowThereAreNoRatios) {
   EXPECT_EQ(baseline(r), nullptr);
   EXPECT_FALSE(bench_json(r, o)["results"][0].contains("throughput_vs_1f1b"));
 }
+
+// --breakdown: one profiled step after the timed ones times every layer of every stage once
+// per unit and pass (recomputed forwards on their own), and the printed table sums them by kind.
+TEST(Bench, BreakdownTimesEveryLayerOncePerUnitAndPass) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = tiny_options(seed);
+  o.schedules = {"stateflow"};
+  o.chunk_lengths = {10, 33, 21};  // uneven
+  o.recompute = true;
+  o.breakdown = true;
+  BenchResult r = run_bench(o);
+  ASSERT_EQ(r.rows.size(), 1u);
+  const BenchRow& row = r.rows[0];
+  EXPECT_EQ(row.units_per_stage, o.microbatches * 3);
+  ASSERT_EQ(row.layer_timings.size(), size_t(o.stages));
+  int per_pass[3] = {0, 0, 0};
+  for (const auto& stage : row.layer_timings)
+    for (const LayerTiming& t : stage) {
+      EXPECT_EQ(t.calls, row.units_per_stage) << t.kind << " " << pass_name(t.pass);
+      EXPECT_GT(t.host_s, 0);
+      EXPECT_EQ(t.device_s, t.host_s);  // on the CPU the work is done when the call returns
+      EXPECT_EQ(t.host_waits, 0);
+      ++per_pass[int(t.pass)];
+    }
+  const int layers = per_pass[int(Pass::Forward)];
+  EXPECT_GE(layers, 4);  // embedding, GDN and MLP blocks, LM head
+  EXPECT_EQ(per_pass[int(Pass::Recompute)], layers);
+  EXPECT_EQ(per_pass[int(Pass::Backward)], layers);
+  std::ostringstream out;
+  print_layer_breakdown(r, out);
+  EXPECT_NE(out.str().find("gdn_block    forward"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("all          recompute"), std::string::npos) << out.str();
+  EXPECT_EQ(bench_json(r, o)["results"][0]["layer_breakdown"].size(), size_t(3 * layers));
+}

@@ -76,6 +76,10 @@ void add_bench_command(CLI::App& root) {
   app->add_option("--gpu-memory", *gpu_memory_gib,
                   "GiB of one GPU (141: H200): predictions whose peak per stage exceeds it are marked OOM")
       ->capture_default_str();
+  app->add_flag("--breakdown", opts->breakdown,
+               "After each run's timed steps, one more step with every layer call profiled: per layer kind and pass, "
+               "the host's time to issue the work (launches, cuBLAS calls, allocations) against the device's time to "
+               "run it back to back, in ms per unit (where host > device, the GPU waits for the host)");
   app->add_option("--json", *json, "Also write the results (and predictions) as JSON to this file");
   app->add_option("--predict-from", *predict_from,
                   "Run nothing: read a run recorded with --json (e.g. on the GPU machine), print it, and predict "
@@ -106,6 +110,7 @@ void add_bench_command(CLI::App& root) {
     check_depth_targets(o);
     if (predict_from->empty()) r = run_bench(o);
     print_bench(r, o, std::cout);
+    print_layer_breakdown(r, std::cout);
     nlohmann::json predictions = nlohmann::json::array();
     for (const ModelConfig& target : o.simulate_stages.empty() ? std::vector<ModelConfig>{} : o.simulate_models) {
       DepthPredictions p = predict_depths(r, o, target);

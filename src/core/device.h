@@ -27,6 +27,13 @@ class DeviceClock {
   virtual double seconds_between(int from, int to) = 0;
   // Forgets the marks: the next mark() is index 0 again.
   virtual void clear() = 0;
+  // Stops the device's queue here until release(), so that the work queued in between runs
+  // back to back afterwards: marks around it then time the work alone, not the host's pace of
+  // issuing it. A hold ends by itself after a second, so that a host call that waits for the
+  // device cannot hang; hold_timed_out() (read after seconds_between past it) says it did.
+  virtual void hold() = 0;
+  virtual void release() = 0;
+  virtual bool hold_timed_out() = 0;
 };
 
 // Memory operations of one non-host device. Device memory is charged to a MemoryTracker
@@ -35,8 +42,9 @@ class DeviceClock {
 class DeviceBackend {
  public:
   virtual ~DeviceBackend() = default;
-  // Zero-filled; 0 bytes may give nullptr.
-  virtual void* allocate(size_t bytes, MemCategory c, MemoryTracker& t) = 0;
+  // Zero-filled unless zero_fill is false (then the contents are undefined); 0 bytes may give
+  // nullptr.
+  virtual void* allocate(size_t bytes, MemCategory c, MemoryTracker& t, bool zero_fill = true) = 0;
   virtual void free(void* p, size_t bytes, MemCategory c, MemoryTracker& t) = 0;
   virtual void zero(void* p, size_t bytes) = 0;
   // Copies between host and device or within the device; returns when dst holds the bytes.

@@ -24,9 +24,9 @@ int64_t shape_numel(const Shape& s) {
   return n;
 }
 
-Storage::Storage(size_t bytes, MemCategory c, MemoryTracker& t, Device d)
+Storage::Storage(size_t bytes, MemCategory c, MemoryTracker& t, Device d, bool zero_fill)
     : device_(d),
-      data_(d == Device::CPU ? allocate_bytes(bytes, c, t) : device_backend(d).allocate(bytes, c, t)),
+      data_(d == Device::CPU ? allocate_bytes(bytes, c, t) : device_backend(d).allocate(bytes, c, t, zero_fill)),
       bytes_(bytes),
       category_(c),
       tracker_(t) {}
@@ -38,13 +38,21 @@ Storage::~Storage() {
     device_backend(device_).free(data_, bytes_, category_, tracker_);
 }
 
-Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory c, Device d) {
+Tensor Tensor::allocate(const Shape& shape, DType dtype, MemCategory c, Device d, bool zero_fill) {
   Tensor t;
   t.shape_ = shape;
   t.dtype_ = dtype;
   t.storage_ = std::make_shared<Storage>(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), c,
-                                         current_tracker(), d);
+                                         current_tracker(), d, zero_fill);
   return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, MemCategory c, Device d) {
+  return allocate(shape, dtype, c, d, true);
+}
+
+Tensor Tensor::uninitialized(const Shape& shape, DType dtype, MemCategory c, Device d) {
+  return allocate(shape, dtype, c, d, false);
 }
 
 // Byte copy between any two devices.

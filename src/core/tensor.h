@@ -22,7 +22,7 @@ int64_t shape_numel(const Shape& s);
 
 class Storage {
  public:
-  Storage(size_t bytes, MemCategory c, MemoryTracker& t, Device d = Device::CPU);
+  Storage(size_t bytes, MemCategory c, MemoryTracker& t, Device d = Device::CPU, bool zero_fill = true);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -45,6 +45,9 @@ class Tensor {
   // Zero-filled tensor charged to `c` (default: the thread's current category).
   static Tensor zeros(const Shape& shape, DType dtype, MemCategory c, Device d = Device::CPU);
   static Tensor zeros(const Shape& shape, DType dtype) { return zeros(shape, dtype, current_category()); }
+  // A device tensor whose contents are undefined (a host tensor is still zero-filled): for
+  // outputs a kernel overwrites entirely, so that no zero-fill is issued per chunk.
+  static Tensor uninitialized(const Shape& shape, DType dtype, MemCategory c, Device d);
   static Tensor zeros_like(const Tensor& t) {
     return zeros(t.shape(), t.dtype(), current_category(), t.device());
   }
@@ -84,6 +87,7 @@ class Tensor {
   double item() const;                // the single element as double (any device)
 
  private:
+  static Tensor allocate(const Shape& shape, DType dtype, MemCategory c, Device d, bool zero_fill);
   std::shared_ptr<Storage> storage_;
   Shape shape_;
   DType dtype_ = DType::F32;

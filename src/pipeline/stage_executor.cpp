@@ -9,6 +9,13 @@ namespace stateflow {
 StageExecutor::StageExecutor(std::vector<Layer*> layers, int first_layer, bool recompute)
     : layers_(std::move(layers)), first_layer_(first_layer), recompute_(recompute) {}
 
+void StageExecutor::run_layer(size_t i, Pass pass, const std::function<void()>& fn) {
+  if (profile_)
+    profile_->time(first_layer_ + static_cast<int>(i), layers_[i]->kind(), pass, fn);
+  else
+    fn();
+}
+
 Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
   auto key = std::make_pair(ctx.microbatch, ctx.chunk);
   SF_CHECK(!stash_.count(key), "unit (", ctx.microbatch, ", ", ctx.chunk, ") forwarded twice");
@@ -25,7 +32,7 @@ Tensor StageExecutor::forward(const ChunkCtx& ctx, const Tensor& x) {
              ctx.chunk, ") before chunk ", ctx.chunk - 1, " on layer ", id, ": chunks must go forward in order");
     State out;
     if (recompute_) unit.inputs.push_back(h), unit.states_in.push_back(in);
-    h = layers_[i]->forward(ctx, h, in, out, unit.layers[i]);
+    run_layer(i, Pass::Forward, [&] { h = layers_[i]->forward(ctx, h, in, out, unit.layers[i]); });
     if (recompute_) unit.layers[i].reset();
     if (!last_chunk && !out.empty()) states_.put(id, ctx.microbatch, ctx.chunk, std::move(out));
   }
@@ -54,11 +61,12 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy, const std:
              ": chunks must go backward in reverse order");
     if (recompute_) {
       State discarded;
-      layers_[j]->forward(again, unit.inputs[j], unit.states_in[j], discarded, unit.layers[j]);
+      run_layer(j, Pass::Recompute,
+                [&] { layers_[j]->forward(again, unit.inputs[j], unit.states_in[j], discarded, unit.layers[j]); });
       unit.inputs[j] = Tensor(), unit.states_in[j].clear();
     }
     State din;
-    g = layers_[j]->backward(ctx, g, dout, din, *unit.layers[j]);
+    run_layer(j, Pass::Backward, [&] { g = layers_[j]->backward(ctx, g, dout, din, *unit.layers[j]); });
     unit.layers[j].reset();  // this layer's activations are done
     if (ctx.chunk > 0 && !din.empty()) state_grads_.put(id, ctx.microbatch, ctx.chunk - 1, std::move(din));
     if (layer_done) layer_done(int(j));

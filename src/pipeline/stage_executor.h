@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/layer.h"
+#include "pipeline/layer_profile.h"
 #include "pipeline/state_store.h"
 
 namespace stateflow {
@@ -38,6 +39,9 @@ class StageExecutor {
   int64_t stash_bytes() const { return stash_bytes_; }
   int64_t peak_stash_bytes() const { return peak_stash_bytes_; }
   void reset_peak_stash() { peak_stash_bytes_ = stash_bytes_; }
+  // When set, every layer call is timed into it (host vs device, layer_profile.h); nullptr stops.
+  void set_profile(std::unique_ptr<LayerProfile> p) { profile_ = std::move(p); }
+  const LayerProfile* profile() const { return profile_.get(); }
 
  private:
   std::vector<Layer*> layers_;
@@ -53,6 +57,9 @@ class StageExecutor {
   int64_t stash_bytes_ = 0, peak_stash_bytes_ = 0;
   StateStore states_;       // forward boundary states
   StateStore state_grads_;  // their gradients, flowing backward
+  std::unique_ptr<LayerProfile> profile_;
+  // Runs fn, one call of layer i, through the profile when there is one.
+  void run_layer(size_t i, Pass pass, const std::function<void()>& fn);
 };
 
 }  // namespace stateflow

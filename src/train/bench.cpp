@@ -93,6 +93,17 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
         keep_max(row.gpu_used_bytes, gpu_used_bytes());
       }
     }
+    if (o.breakdown) {
+      for (Stage* s : pipe->stages()) s->executor().set_profile(std::make_unique<LayerProfile>(pc.device));
+      pipe->zero_grads();
+      pipe->forward_backward(batches.back());
+      row.layer_timings.assign(pc.stages, {});
+      for (Stage* s : pipe->stages()) {
+        row.layer_timings[s->rank()] = s->executor().profile()->timings();
+        s->executor().set_profile(nullptr);
+      }
+      row.units_per_stage = pc.microbatches * row.chunks();
+    }
     row.step_s = seconds / o.steps;
     row.tokens_per_s = double(o.batch * o.seq_len) * o.steps / seconds;
     row.costs = measured_costs(timed, *pipe, pc.stages, row.chunks());
@@ -225,6 +236,56 @@ void print_bench(const BenchResult& r, const BenchOptions& o, std::ostream& os) 
   }
 }
 
+// Sums of one (kind, pass) over the layers of a stage.
+struct KindTiming {
+  std::string kind;
+  Pass pass;
+  int layers = 0, host_waits = 0;
+  double host_s = 0, device_s = 0;
+};
+
+static std::vector<KindTiming> by_kind(const std::vector<LayerTiming>& timings) {
+  std::vector<KindTiming> out;
+  for (Pass pass : {Pass::Forward, Pass::Recompute, Pass::Backward})
+    for (const LayerTiming& t : timings) {
+      if (t.pass != pass) continue;
+      auto it = std::find_if(out.begin(), out.end(), [&](auto& k) { return k.kind == t.kind && k.pass == pass; });
+      if (it == out.end()) it = out.insert(out.end(), KindTiming{t.kind, pass});
+      ++it->layers, it->host_waits += t.host_waits, it->host_s += t.host_s, it->device_s += t.device_s;
+    }
+  return out;
+}
+
+void print_layer_breakdown(const BenchResult& r, std::ostream& os) {
+  if (!r.report) return;
+  char line[256];
+  for (const BenchRow& row : r.rows)
+    for (size_t stage = 0; stage < row.layer_timings.size(); ++stage) {
+      if (row.layer_timings[stage].empty()) continue;
+      const double per_unit = 1e3 / row.units_per_stage;  // seconds summed over units -> ms per unit
+      os << "layer breakdown, " << row.schedule << " N=" << row.chunks() << ", stage " << stage << " (ms per unit, "
+         << row.units_per_stage << " units a step; host: issuing the work, device: running it back to back)\n";
+      std::snprintf(line, sizeof line, "  %-12s %-9s %6s %10s %10s %10s\n", "layer", "pass", "layers", "host ms",
+                    "device ms", "host-dev");
+      os << line;
+      double host[3] = {0, 0, 0}, device[3] = {0, 0, 0};
+      for (const KindTiming& k : by_kind(row.layer_timings[stage])) {
+        std::snprintf(line, sizeof line, "  %-12s %-9s %6d %10.3f %10.3f %10.3f%s\n", k.kind.c_str(),
+                      pass_name(k.pass), k.layers, k.host_s * per_unit, k.device_s * per_unit,
+                      (k.host_s - k.device_s) * per_unit, k.host_waits ? "  (host waited for the GPU)" : "");
+        os << line;
+        host[int(k.pass)] += k.host_s, device[int(k.pass)] += k.device_s;
+      }
+      for (Pass pass : {Pass::Forward, Pass::Recompute, Pass::Backward}) {
+        const int p = int(pass);
+        if (host[p] == 0 && device[p] == 0) continue;
+        std::snprintf(line, sizeof line, "  %-12s %-9s %6s %10.3f %10.3f %10.3f\n", "all", pass_name(pass), "",
+                      host[p] * per_unit, device[p] * per_unit, (host[p] - device[p]) * per_unit);
+        os << line;
+      }
+    }
+}
+
 nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
   nlohmann::json j;
   j["model"] = o.model.to_json();
@@ -262,6 +323,11 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
       js["total"] = m.total_peak;
       jr["peak_bytes"].push_back(js);
     }
+    for (size_t stage = 0; stage < row.layer_timings.size(); ++stage)
+      for (const LayerTiming& t : row.layer_timings[stage])
+        jr["layer_breakdown"].push_back({{"stage", stage}, {"layer", t.layer}, {"kind", t.kind},
+                                         {"pass", pass_name(t.pass)}, {"calls", t.calls}, {"host_s", t.host_s},
+                                         {"device_s", t.device_s}, {"host_waits", t.host_waits}});
     jr["measured_costs"] = {{"forward_s", row.costs.forward_time},
                             {"backward_s", row.costs.backward_time},
                             {"send_s", row.costs.send_time}};

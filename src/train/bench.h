@@ -18,6 +18,7 @@
 #include "core/dtype.h"
 #include "model/config.h"
 #include "pipeline/launch.h"
+#include "pipeline/layer_profile.h"
 #include "pipeline/simulate.h"
 #include "train/data.h"
 
@@ -39,6 +40,9 @@ struct BenchOptions {
   double timeout_s = 120;
   bool recompute = false;
   int warmup_steps = 1, steps = 3;
+  // After the timed steps, one more step with every layer call profiled (layer_profile.h):
+  // host time to issue vs device time to run, per layer kind and pass.
+  bool breakdown = false;
   // Simulated depth (bench_depth.h): stage counts to predict, the models to predict for (empty:
   // the measured one), and the memory of one GPU, above which a prediction is marked OOM.
   std::vector<int> simulate_stages;
@@ -63,6 +67,8 @@ struct BenchRow {
   std::vector<int64_t> stage_peak_stash;     // peak stash bytes per stage
   std::vector<int64_t> gpu_used_bytes;       // driver, per GPU: most seen after a step (empty on CPU)
   CostTable costs;                           // measured per-action times (mean per stage and chunk)
+  std::vector<std::vector<LayerTiming>> layer_timings;  // --breakdown: per stage run here (else empty)
+  int units_per_stage = 0;                              // units (microbatch, chunk) of a step
   int64_t peak_bytes() const;                // the allocator's peak total, most over stages
 };
 
@@ -75,6 +81,8 @@ BenchResult run_bench(const BenchOptions& opts);
 // The 1f1b row when it ran (not OOM), else nullptr: the ratios' denominator.
 const BenchRow* baseline(const BenchResult& r);
 void print_bench(const BenchResult& r, const BenchOptions& opts, std::ostream& os);
+// --breakdown's tables: per row and stage, host and device ms per unit by layer kind and pass.
+void print_layer_breakdown(const BenchResult& r, std::ostream& os);
 nlohmann::json bench_json(const BenchResult& r, const BenchOptions& opts);
 // The inverse of bench_json: a recorded run (e.g. from the GPU machine) as its result and the
 // options that shape it (model, batch, sequence length, stages, microbatches, recomputation),

@@ -3,6 +3,9 @@
 // charged to the thread's tracker and category and given back when the last copy goes.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <thread>
+
 #include "core/rng.h"
 #include "core/tensor.h"
 #include "kernels/cuda/cuda_backend.h"
@@ -22,6 +25,37 @@ Tensor random_host(const Shape& s, Rng& rng) {
 
 bool bitwise_equal(const Tensor& a, const Tensor& b) {
   return a.nbytes() == b.nbytes() && std::memcmp(a.raw(), b.raw(), a.nbytes()) == 0;
+}
+
+// Outputs that skip the zero-fill (Tensor::uninitialized) are all-ones bytes, NaN in every
+// float type, in the tests (poison_uninitialized.cpp); zeros() are still zero.
+TEST(CudaBackend, UninitializedTensorsArePoisonedInTestsAndZerosAreZero) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  for (DType t : {DType::F32, DType::BF16}) {
+    const Tensor u = Tensor::uninitialized({3, 37}, t, MemCategory::Other, Device::CUDA).to(Device::CPU);
+    const Tensor z = Tensor::zeros({3, 37}, t, MemCategory::Other, Device::CUDA).to(Device::CPU);
+    const auto* ub = static_cast<const unsigned char*>(u.raw());
+    const auto* zb = static_cast<const unsigned char*>(z.raw());
+    for (size_t i = 0; i < u.nbytes(); ++i) ASSERT_TRUE(ub[i] == 0xff && zb[i] == 0) << dtype_name(t) << " byte " << i;
+  }
+}
+
+// DeviceClock::hold stops the stream until release(): marks queued around a host pause while
+// held show the pause; marks queued while held and run after the release show none of it.
+TEST(CudaBackend, ClockHoldStopsTheStreamUntilRelease) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  auto clock = device_backend(Device::CUDA).make_clock();
+  const int before = clock->mark();
+  clock->hold();
+  const int held_from = clock->mark();
+  std::this_thread::sleep_for(std::chrono::milliseconds(30));
+  const int held_to = clock->mark();
+  clock->release();
+  EXPECT_GE(clock->seconds_between(before, held_from), 0.025);  // the hold lasted the pause
+  EXPECT_LT(clock->seconds_between(held_from, held_to), 0.005);  // queued work ran back to back
+  EXPECT_FALSE(clock->hold_timed_out());
 }
 
 TEST(CudaBackend, RoundTripAndCopiesAreBitwise) {

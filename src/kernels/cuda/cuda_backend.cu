@@ -2,6 +2,9 @@
 
 #include <cuda_runtime.h>
 
+#include <atomic>
+#include <cstdlib>
+#include <string>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -15,6 +18,19 @@ namespace stateflow {
 
 namespace {
 
+// Holds a stream (DeviceClock::hold): spins until the host writes *release, or until
+// timeout_ns pass on the device's clock, then says which in *timed_out.
+__global__ void hold_stream_kernel(const volatile int* release, int* timed_out, unsigned long long timeout_ns) {
+  unsigned long long start, now;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    if (*release) return;
+    __nanosleep(2000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (now - start < timeout_ns);
+  *timed_out = 1;
+}
+
 int current_gpu() {
   int d = 0;
   cuda_check(cudaGetDevice(&d), "cudaGetDevice");
@@ -26,6 +42,11 @@ class CudaClock final : public DeviceClock {
  public:
   ~CudaClock() override {
     for (cudaEvent_t e : events_) cudaEventDestroy(e);  // destructors must not throw
+    if (flags_) {
+      flags_[0] = 1;  // a hold still queued must not outlive the flags
+      cudaDeviceSynchronize();
+      cudaFreeHost(const_cast<int*>(flags_));
+    }
   }
   int mark() override {
     if (used_ == events_.size()) {
@@ -43,19 +64,43 @@ class CudaClock final : public DeviceClock {
     return ms * 1e-3;
   }
   void clear() override { used_ = 0; }
+  void hold() override {
+    if (!flags_) {
+      void* p = nullptr;  // mapped: the kernel reads what the host writes while it runs
+      cuda_check(cudaHostAlloc(&p, 2 * sizeof(int), cudaHostAllocMapped | cudaHostAllocPortable),
+                 "cudaHostAlloc (hold flags)");
+      flags_ = static_cast<volatile int*>(p);
+    }
+    flags_[0] = 0;
+    flags_[1] = 0;
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    hold_stream_kernel<<<1, 1, 0, cublas_for_thread().stream()>>>(flags_, const_cast<int*>(flags_ + 1),
+                                                                  1'000'000'000ull);
+    cuda_check_launch("hold_stream_kernel");
+  }
+  void release() override {
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    flags_[0] = 1;
+  }
+  bool hold_timed_out() override { return flags_ && flags_[1] != 0; }
 
  private:
   std::vector<cudaEvent_t> events_;
   size_t used_ = 0;
+  volatile int* flags_ = nullptr;  // [0]: released, [1]: the hold timed out (pinned, mapped)
 };
 
 class CudaBackend final : public DeviceBackend {
  public:
-  void* allocate(size_t bytes, MemCategory c, MemoryTracker& t) override {
+  void* allocate(size_t bytes, MemCategory c, MemoryTracker& t, bool zero_fill) override {
     void* p = allocator_for(t).allocate(bytes, c);
-    if (p) cuda_check(cudaMemset(p, 0, bytes), "cudaMemset (zero-fill of a new device tensor)");
+    if (p && (zero_fill || zero_fill_all_))
+      cuda_check(cudaMemset(p, 0, bytes), "cudaMemset (zero-fill of a new device tensor)");
+    else if (p && poison_uninitialized_)
+      cuda_check(cudaMemset(p, 0xff, bytes), "cudaMemset (poison of a new device tensor)");
     return p;
   }
+  void set_poison_uninitialized(bool on) { poison_uninitialized_ = on; }
   void free(void* p, size_t, MemCategory, MemoryTracker& t) override {
     if (!p) return;
     DeviceAllocator* owner = nullptr;
@@ -106,6 +151,13 @@ class CudaBackend final : public DeviceBackend {
   }
 
  private:
+  std::atomic<bool> poison_uninitialized_{false};
+  // STATEFLOW_ZERO_FILL_ALL=1: every new device tensor is zero-filled, as before outputs skipped
+  // it (to compare speed, or to rule out a kernel that leaves part of its output unwritten).
+  const bool zero_fill_all_ = [] {
+    const char* v = std::getenv("STATEFLOW_ZERO_FILL_ALL");
+    return v && std::string(v) == "1";
+  }();
   std::mutex mu_;
   std::unordered_map<MemoryTracker*, std::map<int, std::unique_ptr<DeviceAllocator>>> allocators_;
 };
@@ -141,6 +193,11 @@ void use_cuda_device(int gpu) {
 DeviceAllocator& cuda_allocator_for(MemoryTracker& t) {
   SF_CHECK(g_backend != nullptr, "cuda_allocator_for: call init_cuda_backend() first");
   return g_backend->allocator_for(t);
+}
+
+void poison_uninitialized_device_tensors(bool on) {
+  init_cuda_backend();
+  g_backend->set_poison_uninitialized(on);
 }
 
 int cuda_allocator_count() { return g_backend ? g_backend->allocator_count() : 0; }

@@ -25,6 +25,11 @@ void use_cuda_device(int gpu);
 // like the tensors.
 DeviceAllocator& cuda_allocator_for(MemoryTracker& t);
 
+// Tests: fill tensors made with Tensor::uninitialized with 0xff bytes (NaN in bf16, fp32 and
+// fp64) instead of leaving the block's old contents, so that a kernel that does not write all
+// of its output shows up as NaN rather than as stale values that happen to look right.
+void poison_uninitialized_device_tensors(bool on);
+
 // How many allocators (tracker, GPU) exist: trackers whose memory was released have none.
 int cuda_allocator_count();
 

@@ -42,7 +42,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   s->x = x;
   s->state_in = state_in;
   auto proj = [&](const Param& W, int64_t out) {
-    Tensor y = bf16_zeros({rows, out});
+    Tensor y = bf16_out({rows, out});
     linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
     return y;
   };
@@ -52,40 +52,40 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   state_out.assign(kStateSize, Tensor());
   {
     CategoryScope boundary(MemCategory::BoundaryState);
-    state_out[kS] = f32_zeros({B, H_, dv_, dk_});
+    state_out[kS] = f32_out({B, H_, dv_, dk_});
     state_out[kPrefixQ] = bf16_zeros({B, K_ - 1, HK});
     state_out[kPrefixK] = bf16_zeros({B, K_ - 1, HK});
     state_out[kPrefixV] = bf16_zeros({B, K_ - 1, HV});
   }
-  Tensor qc = bf16_zeros({rows, HK}), kc = bf16_zeros({rows, HK});
-  s->v = bf16_zeros({rows, HV});
+  Tensor qc = bf16_out({rows, HK}), kc = bf16_out({rows, HK});
+  s->v = bf16_out({rows, HV});
   auto conv = [&](const Tensor& in, int i, const Param& w, const Tensor& out, int64_t ch) {
     short_conv_forward_cuda<bf16>(bf16_ptr(in), bf16_or_null(state_at(state_in, i)), f32_ptr(w.value), bf16_ptr(out),
                                   bf16_ptr(state_out[i]), B, L, ch, K_, st);
   };
   conv(s->qp, kPrefixQ, conv_q_, qc, HK), conv(s->kp, kPrefixK, conv_k_, kc, HK), conv(s->vp, kPrefixV, conv_v_, s->v, HV);
 
-  s->q = bf16_zeros({rows, HK}), s->k = bf16_zeros({rows, HK});
-  s->rq = f32_zeros({rows * H_}), s->rk = f32_zeros({rows * H_});
+  s->q = bf16_out({rows, HK}), s->k = bf16_out({rows, HK});
+  s->rq = f32_out({rows * H_}), s->rk = f32_out({rows * H_});
   l2norm_forward_cuda<bf16>(bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq), rows * H_, dk_, kL2Eps, st);
   l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
 
-  s->g = f32_zeros({rows, H_}), s->beta = f32_zeros({rows, H_});
+  s->g = f32_out({rows, H_}), s->beta = f32_out({rows, H_});
   gdn_gates_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
                                f32_ptr(s->g), f32_ptr(s->beta), rows, H_, st);
 
   const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
-  s->o = bf16_zeros({rows, HV});
+  s->o = bf16_out({rows, HV});
   {
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
                            f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
   }
 
-  s->rstd_o = f32_zeros({rows * H_}), s->y = bf16_zeros({rows, HV});
+  s->rstd_o = f32_out({rows * H_}), s->y = bf16_out({rows, HV});
   gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), bf16_ptr(s->z), f32_ptr(out_norm_.value), bf16_ptr(s->y),
                                    f32_ptr(s->rstd_o), rows * H_, dv_, norm_eps_, st);
-  Tensor out = bf16_zeros({rows, D_});
+  Tensor out = bf16_out({rows, D_});
   linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_);
   stash = std::move(s);
   return out;
@@ -105,7 +105,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_, B);
   Tensor dy = bf16_zeros({rows, HV});
   linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV, D_);
-  Tensor do_ = bf16_zeros({rows, HV}), dz = bf16_zeros({rows, HV});
+  Tensor do_ = bf16_out({rows, HV}), dz = bf16_out({rows, HV});
   {
     const TokenRows per_head{B, H_};  // one norm row per token and head
     DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * H_, dv_, per_head));
@@ -118,14 +118,14 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   dstate_in.assign(kStateSize, Tensor());
   {
     CategoryScope boundary(MemCategory::BoundaryState);
-    dstate_in[kS] = f32_zeros({B, H_, dv_, dk_});
-    dstate_in[kPrefixQ] = f32_zeros({B, K_ - 1, HK});
-    dstate_in[kPrefixK] = f32_zeros({B, K_ - 1, HK});
-    dstate_in[kPrefixV] = f32_zeros({B, K_ - 1, HV});
+    dstate_in[kS] = f32_out({B, H_, dv_, dk_});
+    dstate_in[kPrefixQ] = f32_out({B, K_ - 1, HK});
+    dstate_in[kPrefixK] = f32_out({B, K_ - 1, HK});
+    dstate_in[kPrefixV] = f32_out({B, K_ - 1, HV});
   }
   const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
-  Tensor dq = bf16_zeros({rows, HK}), dk = bf16_zeros({rows, HK}), dv = bf16_zeros({rows, HV});
-  Tensor dbeta = f32_zeros({rows, H_}), dg = f32_zeros({rows, H_});
+  Tensor dq = bf16_out({rows, HK}), dk = bf16_out({rows, HK}), dv = bf16_out({rows, HV});
+  Tensor dbeta = f32_out({rows, H_}), dg = f32_out({rows, H_});
   {
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_backward_cuda(d, bf16_ptr(s.q), bf16_ptr(s.k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
@@ -135,7 +135,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   }
 
   // gates
-  Tensor da = bf16_zeros({rows, H_}), db = bf16_zeros({rows, H_});
+  Tensor da = bf16_out({rows, H_}), db = bf16_out({rows, H_});
   {
     DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, H_, B));
     gdn_gates_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
@@ -144,10 +144,10 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   }
 
   // L2 norms, then the convs (which also route the next chunk's prefix gradient)
-  Tensor dqc = bf16_zeros({rows, HK}), dkc = bf16_zeros({rows, HK});
+  Tensor dqc = bf16_out({rows, HK}), dkc = bf16_out({rows, HK});
   l2norm_backward_cuda<bf16>(bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc), rows * H_, dk_, st);
   l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
-  Tensor dqp = bf16_zeros({rows, HK}), dkp = bf16_zeros({rows, HK}), dvp = bf16_zeros({rows, HV});
+  Tensor dqp = bf16_out({rows, HK}), dkp = bf16_out({rows, HK}), dvp = bf16_out({rows, HV});
   auto conv_back = [&](const Tensor& in, int i, Param& w, const Tensor& dconv, const Tensor& dinput, int64_t ch) {
     DeviceBuffer ws = cuda_scratch(short_conv_backward_workspace_bytes(B, L, ch, K_));
     short_conv_backward_cuda<bf16>(bf16_ptr(in), bf16_or_null(state_at(s.state_in, i)), f32_ptr(w.value),

@@ -25,6 +25,11 @@ inline const Tensor& state_at(const std::vector<Tensor>& s, size_t i) {
 
 inline Tensor bf16_zeros(const Shape& s) { return Tensor::zeros(s, DType::BF16, current_category(), Device::CUDA); }
 inline Tensor f32_zeros(const Shape& s) { return Tensor::zeros(s, DType::F32, current_category(), Device::CUDA); }
+// Outputs a kernel or a GEMM with beta = 0 overwrites entirely: no zero-fill issued per chunk.
+inline Tensor bf16_out(const Shape& s) {
+  return Tensor::uninitialized(s, DType::BF16, current_category(), Device::CUDA);
+}
+inline Tensor f32_out(const Shape& s) { return Tensor::uninitialized(s, DType::F32, current_category(), Device::CUDA); }
 
 inline cudaStream_t layer_stream() { return cublas_for_thread().stream(); }
 

@@ -19,8 +19,8 @@ Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, S
   const CublasGemm& g = cublas_for_thread();
   auto s = std::make_unique<MlpCudaStash>();
   s->x = x;
-  s->a = bf16_zeros({rows, F}), s->b = bf16_zeros({rows, F}), s->h = bf16_zeros({rows, F});
-  Tensor y = bf16_zeros({rows, D});
+  s->a = bf16_out({rows, F}), s->b = bf16_out({rows, F}), s->h = bf16_out({rows, F});
+  Tensor y = bf16_out({rows, D});
   linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, F);
   linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w3_.value_bf16), bf16_ptr(s->b), rows, D, F);
   swiglu_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), bf16_ptr(s->h), rows * F, g.stream());
@@ -33,7 +33,7 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
   auto& s = static_cast<MlpCudaStash&>(stash);
   const int64_t rows = dy.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
-  Tensor dh = bf16_zeros({rows, F}), da = bf16_zeros({rows, F}), db = bf16_zeros({rows, F});
+  Tensor dh = bf16_zeros({rows, F}), da = bf16_out({rows, F}), db = bf16_out({rows, F});
   Tensor dx = bf16_zeros({rows, D});
   linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.h), bf16_ptr(dy), f32_ptr(w2_.grad), rows, F, D, ctx.batch);
   linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D);

@@ -19,8 +19,8 @@ Tensor PreNormResidual::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const
   auto s = std::make_unique<ResidualCudaStash>();
   const int64_t rows = x.dim(0), D = x.dim(1);
   s->x = x;
-  s->rstd = f32_zeros({rows});
-  Tensor h = bf16_zeros({rows, D});
+  s->rstd = f32_out({rows});
+  Tensor h = bf16_out({rows, D});
   rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(h), f32_ptr(s->rstd), rows, D, eps_,
                              layer_stream());
   Tensor y = inner_->forward(ctx, h, state_in, state_out, s->inner);
@@ -35,7 +35,7 @@ Tensor PreNormResidual::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, con
   Tensor dh = inner_->backward(ctx, dy, dstate_out, dstate_in, *s.inner);
   s.inner.reset();  // release the inner activations before allocating dx
   const int64_t rows = dy.dim(0), D = dy.dim(1);
-  Tensor dx = bf16_zeros({rows, D});
+  Tensor dx = bf16_out({rows, D});
   const TokenRows tokens{ctx.batch, 1};
   DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
   rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dh), bf16_ptr(dx),

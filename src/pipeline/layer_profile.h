@@ -1,0 +1,49 @@
+// Where a unit's time goes, layer by layer: how long the host takes to issue each layer's
+// forward or backward (kernel launches, cuBLAS calls, allocations) against how long the
+// device takes to run that work. On a GPU the clock holds the device's queue while the host
+// issues a layer and releases it afterwards, so the device time is the work's alone, run back
+// to back; a host that issues more slowly than the device works starves the GPU by the
+// difference. On the CPU the work is done when the call returns: the device time is the
+// host time. Profiling synchronises after every layer: use it for a breakdown, not for timing
+// a step.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace stateflow {
+
+// Recompute: a forward run again inside backward (--recompute full).
+enum class Pass { Forward, Recompute, Backward };
+const char* pass_name(Pass p);
+
+struct LayerTiming {
+  int layer = 0;     // index in the whole model
+  std::string kind;  // Layer::kind()
+  Pass pass = Pass::Forward;
+  int calls = 0;         // units timed
+  double host_s = 0;     // summed over the calls
+  double device_s = 0;
+  // Calls whose host waited for the device while issuing (a synchronising call inside: the
+  // hold ran out). Their host time includes the hold's second.
+  int host_waits = 0;
+};
+
+class LayerProfile {
+ public:
+  // device: where the stage's layers run (a GPU profile keeps a clock of its own).
+  explicit LayerProfile(Device device);
+  // Runs fn, one layer's forward or backward of one unit, and adds its times to that layer's.
+  void time(int layer, const std::string& kind, Pass pass, const std::function<void()>& fn);
+  // One entry per (layer, pass) timed, in order of first call.
+  const std::vector<LayerTiming>& timings() const { return timings_; }
+
+ private:
+  std::unique_ptr<DeviceClock> clock_;  // nullptr on the CPU
+  std::vector<LayerTiming> timings_;
+};
+
+}  // namespace stateflow
