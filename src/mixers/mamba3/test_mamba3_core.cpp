@@ -245,7 +245,9 @@ TEST(Mamba3Core, BackwardMatchesFiniteDifferences) {
         for (double g : r.grads[i]) norm2 += g * g;
         const double err = stateflow::testing::fd_directional(loss, {&p.t[i]}, {&r.grads[i]}, rng, 2, 1e-5,
                                                               0.1 * std::sqrt(norm2));
-        EXPECT_LE(err, 1e-7) << (algo == Algo::chunked ? "chunked" : "recurrent") << " rank " << rank << " d"
+        // Rounding and truncation measured up to 3.4e-7 on this bound's scale (seed
+        // 5045123381189730333); a 1 % wrong gradient gives above 1e-4 (FiniteDifferencesFlagAWrongGradient).
+        EXPECT_LE(err, 1e-6) << (algo == Algo::chunked ? "chunked" : "recurrent") << " rank " << rank << " d"
                              << kNames[i];
       }
     }
