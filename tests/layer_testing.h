@@ -72,19 +72,27 @@ struct SplitRun {
   std::vector<Tensor> param_grads;
 };
 
+inline State clone_state(const State& s) {
+  State out;
+  for (const Tensor& t : s) out.push_back(t.clone());
+  return out;
+}
+
 // Forward all pieces in order from state0, then backward in reverse from dy and
-// dstate_final, as the StateFlow contract prescribes. Param grads are zeroed first.
+// dstate_final, as the StateFlow contract prescribes. Param grads are zeroed first. A layer
+// may fill the state it is given in place (attention's K/V prefix), so it gets copies.
 inline SplitRun run_split(Layer& layer, const Tensor& x, int64_t batch, int64_t T, const State& state0,
                           const Tensor& dy, const State& dstate_final, const std::vector<int64_t>& pieces) {
   for (Param* p : layer.params()) p->grad.zero_();
   SplitRun r;
   std::vector<ChunkCtx> ctxs;
   std::vector<std::unique_ptr<Stash>> stashes;
-  State st = state0;
+  State st = clone_state(state0);
   int64_t off = 0;
   for (size_t c = 0; c < pieces.size(); ++c) {
     ChunkCtx ctx;
     ctx.chunk = int(c), ctx.offset = off, ctx.len = pieces[c], ctx.batch = batch, ctx.num_chunks = int(pieces.size());
+    ctx.seq_len = T;
     State out;
     std::unique_ptr<Stash> stash;
     Tensor y = layer.forward(ctx, take_rows(x, batch, T, off, pieces[c]), st, out, stash);
@@ -101,7 +109,7 @@ inline SplitRun run_split(Layer& layer, const Tensor& x, int64_t batch, int64_t 
   }
   r.final_state = st;
   r.dx = Tensor::zeros(x.shape(), x.dtype());
-  State dst = dstate_final;
+  State dst = clone_state(dstate_final);
   for (size_t c = pieces.size(); c-- > 0;) {
     State din;
     Tensor dxc = layer.backward(ctxs[c], take_rows(dy, batch, T, ctxs[c].offset, ctxs[c].len), dst, din, *stashes[c]);

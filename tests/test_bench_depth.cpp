@@ -181,3 +181,29 @@ TEST(BenchDepth, RecordedRunPredictsAsTheRunDid) {
       },
       Error);
 }
+
+// Predicting a hybrid from a GDN run adds the attention blocks' K/V prefixes from their
+// formula: at P = 2, 1f1b's stage 0 (blocks GGGA) holds two microbatches' prefixes and one
+// gradient at its peak.
+TEST(BenchDepth, HybridPredictionsCountKvPrefixesPerMicrobatchInFlight) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = options(seed);
+  o.simulate_stages = {2};
+  o.chunk_sweep.clear();
+  o.schedules = {"1f1b"};
+  BenchResult r = run_bench(o);
+  ModelConfig hybrid = o.model;
+  hybrid.pattern = "GGGAGGGA";
+  hybrid.complete_sections();
+  const DepthPredictions gdn = predict_depths(r, o, o.model), d = predict_depths(r, o, hybrid);
+  ASSERT_EQ(d.rows.size(), 1u);
+  const nlohmann::json& a = hybrid.section("attention");
+  const int64_t prefix = o.batch / o.microbatches * o.seq_len * a.at("kv_heads").get<int64_t>() *
+                         a.at("head_dim").get<int64_t>() * 2 * int64_t(sizeof(double));
+  EXPECT_EQ(gdn.rows[0].peak_kv_prefix_bytes, 0);
+  EXPECT_EQ(d.rows[0].peak_kv_prefix_bytes, 3 * prefix);
+  std::ostringstream table;
+  print_depth_predictions(d, o, table);
+  EXPECT_NE(table.str().find("kv_prefix"), std::string::npos) << table.str();
+}

@@ -24,3 +24,17 @@ TEST(Config, LargePresetsHaveAboutTheParametersTheirNamesSay) {
     EXPECT_NO_THROW(c.validate());
   }
 }
+
+TEST(Config, HybridPresetsPutAttentionInEveryFourthBlock) {
+  for (auto [name, billions] : {std::pair{"hybrid-1.3b", 1.3}, {"hybrid-3b", 3.0}, {"hybrid-7b", 7.0}}) {
+    const ModelConfig c = model_preset(name);
+    const double params = double(c.num_parameters());
+    std::printf("%s: %.3f B parameters, pattern %s\n", name, params / 1e9, c.pattern.c_str());
+    EXPECT_NEAR(params / 1e9, billions, 0.15 * billions) << name;
+    const std::string blocks = c.blocks();
+    for (size_t i = 0; i < blocks.size(); ++i) EXPECT_EQ(blocks[i], i % 4 == 3 ? 'A' : 'G') << name << " block " << i;
+    EXPECT_EQ(c.section("attention").at("head_dim"), 256);
+    EXPECT_EQ(c.section("attention").at("kv_heads"), 2);
+    EXPECT_NO_THROW(c.validate());
+  }
+}

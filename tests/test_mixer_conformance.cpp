@@ -35,6 +35,7 @@ const MixerCase kMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}}},
     {'S', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}}},
     {'M', {{"heads", 4}, {"head_dim", 3}, {"state_size", 6}, {"rank", 2}, {"groups", 2}, {"block_size", 5}}},
+    {'A', {{"heads", 4}, {"kv_heads", 2}, {"head_dim", 6}, {"rotary_dim", 4}, {"rope_theta", 100.0}}},
 };
 
 ModelConfig config_for(const MixerCase& c, const std::string& pattern) {
@@ -68,15 +69,17 @@ class MixerConformance : public ::testing::TestWithParam<MixerCase> {
   void SetUp() override {
     // The boundary state's shapes come from the layer itself: one token through it.
     ChunkCtx ctx;
-    ctx.len = 1, ctx.batch = B;
+    ctx.len = 1, ctx.batch = B, ctx.seq_len = T;
     State out;
     std::unique_ptr<Stash> stash;
     layer->forward(ctx, take_rows(x, B, T, 0, 1), {}, out, stash);
-    ASSERT_EQ(out.size(), mixer.boundary_state(cfg).size()) << "boundary state against the registry row";
+    const std::vector<StateTensorSpec> specs = mixer.boundary_state(cfg);
+    ASSERT_EQ(out.size(), specs.size()) << "boundary state against the registry row";
     for (size_t i = 0; i < out.size(); ++i) {
-      Shape want = mixer.boundary_state(cfg)[i].shape;
+      Shape want = specs[i].shape;
+      if (specs[i].grows_with_chunks) want.insert(want.begin(), T);  // one row per token of the sequence
       want.insert(want.begin(), B);
-      EXPECT_EQ(out[i].shape(), want) << "boundary state " << mixer.boundary_state(cfg)[i].name;
+      EXPECT_EQ(out[i].shape(), want) << "boundary state " << specs[i].name;
     }
     state0 = random_state_like(rng, out);
     dstate_final = random_state_like(rng, out);

@@ -114,13 +114,36 @@ TEST(Simulate, ResidentAndPerCategoryBytes) {
   }
 }
 
+// A microbatch's K/V prefix lives from its first forward to its chunk 0 backward, its gradient
+// from its first backward on. Whole sequences (N = 1): 1f1b's stage r holds min(M, P - r)
+// microbatches when the oldest starts its backward, GPipe holds all M.
+TEST(Simulate, KvPrefixBytesPerMicrobatchInFlight) {
+  const int P = 3, M = 4;
+  const int kv = static_cast<int>(MemCategory::KvPrefix);
+  CostTable costs = uniform_costs(P, 1, 1, 2, 7);
+  costs.kv_prefix_bytes = {100, 100, 100}, costs.kv_grad_bytes = {1000, 1000, 1000};
+  const SimResult one = simulate(make_schedule("1f1b", P, M, 1), costs);
+  for (int st = 0; st < P; ++st) EXPECT_EQ(one.peak_bytes[st][kv], std::min(M, P - st) * 100 + 1000) << st;
+  const SimResult all = simulate(make_schedule("gpipe", P, M, 1), costs);
+  for (int st = 0; st < P; ++st) EXPECT_EQ(all.peak_bytes[st][kv], M * 100 + 1000) << st;
+  EXPECT_EQ(all.peak_total_bytes[0], M * 7 + M * 100 + 1000 - 7);  // the B frees its own unit first
+  // Chunked: the prefix is per microbatch, not per unit, and a 1-microbatch run holds one.
+  CostTable chunked = uniform_costs(1, 5, 1, 2);
+  chunked.kv_prefix_bytes = {100}, chunked.kv_grad_bytes = {1000};
+  EXPECT_EQ(simulate(make_schedule("stateflow", 1, 1, 5), chunked).peak_bytes[0][kv], 1100);
+  costs.kv_grad_bytes = {1, 2};
+  EXPECT_THROW(simulate(make_schedule("1f1b", P, M, 1), costs), Error);
+}
+
 // One unit through two stages with a message time d each way.
 TEST(Simulate, CommunicationTime) {
   CostTable costs{.forward_time = {{2}, {3}},
                   .backward_time = {{5}, {7}},
                   .unit_bytes = {},
                   .resident_bytes = {},
-                  .send_time = {0.5}};
+                  .send_time = {0.5},
+                  .kv_prefix_bytes = {},
+                  .kv_grad_bytes = {}};
   const SimResult r = simulate(make_schedule("1f1b", 2, 1, 1), costs);
   EXPECT_EQ(r.makespan, 2 + 0.5 + 3 + 7 + 0.5 + 5);
   ASSERT_EQ(r.timeline.size(), 4u);

@@ -15,6 +15,7 @@ const char* mem_category_name(MemCategory c) {
     case MemCategory::Optimizer: return "optimizer";
     case MemCategory::Activations: return "activations";
     case MemCategory::BoundaryState: return "boundary";
+    case MemCategory::KvPrefix: return "kv_prefix";
     case MemCategory::Comm: return "comm";
     case MemCategory::Other: return "other";
     case MemCategory::Count: break;

@@ -11,7 +11,9 @@
 
 namespace stateflow {
 
-enum class MemCategory { Weights, Grads, Optimizer, Activations, BoundaryState, Comm, Other, Count };
+// KvPrefix: the sequence-wide K/V buffers of attention layers and their gradients (one per
+// layer and microbatch in flight), apart from the fixed-size boundary states.
+enum class MemCategory { Weights, Grads, Optimizer, Activations, BoundaryState, KvPrefix, Comm, Other, Count };
 constexpr int kNumMemCategories = static_cast<int>(MemCategory::Count);
 const char* mem_category_name(MemCategory c);
 

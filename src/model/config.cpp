@@ -150,6 +150,20 @@ static ModelConfig gdn_preset(const std::string& name, int64_t vocab, int64_t d,
   return c;
 }
 
+// A GDN preset with every fourth block attention ("GGGA" repeated), in the manner of
+// Qwen3-Next: heads of 256, two K/V heads, RoPE on a quarter of each head, base 1e7.
+static ModelConfig hybrid_preset(const std::string& name, const std::string& base, int64_t attention_heads) {
+  ModelConfig c = model_preset(base);
+  c.name = name;
+  std::string pattern;
+  for (int64_t b = 0; b < c.num_blocks(); b += 4) pattern += "GGGA";
+  c.pattern = pattern;
+  c.mixers["attention"] = {{"heads", attention_heads}, {"kv_heads", 2},        {"head_dim", 256},
+                           {"rotary_dim", 64},         {"rope_theta", 1e7}};
+  c.complete_sections();
+  return c;
+}
+
 // A preset's Mamba-3 blocks: the pattern and the mamba3 section (GDN's stays if the pattern uses G).
 static ModelConfig with_mamba3(ModelConfig c, const std::string& pattern, const nlohmann::json& section) {
   c.pattern = pattern;
@@ -182,13 +196,18 @@ ModelConfig model_preset(const std::string& name) {
     for (int i = 0; i < 12; ++i) pattern += "GM";
     return with_mamba3(gdn_preset(name, 32000, 2048, 24, 16, 128, 128, 64, 5632), pattern, mamba3_1_3b);
   }
+  // The GDN presets with one attention block in four (query width = d_model).
+  if (name == "hybrid-1.3b") return hybrid_preset(name, "gdn-1.3b", 8);
+  if (name == "hybrid-3b") return hybrid_preset(name, "gdn-3b", 10);
+  if (name == "hybrid-7b") return hybrid_preset(name, "gdn-7b", 16);
   std::string all;
   for (auto& n : model_preset_names()) all += (all.empty() ? "" : ", ") + n;
   fail("unknown model preset '", name, "'; available: ", all);
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"tiny", "small", "gdn-1.3b", "gdn-3b", "gdn-7b", "gdn-14b", "mamba3-small", "mamba3-1.3b", "gdn-mamba3-1.3b"};
+  return {"tiny",        "small",       "gdn-1.3b",        "gdn-3b",      "gdn-7b",   "gdn-14b",
+          "mamba3-small", "mamba3-1.3b", "gdn-mamba3-1.3b", "hybrid-1.3b", "hybrid-3b", "hybrid-7b"};
 }
 
 ModelConfig load_model_config(const std::string& path) {

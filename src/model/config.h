@@ -45,7 +45,8 @@ struct ModelConfig {
 
 // "tiny" (tests, verify), "small" (the demo), "gdn-1.3b" (GPU benchmarks; 1.47 B parameters),
 // "gdn-3b", "gdn-7b", "gdn-14b" (the same shape scaled: 2.95, 7.39, 14.24 B); "mamba3-small"
-// (the demo with Mamba-3 blocks), "mamba3-1.3b" and "gdn-mamba3-1.3b" (GDN and Mamba-3 alternating).
+// (the demo with Mamba-3 blocks), "mamba3-1.3b" and "gdn-mamba3-1.3b" (GDN and Mamba-3 alternating);
+// "hybrid-1.3b", "hybrid-3b", "hybrid-7b": the GDN models with every fourth block softmax attention.
 ModelConfig model_preset(const std::string& name);
 std::vector<std::string> model_preset_names();
 // Reads a JSON file: either a full config, or {"preset": "...", ...overrides}.

@@ -32,6 +32,7 @@ struct ChunkCtx {
   int chunk = 0;
   int64_t offset = 0;  // first token of the chunk within the sequence
   int64_t len = 0;     // tokens in the chunk
+  int64_t seq_len = 0; // tokens in the whole sequence (sizes the attention's K/V prefix buffers)
   int64_t batch = 1;   // sequences in the microbatch
   int num_chunks = 1;  // chunks per sequence (the last one emits no state to anyone)
   // Loss layers only: targets[batch*len] (int32, -1 = no loss at this position), the factor
@@ -52,6 +53,9 @@ struct ChunkCtx {
 };
 
 // Layer-defined boundary state: e.g. GDN = {S, conv prefix q, k, v}; empty when stateless.
+// A state handed to forward, and a state gradient handed to backward, passes to the layer: it
+// may fill it in place and hand the same storage on (attention's K/V prefix grows so, row
+// block by row block). A caller that keeps using one passes a copy.
 using State = std::vector<Tensor>;
 
 // What a unit's forward saved for its backward. Layers derive their own; it is freed when

@@ -79,4 +79,11 @@ double section_number(const ModelConfig& cfg, const std::string& mixer, const ch
   return x;
 }
 
+bool section_flag(const ModelConfig& cfg, const std::string& mixer, const char* field) {
+  const nlohmann::json& v = field_of(cfg, mixer, field);
+  SF_CHECK(v.is_boolean(), "model config: field '", mixer, ".", field,
+           "' has the wrong type: expected true or false, got ", v.type_name());
+  return v.get<bool>();
+}
+
 }  // namespace stateflow

@@ -23,9 +23,10 @@ namespace stateflow {
 // One tensor of a mixer's boundary state, per sequence (the batch dimension comes first).
 struct StateTensorSpec {
   std::string name;
-  Shape shape;              // without the batch dimension
+  Shape shape;              // without the batch dimension; a growing state's: one token's row
   DType device_dtype;       // its type on the GPU (on the CPU it is the run's dtype)
-  bool grows_with_chunks;   // e.g. an attention K/V prefix: rows up to the chunk's end
+  // An attention K/V prefix: [seq_len, shape...] per sequence, rows filled up to the chunk's end.
+  bool grows_with_chunks;
 };
 
 // Per token of one block's mixer; a multiply-add is 2 FLOPs (MATH.md section 9).
@@ -71,5 +72,6 @@ std::string mixer_letters_help();
 // Reads a field of a mixer's config section, checked: "gdn.heads = 0 is out of range; accepted: 1..1024".
 int64_t section_int(const ModelConfig& cfg, const std::string& mixer, const char* field, int64_t lo, int64_t hi);
 double section_number(const ModelConfig& cfg, const std::string& mixer, const char* field, double lo, double hi);
+bool section_flag(const ModelConfig& cfg, const std::string& mixer, const char* field);
 
 }  // namespace stateflow

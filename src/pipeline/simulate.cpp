@@ -15,7 +15,9 @@ CostTable uniform_costs(int P, int N, double forward, double backward, int64_t a
                    .backward_time = std::vector(P, std::vector<double>(N, backward)),
                    .unit_bytes = std::vector(P, std::vector<ByteCounts>(N, unit)),
                    .resident_bytes = {},
-                   .send_time = {}};
+                   .send_time = {},
+                   .kv_prefix_bytes = {},
+                   .kv_grad_bytes = {}};
 }
 
 namespace {
@@ -34,6 +36,9 @@ void check_table(const Schedule& s, const CostTable& t) {
            "simulate: resident_bytes needs P=", s.P, " entries or none");
   SF_CHECK(t.send_time.empty() || static_cast<int>(t.send_time.size()) == s.N, "simulate: send_time needs N=", s.N,
            " entries or none");
+  for (const auto* kv : {&t.kv_prefix_bytes, &t.kv_grad_bytes})
+    SF_CHECK(kv->empty() || static_cast<int>(kv->size()) == s.P, "simulate: kv_prefix_bytes and kv_grad_bytes need P=",
+             s.P, " entries or none");
   // A negative (or NaN) time would keep an action from ever being ready: refuse it, don't spin.
   auto valid = [](double x) { return x >= 0; };
   auto all_valid = [&](const std::vector<std::vector<double>>& per_stage) {
@@ -57,14 +62,22 @@ void peak_memory(const Schedule& s, const CostTable& t, int r, SimResult& out) {
   };
   int64_t peak_total = total(current);
   int in_flight = 0, peak_in_flight = 0;
+  const int kv = static_cast<int>(MemCategory::KvPrefix);
+  const int64_t prefix = t.kv_prefix_bytes.empty() ? 0 : t.kv_prefix_bytes[r],
+                grad = t.kv_grad_bytes.empty() ? 0 : t.kv_grad_bytes[r];
   for (const Action& a : s.per_stage[r]) {
     const int sign = a.op == Op::Forward ? 1 : -1;
     in_flight += sign;
     peak_in_flight = std::max(peak_in_flight, in_flight);
     if (!t.unit_bytes.empty())
       for (int k = 0; k < kNumMemCategories; ++k) current[k] += sign * t.unit_bytes[r][a.chunk][k];
+    // A microbatch's K/V prefix comes with its first forward, its gradient with its first
+    // backward (the last chunk's), and both live through its chunk 0 backward.
+    if (a.op == Op::Forward && a.chunk == 0) current[kv] += prefix;
+    if (a.op == Op::Backward && a.chunk == s.N - 1) current[kv] += grad;
     for (int k = 0; k < kNumMemCategories; ++k) peak[k] = std::max(peak[k], current[k]);
     peak_total = std::max(peak_total, total(current));
+    if (a.op == Op::Backward && a.chunk == 0) current[kv] -= prefix + grad;
   }
   out.peak_bytes[r] = peak;
   out.peak_total_bytes[r] = peak_total;

@@ -24,6 +24,10 @@ struct CostTable {
   std::vector<std::vector<ByteCounts>> unit_bytes;
   std::vector<ByteCounts> resident_bytes;  // [stage]: weights, grads, optimizer...; empty: none
   std::vector<double> send_time;           // [chunk]: time of one message between stages; empty: 0
+  // [stage]: bytes of one microbatch's K/V prefixes (every attention layer of the stage, in
+  // MemCategory::KvPrefix), held from its chunk 0 forward to the end of its chunk 0 backward,
+  // and of their gradients, held from its last chunk's backward to the same end; empty: none.
+  std::vector<int64_t> kv_prefix_bytes, kv_grad_bytes;
 };
 
 // Every stage and chunk alike: forward/backward time per unit and activation bytes per unit.

@@ -24,6 +24,7 @@ Unit UnitPlan::make_unit(int m, int c, LossStats* stats) const {
   u.ctx.chunk = c;
   u.ctx.offset = off;
   u.ctx.len = len;
+  u.ctx.seq_len = T;
   u.ctx.batch = b;
   u.ctx.num_chunks = chunks();
   u.tokens = Tensor::zeros({b * len}, DType::I32, MemCategory::Activations);

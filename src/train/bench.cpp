@@ -364,7 +364,10 @@ BenchResult bench_from_json(const nlohmann::json& j, BenchOptions& o, const std:
       row.gpu_used_bytes = jr.at("gpu_used_bytes").get<std::vector<int64_t>>();
       for (const nlohmann::json& js : jr.at("peak_bytes")) {
         MemorySnapshot m;
-        for (int c = 0; c < kNumMemCategories; ++c) m.peak[c] = js.at(mem_category_name(MemCategory(c))).get<int64_t>();
+        // Records made before the kv_prefix category have no such key: they had none.
+        for (int c = 0; c < kNumMemCategories; ++c)
+          m.peak[c] = MemCategory(c) == MemCategory::KvPrefix ? js.value(mem_category_name(MemCategory(c)), int64_t(0))
+                                                              : js.at(mem_category_name(MemCategory(c))).get<int64_t>();
         m.total_peak = js.at("total").get<int64_t>();
         row.stage_memory.push_back(m);
       }

@@ -59,6 +59,31 @@ StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit) {
   return w;
 }
 
+// Each stage's K/V prefixes of one microbatch: the boundary-state tensors that grow with the
+// chunks (model/mixer.h), seq_len rows each, in the state's GPU type on a GPU (its gradient in
+// fp32) and in the run's type on the CPU.
+struct StagePrefixBytes {
+  std::vector<int64_t> prefix, grad;
+};
+
+StagePrefixBytes prefix_bytes_per_stage(const ModelConfig& m, int P, const BenchOptions& o) {
+  const std::string letters = m.blocks();
+  const bool gpu = o.device != Device::CPU;
+  const int64_t rows = o.batch / o.microbatches * o.seq_len;
+  StagePrefixBytes b;
+  for (auto [begin, end] : stage_layer_ranges(m, P)) {
+    int64_t prefix = 0, grad = 0;
+    for (int block = std::max(begin - 1, 0) / 2; block < std::min<int>((end - 1) / 2, int(letters.size())); ++block)
+      for (const StateTensorSpec& t : mixer_for_letter(letters[block]).boundary_state(m))
+        if (t.grows_with_chunks) {
+          prefix += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? t.device_dtype : o.dtype));
+          grad += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? DType::F32 : o.dtype));
+        }
+    b.prefix.push_back(prefix), b.grad.push_back(grad);
+  }
+  return b;
+}
+
 int64_t resident_of(const MemorySnapshot& m) {
   return m.peak_of(MemCategory::Weights) + m.peak_of(MemCategory::Grads) + m.peak_of(MemCategory::Optimizer);
 }
@@ -100,8 +125,9 @@ LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
     unit_stash[r] = double(row.stage_peak_stash[r]) / in_flight_bound(kind, P, o.microbatches, N, r);
     if (r < last) stash_before_last += unit_stash[r];
     resident += resident_of(row.stage_memory[r]), all_params += w.params[r];
-    const double transient =
-        double(row.stage_memory[r].total_peak - resident_of(row.stage_memory[r]) - row.stage_peak_stash[r]);
+    // The K/V prefixes are predicted from their own formula, not scaled as transient memory.
+    const double transient = double(row.stage_memory[r].total_peak - resident_of(row.stage_memory[r]) -
+                                    row.stage_peak_stash[r] - row.stage_memory[r].peak_of(MemCategory::KvPrefix));
     if (r < last) l.transient = std::max(l.transient, transient);
     else l.last_transient = transient;
   }
@@ -135,11 +161,15 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
     t.resident_bytes[s][int(MemCategory::Other)] = int64_t((last ? l.last_transient : l.transient) * d.width_ratio);
   }
   for (double s : l.send) t.send_time.push_back(s * d_ratio);
+  const StagePrefixBytes kv = prefix_bytes_per_stage(target, P, o);
+  t.kv_prefix_bytes = kv.prefix, t.kv_grad_bytes = kv.grad;
   const SimResult sim = simulate(make_schedule(parse_schedule_kind(row.schedule), P, o.microbatches, N), t);
   DepthPrediction p{.schedule = row.schedule, .stages = P, .chunks = N, .step_s = sim.makespan,
                     .tokens_per_s = sim.makespan > 0 ? double(o.batch * o.seq_len) / sim.makespan : 0,
                     .bubble = sim.bubble_fraction, .stage_peak_bytes = sim.peak_total_bytes};
   p.peak_bytes = *std::max_element(p.stage_peak_bytes.begin(), p.stage_peak_bytes.end());
+  for (const ByteCounts& b : sim.peak_bytes)
+    p.peak_kv_prefix_bytes = std::max(p.peak_kv_prefix_bytes, b[int(MemCategory::KvPrefix)]);
   p.oom = double(p.peak_bytes) > o.gpu_memory_bytes;
   return p;
 }
@@ -198,16 +228,18 @@ void print_depth_predictions(const DepthPredictions& d, const BenchOptions& o, s
                   o.model.name.c_str(), d.forward_ratio, d.backward_ratio, d.head_ratio, d.width_ratio);
     os << line;
   }
-  os << "  peak memory: parameters' weights, grads and optimizer + transient + stash in flight; OOM above "
+  os << "  peak memory: parameters' weights, grads and optimizer + transient + stash in flight + K/V prefixes "
+        "(kv_prefix: attention's, with their gradients); OOM above "
      << format_bytes(int64_t(o.gpu_memory_bytes)) << " (--gpu-memory)\n";
   char line[256];
-  std::snprintf(line, sizeof line, "%4s %-10s %4s %10s %11s %9s %12s\n", "P", "schedule", "N", "step s", "tokens/s",
-                "bubble", "peak/stage");
+  std::snprintf(line, sizeof line, "%4s %-10s %4s %10s %11s %9s %12s %12s\n", "P", "schedule", "N", "step s",
+                "tokens/s", "bubble", "peak/stage", "kv_prefix");
   os << line;
   for (const DepthPrediction& p : d.rows) {
-    std::snprintf(line, sizeof line, "%4d %-10s %4d %10.4f %11.0f %9.3f %12s%s%s\n", p.stages, p.schedule.c_str(),
-                  p.chunks, p.step_s, p.tokens_per_s, p.bubble, format_bytes(p.peak_bytes).c_str(),
-                  p.oom ? "  OOM" : "", p.best ? "  <- best N" : "");
+    std::snprintf(line, sizeof line, "%4d %-10s %4d %10.4f %11.0f %9.3f %12s %12s%s%s\n", p.stages,
+                  p.schedule.c_str(), p.chunks, p.step_s, p.tokens_per_s, p.bubble, format_bytes(p.peak_bytes).c_str(),
+                  p.peak_kv_prefix_bytes ? format_bytes(p.peak_kv_prefix_bytes).c_str() : "-", p.oom ? "  OOM" : "",
+                  p.best ? "  <- best N" : "");
     os << line;
   }
 }
@@ -232,6 +264,7 @@ nlohmann::json depth_predictions_json(const DepthPredictions& d, const BenchOpti
                          {"bubble", p.bubble},
                          {"stage_peak_bytes", p.stage_peak_bytes},
                          {"peak_bytes_max", p.peak_bytes},
+                         {"peak_kv_prefix_bytes", p.peak_kv_prefix_bytes},
                          {"oom", p.oom},
                          {"best", p.best}});
   return j;

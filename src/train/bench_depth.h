@@ -17,7 +17,9 @@
 //     last, and the last's (it holds the LM head's logits) on its own.
 // A stage of the P-stage pipeline (blocks cut evenly by cost) then costs its blocks' weight at
 // those rates plus the head on the last; its memory is its parameters' bytes, its transient
-// memory, and the stash of the units in flight as the simulator walks the schedule. For another
+// memory, the stash of the units in flight as the simulator walks the schedule, and the K/V
+// prefixes of its attention blocks per microbatch in flight (their formula, docs/attention.md;
+// the measured run's kv_prefix is left out of its transient memory). For another
 // model (--simulate-model) the weights are its blocks' FLOPs and widths in the measured model's
 // units, the head scales by d_model x vocab, transient bytes by the average block width, sends
 // by d_model.
@@ -36,8 +38,9 @@ struct DepthPrediction {
   std::string schedule;
   int stages = 0, chunks = 0;
   double step_s = 0, tokens_per_s = 0, bubble = 0;
-  std::vector<int64_t> stage_peak_bytes;  // weights + grads + optimizer + transient + peak stash
+  std::vector<int64_t> stage_peak_bytes;  // weights + grads + optimizer + transient + peak stash + kv_prefix
   int64_t peak_bytes = 0;                 // most over stages
+  int64_t peak_kv_prefix_bytes = 0;       // K/V prefixes and their gradients, most over stages (0: no attention)
   bool oom = false;                       // peak_bytes above BenchOptions::gpu_memory_bytes
   bool best = false;                      // fastest stateflow prediction that fits, per stage count
 };
