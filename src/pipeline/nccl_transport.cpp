@@ -89,7 +89,12 @@ struct NcclProcess {
       bool busy = false;
       for (size_t i : which) {
         std::lock_guard<std::mutex> l(*locks[i]);
-        if (!comms[i]) return "the communicator was aborted";
+        if (!comms[i]) {
+          // Aborted, or a non-blocking split that has not handed out its communicator yet.
+          if (std::string why = failed(); !why.empty()) return "the communicator was aborted: " + why;
+          busy = true;
+          continue;
+        }
         ncclResult_t state = ncclSuccess;
         ncclCommGetAsyncError(comms[i], &state);
         if (state == ncclInProgress) busy = true;
@@ -606,12 +611,16 @@ GridTransports make_nccl_grid_transports(int rank, int world_size, int device, i
              cat("ncclCommInitRankConfig (rank ", rank, " on GPU ", device, ")"));
   settle(*process, {kWorldComm}, cat("starting the communicator of ", world_size, " rank(s)"));
   out.places = gather_places(*process, rank, world_size);
+  // A non-blocking split leaves the new handle null until it completes, while the parent reports
+  // it in progress: settle the parent first, then the child.
   nccl_check(ncclCommSplit(process->comms[kWorldComm], replica, stage, &process->comms[kPipelineComm], &config),
              process->comms[kWorldComm], "ncclCommSplit (replica pipelines)");
-  settle(*process, {kWorldComm, kPipelineComm}, cat("making replica ", replica, "'s pipeline communicator"));
+  settle(*process, {kWorldComm}, cat("making replica ", replica, "'s pipeline communicator"));
+  settle(*process, {kPipelineComm}, cat("making replica ", replica, "'s pipeline communicator"));
   nccl_check(ncclCommSplit(process->comms[kWorldComm], stage, replica, &process->comms[kGroupComm], &config),
              process->comms[kWorldComm], "ncclCommSplit (stage groups)");
-  settle(*process, {kWorldComm, kGroupComm}, cat("making stage ", stage, "'s group communicator"));
+  settle(*process, {kWorldComm}, cat("making stage ", stage, "'s group communicator"));
+  settle(*process, {kGroupComm}, cat("making stage ", stage, "'s group communicator"));
   if (stages > 1) connect_all_peers(*process, 1, stage, stages);  // slot 0: the pipeline
   out.pipeline = std::make_unique<NcclTransport>(process, kPipelineComm, stage, stages,
                                                  cat("stage ", stage, " of replica ", replica), "stage");
