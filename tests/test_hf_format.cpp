@@ -157,6 +157,10 @@ TEST(HfFormat, RefusesWhatCannotMapAndSaysWhy) {
   ModelConfig odd = c;
   odd.mixers["gdn"]["head_dk"] = 11, odd.mixers["gdn"]["head_dv"] = 15;  // int(11 * (15 / 11.0)) = 14
   expect_error([&] { hf_config_of(odd); }, "fla cannot express gdn.head_dv 15");
+  ModelConfig hybrid = c;
+  hybrid.pattern = "GA";  // fla's GatedDeltaNetForCausalLM has no room for other mixers' blocks
+  hybrid.complete_sections();
+  expect_error([&] { hf_config_of(hybrid); }, "block 1 of pattern GA is a attention mixer");
 
 
   Model m(c, DType::F32);

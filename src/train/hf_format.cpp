@@ -103,7 +103,7 @@ json hf_config_of(const ModelConfig& c) {
   const size_t other = blocks.find_first_not_of('G');
   SF_CHECK(other == std::string::npos, "block ", other, " of pattern ", c.pattern, " is a ",
            other == std::string::npos ? "" : mixer_for_letter(blocks[other]).name,
-           " mixer, but fla's GatedDeltaNetForCausalLM has Gated DeltaNet blocks only");
+           " mixer, but fla's GatedDeltaNetForCausalLM has Gated DeltaNet (G) blocks only");
   const GdnConfig g = gdn_config(c);
   // fla derives the value head size as int(head_dim * expand_v).
   const double expand_v = double(g.head_dv) / double(g.head_dk);
