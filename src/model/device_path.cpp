@@ -18,7 +18,8 @@ DevicePathRegistration::DevicePathRegistration(const std::string& kind, DevicePa
 const DevicePath& device_path(const std::string& kind) {
   auto it = paths().find(kind);
   SF_CHECK(it != paths().end(), "layer '", kind, "' has no GPU path in this build",
-           paths().empty() ? ": this build has no CUDA support; rebuild with nvcc found by CMake" : "");
+           paths().empty() ? ": this build has no CUDA support; rebuild with nvcc found by CMake"
+                           : ": run models with such blocks on the CPU (--device cpu)");
   return it->second;
 }
 

@@ -202,18 +202,4 @@ Tensor Attention::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const S
   return dx;
 }
 
-Tensor Attention::forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                          std::unique_ptr<Stash>& stash) {
-  SF_CHECK(x.on_host(), "attention has no GPU path yet (issue 14): run models with attention blocks on the CPU");
-  return dispatch_float(x.dtype(),
-                        [&](auto z) { return forward_impl<decltype(z)>(ctx, x, state_in, state_out, stash); });
-}
-
-Tensor Attention::backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                           Stash& stash) {
-  SF_CHECK(dy.on_host(), "attention has no GPU path yet (issue 14): run models with attention blocks on the CPU");
-  return dispatch_float(dy.dtype(),
-                        [&](auto z) { return backward_impl<decltype(z)>(ctx, dy, dstate_out, dstate_in, stash); });
-}
-
 }  // namespace stateflow

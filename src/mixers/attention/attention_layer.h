@@ -17,28 +17,24 @@
 // The chunk's stash keeps the K/V buffers too, so they live until chunk 0's backward ends.
 #pragma once
 #include "mixers/attention/attention_config.h"
-#include "model/layer.h"
+#include "model/mixer_layer.h"
 
 namespace stateflow {
 
 class Rng;
 
-class Attention : public Layer {
+class Attention : public MixerLayer<Attention> {
  public:
   // n_blocks: residual blocks in the model, which scales the output projection's init.
   Attention(const std::string& prefix, int64_t d_model, int64_t n_blocks, const AttentionConfig& cfg, DType dtype,
             Rng& rng);
   std::string kind() const override { return "attention"; }
   std::vector<Param*> params() override;
-  bool stateful() const override { return true; }
-  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                 std::unique_ptr<Stash>& stash) override;
-  Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
-                  Stash& stash) override;
 
   enum StateIndex { kKeys = 0, kValues = 1, kStateSize = 2 };
 
  private:
+  friend class MixerLayer<Attention>;
   template <class T>
   Tensor forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                       std::unique_ptr<Stash>& stash);
