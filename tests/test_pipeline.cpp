@@ -198,6 +198,9 @@ TEST(Partition, EvenByDefaultOrAsThePatternSays) {
   c.pattern = "G|GGGG";
   r = stage_layer_ranges(c, 2);
   EXPECT_EQ(r, (std::vector<std::pair<int, int>>{{0, 3}, {3, 12}}));
+  c.pattern = "G|SGS";
+  c.complete_sections();
+  EXPECT_EQ(stage_blocks(c, 2), (std::vector<std::string>{"G", "SGS"}));
   c.pattern = "G|GXG";
   EXPECT_THROW(stage_layer_ranges(c, 2), Error);
 }

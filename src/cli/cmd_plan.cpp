@@ -8,7 +8,6 @@
 #include "core/error.h"
 #include "model/flops.h"
 #include "model/mixer.h"
-#include "model/model.h"
 #include "pipeline/check.h"
 #include "pipeline/lower.h"
 #include "pipeline/partition.h"
@@ -22,8 +21,7 @@ namespace {
 // state per sequence, from the mixer registry; printed, and returned as the simulator's costs
 // (a chunk's share of a sequence; the busiest stage's forward of one sequence = 1).
 CostTable model_costs(const ModelConfig& m, int P, int N) {
-  const auto ranges = stage_layer_ranges(m, P);
-  const std::string letters = m.blocks();
+  const std::vector<std::string> stages = stage_blocks(m, P);
   const double head = double(m.d_model) * double(m.vocab_size);
   std::vector<double> fwd(P), bwd(P);
   std::printf("model %s: pattern %s, %lld parameters; stages cut %s\n", m.name.c_str(), m.pattern.c_str(),
@@ -31,23 +29,18 @@ CostTable model_costs(const ModelConfig& m, int P, int N) {
   std::printf("%6s %-16s %16s %16s %20s\n", "stage", "blocks", "fwd MFLOP/token", "bwd MFLOP/token",
               "state/sequence");
   for (int r = 0; r < P; ++r) {
-    auto [begin, end] = ranges[r];
-    std::string blocks;
     int64_t state_bytes = 0;
     bool grows = false;
-    for (int b = std::max(begin - 1, 0) / 2; b < std::min<int>((end - 1) / 2, int(letters.size())); ++b) {
-      const BlockFlops f = block_flops_per_token(m, letters[b]);
+    for (char letter : stages[r]) {
+      const BlockFlops f = block_flops_per_token(m, letter);
       fwd[r] += f.forward(), bwd[r] += f.backward();
-      blocks += letters[b];
-      for (const StateTensorSpec& t : mixer_for_letter(letters[b]).boundary_state(m)) {
-        int64_t n = 1;
-        for (int64_t d : t.shape) n *= d;
-        state_bytes += n * int64_t(dtype_size(t.device_dtype));
+      for (const StateTensorSpec& t : mixer_for_letter(letter).boundary_state(m)) {
+        state_bytes += shape_numel(t.shape) * int64_t(dtype_size(t.device_dtype));
         grows = grows || t.grows_with_chunks;
       }
     }
-    if (end == Model::num_layers_of(m)) fwd[r] += 2 * head, bwd[r] += 4 * head;
-    std::printf("%6d %-16s %16.4g %16.4g %17s%s\n", r, blocks.c_str(), fwd[r] / 1e6, bwd[r] / 1e6,
+    if (r == P - 1) fwd[r] += 2 * head, bwd[r] += 4 * head;
+    std::printf("%6d %-16s %16.4g %16.4g %17s%s\n", r, stages[r].c_str(), fwd[r] / 1e6, bwd[r] / 1e6,
                 format_bytes(state_bytes).c_str(), grows ? " (+ grows with the prefix)" : "");
   }
   const double busiest = *std::max_element(fwd.begin(), fwd.end());

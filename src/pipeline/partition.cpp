@@ -76,4 +76,14 @@ std::vector<std::pair<int, int>> stage_layer_ranges(const ModelConfig& cfg, int 
   return out;
 }
 
+std::vector<std::string> stage_blocks(const ModelConfig& cfg, int P) {
+  const std::string letters = cfg.blocks();
+  std::vector<std::string> out;
+  for (auto [begin, end] : stage_layer_ranges(cfg, P)) {  // layer 2i+1 is block i's mixer
+    const int first = std::max(begin - 1, 0) / 2, last = std::min<int>((end - 1) / 2, int(letters.size()));
+    out.push_back(letters.substr(size_t(first), size_t(last - first)));
+  }
+  return out;
+}
+
 }  // namespace stateflow

@@ -5,6 +5,7 @@
 // (each block's forward + backward FLOPs per token; equal blocks split n/P, the remainder on
 // the first stages).
 #pragma once
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -15,5 +16,8 @@ namespace stateflow {
 // [begin, end) of the flat layer list for every stage; throws Error naming the fix when the
 // model cannot be cut into `stages` parts (more stages than blocks, a pattern whose cuts disagree).
 std::vector<std::pair<int, int>> stage_layer_ranges(const ModelConfig& cfg, int stages);
+
+// The block letters each stage owns, in order (stage_layer_ranges read as blocks).
+std::vector<std::string> stage_blocks(const ModelConfig& cfg, int stages);
 
 }  // namespace stateflow

@@ -43,16 +43,16 @@ struct StageWeights {
 };
 
 StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit) {
-  const std::string letters = m.blocks();
   const int64_t embedding = m.vocab_size * m.d_model, head = m.d_model + m.d_model * m.vocab_size;
+  const std::vector<std::string> blocks = stage_blocks(m, P);
   StageWeights w;
-  for (auto [begin, end] : stage_layer_ranges(m, P)) {
+  for (int r = 0; r < P; ++r) {
     double f = 0, b = 0, width = 0;
-    int64_t params = (begin == 0 ? embedding : 0) + (end == Model::num_layers_of(m) ? head : 0);
-    for (int block = std::max(begin - 1, 0) / 2; block < std::min<int>((end - 1) / 2, int(letters.size())); ++block) {
-      const BlockUnit u = block_unit(m, letters[block]);
+    int64_t params = (r == 0 ? embedding : 0) + (r == P - 1 ? head : 0);
+    for (char letter : blocks[r]) {
+      const BlockUnit u = block_unit(m, letter);
       f += u.forward / unit.forward, b += u.backward / unit.backward, width += u.width / unit.width;
-      params += mixer_for_letter(letters[block]).num_parameters(m) + 3 * m.d_model * m.mlp_hidden + 2 * m.d_model;
+      params += mixer_for_letter(letter).num_parameters(m) + 3 * m.d_model * m.mlp_hidden + 2 * m.d_model;
     }
     w.forward.push_back(f), w.backward.push_back(b), w.width.push_back(width), w.params.push_back(params);
   }
@@ -67,14 +67,13 @@ struct StagePrefixBytes {
 };
 
 StagePrefixBytes prefix_bytes_per_stage(const ModelConfig& m, int P, const BenchOptions& o) {
-  const std::string letters = m.blocks();
   const bool gpu = o.device != Device::CPU;
   const int64_t rows = o.batch / o.microbatches * o.seq_len;
   StagePrefixBytes b;
-  for (auto [begin, end] : stage_layer_ranges(m, P)) {
+  for (const std::string& blocks : stage_blocks(m, P)) {
     int64_t prefix = 0, grad = 0;
-    for (int block = std::max(begin - 1, 0) / 2; block < std::min<int>((end - 1) / 2, int(letters.size())); ++block)
-      for (const StateTensorSpec& t : mixer_for_letter(letters[block]).boundary_state(m))
+    for (char letter : blocks)
+      for (const StateTensorSpec& t : mixer_for_letter(letter).boundary_state(m))
         if (t.grows_with_chunks) {
           prefix += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? t.device_dtype : o.dtype));
           grad += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? DType::F32 : o.dtype));
