@@ -58,6 +58,11 @@ struct ChunkCtx {
 // block by row block). A caller that keeps using one passes a copy.
 using State = std::vector<Tensor>;
 
+// Typed data of t, or nullptr for an absent tensor (a zero state or gradient).
+template <class T> const T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
+// Typed data of tensor i of a boundary state, or nullptr when the state is empty (all zeros).
+template <class T> const T* state_ptr(const State& s, size_t i) { return s.empty() ? nullptr : ptr_or_null<T>(s[i]); }
+
 // What a unit's forward saved for its backward. Layers derive their own; it is freed when
 // the backward ends, which is what releases a chunk's activations.
 struct Stash {

@@ -24,8 +24,6 @@ struct GdnStash : Stash {
   Tensor o, rstd_o, y;              // core output, its norm rstd, gated-norm output
 };
 
-template <class T> const T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
-template <class T> const T* state_ptr(const State& s, int i) { return s.empty() ? nullptr : ptr_or_null<T>(s[i]); }
 }  // namespace
 
 GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, DType dt, Rng& rng)

@@ -26,9 +26,7 @@ struct Mamba3Stash : Stash {
   Tensor y, o;                    // core output [rows, H, R, P]; gated output [rows, H*P]
 };
 
-template <class T> const T* ptr_or_null(const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 template <class T> T* mut_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
-template <class T> const T* state_ptr(const State& s, int i) { return s.empty() ? nullptr : ptr_or_null<T>(s[i]); }
 
 }  // namespace
 

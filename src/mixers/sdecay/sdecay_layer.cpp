@@ -16,7 +16,6 @@ struct SdecayStash : Stash {
   Tensor o;                 // recurrence output
 };
 
-template <class T> const T* state_or_null(const State& s) { return s.empty() ? nullptr : s[0].data<T>(); }
 }  // namespace
 
 ScalarDecayAttention::ScalarDecayAttention(const std::string& p, const ModelConfig& cfg, DType dt, Rng& rng)
@@ -66,7 +65,7 @@ Tensor ScalarDecayAttention::forward_impl(const ChunkCtx& ctx, const Tensor& x, 
   }
   s->o = Tensor::zeros({rows, H_ * dv_}, dt);
   const SdecayDims d{B, L, H_, dk_, dv_, 1.0 / std::sqrt(double(dk_))};
-  sdecay_forward<T>(d, s->q.data<T>(), s->k.data<T>(), s->v.data<T>(), s->g.data<T>(), state_or_null<T>(state_in),
+  sdecay_forward<T>(d, s->q.data<T>(), s->k.data<T>(), s->v.data<T>(), s->g.data<T>(), state_ptr<T>(state_in, 0),
                     s->o.data<T>(), state_out[0].data<T>());
   Tensor out = Tensor::zeros({rows, D_}, dt);
   linear_forward<T>(s->o.data<T>(), Wo_.value.data<T>(), out.data<T>(), rows, H_ * dv_, D_);
@@ -91,8 +90,8 @@ Tensor ScalarDecayAttention::backward_impl(const ChunkCtx& ctx, const Tensor& do
   Tensor dq = Tensor::zeros({rows, HK}, dt), dk = Tensor::zeros({rows, HK}, dt), dv = Tensor::zeros({rows, HV}, dt);
   Tensor dg = Tensor::zeros({rows, H_}, dt), da = Tensor::zeros({rows, H_}, dt);
   const SdecayDims d{B, L, H_, dk_, dv_, 1.0 / std::sqrt(double(dk_))};
-  sdecay_backward<T>(d, s.q.data<T>(), s.k.data<T>(), s.v.data<T>(), s.g.data<T>(), state_or_null<T>(s.state_in),
-                     d_o.data<T>(), state_or_null<T>(dstate_out), dq.data<T>(), dk.data<T>(), dv.data<T>(),
+  sdecay_backward<T>(d, s.q.data<T>(), s.k.data<T>(), s.v.data<T>(), s.g.data<T>(), state_ptr<T>(s.state_in, 0),
+                     d_o.data<T>(), state_ptr<T>(dstate_out, 0), dq.data<T>(), dk.data<T>(), dv.data<T>(),
                      dg.data<T>(), dstate_in[0].data<T>());
   // g = -exp(A_log) softplus(a + dt_bias): dg/dA_log = g, dg/da = dg/d dt_bias = -exp(A_log) sigmoid(a + dt_bias).
   for (int64_t r = 0; r < rows; ++r)
