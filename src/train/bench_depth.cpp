@@ -8,6 +8,7 @@
 #include "model/mixer.h"
 #include "model/model.h"
 #include "pipeline/partition.h"
+#include "train/planner.h"
 
 namespace stateflow {
 
@@ -43,44 +44,18 @@ struct StageWeights {
 };
 
 StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit) {
-  const int64_t embedding = m.vocab_size * m.d_model, head = m.d_model + m.d_model * m.vocab_size;
   const std::vector<std::string> blocks = stage_blocks(m, P);
   StageWeights w;
+  w.params = stage_parameters(m, P);
   for (int r = 0; r < P; ++r) {
     double f = 0, b = 0, width = 0;
-    int64_t params = (r == 0 ? embedding : 0) + (r == P - 1 ? head : 0);
     for (char letter : blocks[r]) {
       const BlockUnit u = block_unit(m, letter);
       f += u.forward / unit.forward, b += u.backward / unit.backward, width += u.width / unit.width;
-      params += mixer_for_letter(letter).num_parameters(m) + 3 * m.d_model * m.mlp_hidden + 2 * m.d_model;
     }
-    w.forward.push_back(f), w.backward.push_back(b), w.width.push_back(width), w.params.push_back(params);
+    w.forward.push_back(f), w.backward.push_back(b), w.width.push_back(width);
   }
   return w;
-}
-
-// Each stage's K/V prefixes of one microbatch: the boundary-state tensors that grow with the
-// chunks (model/mixer.h), seq_len rows each, in the state's GPU type on a GPU (its gradient in
-// fp32) and in the run's type on the CPU.
-struct StagePrefixBytes {
-  std::vector<int64_t> prefix, grad;
-};
-
-StagePrefixBytes prefix_bytes_per_stage(const ModelConfig& m, int P, const BenchOptions& o) {
-  const bool gpu = o.device != Device::CPU;
-  const int64_t rows = o.batch / o.microbatches * o.seq_len;
-  StagePrefixBytes b;
-  for (const std::string& blocks : stage_blocks(m, P)) {
-    int64_t prefix = 0, grad = 0;
-    for (char letter : blocks)
-      for (const StateTensorSpec& t : mixer_for_letter(letter).boundary_state(m))
-        if (t.grows_with_chunks) {
-          prefix += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? t.device_dtype : o.dtype));
-          grad += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? DType::F32 : o.dtype));
-        }
-    b.prefix.push_back(prefix), b.grad.push_back(grad);
-  }
-  return b;
 }
 
 int64_t resident_of(const MemorySnapshot& m) {
@@ -160,7 +135,7 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
     t.resident_bytes[s][int(MemCategory::Other)] = int64_t((last ? l.last_transient : l.transient) * d.width_ratio);
   }
   for (double s : l.send) t.send_time.push_back(s * d_ratio);
-  const StagePrefixBytes kv = prefix_bytes_per_stage(target, P, o);
+  const StagePrefixBytes kv = kv_prefix_bytes(target, P, o.batch / o.microbatches * o.seq_len, o.device, o.dtype);
   t.kv_prefix_bytes = kv.prefix, t.kv_grad_bytes = kv.grad;
   const SimResult sim = simulate(make_schedule(parse_schedule_kind(row.schedule), P, o.microbatches, N), t);
   DepthPrediction p{.schedule = row.schedule, .stages = P, .chunks = N, .step_s = sim.makespan,
