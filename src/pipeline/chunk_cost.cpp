@@ -18,25 +18,20 @@ CostTerms& CostTerms::operator+=(const CostTerms& o) {
 
 namespace {
 
-// The three regressors of a sample, in CostTerms order.
-std::array<double, 3> regressors(const CostSample& x) {
-  return {1.0, x.b * x.s, x.b * (x.c * x.s + x.s * x.s / 2)};
-}
-
-// Weighted least squares over the terms in `use` (a bit mask); false when singular.
-bool solve_subset(const std::vector<CostSample>& samples, unsigned use, std::array<double, 3>& coef) {
+// Weighted least squares over the regressors in `use` (a bit mask); false when singular.
+bool solve_subset(const std::vector<std::array<double, 3>>& rows, const std::vector<double>& values, unsigned use,
+                  std::array<double, 3>& coef) {
   std::array<int, 3> idx{};
   int k = 0;
   for (int j = 0; j < 3; ++j)
     if (use & (1u << j)) idx[k++] = j;
   // Normal equations of the rows scaled by 1/value (relative error).
   double A[3][4] = {};
-  for (const CostSample& x : samples) {
-    const double w = x.value > 0 ? 1 / x.value : 1;
-    const std::array<double, 3> r = regressors(x);
+  for (size_t n = 0; n < rows.size(); ++n) {
+    const double w = values[n] > 0 ? 1 / values[n] : 1;
     for (int i = 0; i < k; ++i) {
-      for (int j = 0; j < k; ++j) A[i][j] += w * w * r[idx[i]] * r[idx[j]];
-      A[i][3] += w * w * r[idx[i]] * x.value;
+      for (int j = 0; j < k; ++j) A[i][j] += w * w * rows[n][idx[i]] * rows[n][idx[j]];
+      A[i][3] += w * w * rows[n][idx[i]] * values[n];
     }
   }
   // Gauss-Jordan with partial pivoting on the k x k system.
@@ -59,26 +54,37 @@ bool solve_subset(const std::vector<CostSample>& samples, unsigned use, std::arr
 
 }  // namespace
 
-CostTerms fit_cost_terms(const std::vector<CostSample>& samples, bool with_pairs) {
-  SF_CHECK(!samples.empty(), "cost model: no samples to fit");
-  for (const CostSample& x : samples)
-    SF_CHECK(x.value >= 0 && x.s >= 1 && x.b >= 1 && x.c >= 0, "cost model: a sample (b ", x.b, ", s ", x.s, ", c ",
-             x.c, ") has value ", x.value, "; a measured cost must be a number >= 0");
+std::array<double, 3> fit_nonnegative(const std::vector<std::array<double, 3>>& rows,
+                                      const std::vector<double>& values, unsigned allowed) {
   std::array<double, 3> best{0, 0, 0};
   double best_residual = std::numeric_limits<double>::infinity();
   for (unsigned use = 1; use < 8; ++use) {
-    if (!with_pairs && (use & 4u)) continue;
+    if (use & ~allowed) continue;
     std::array<double, 3> coef;
-    if (!solve_subset(samples, use, coef) || coef[0] < 0 || coef[1] < 0 || coef[2] < 0) continue;
+    if (!solve_subset(rows, values, use, coef) || coef[0] < 0 || coef[1] < 0 || coef[2] < 0) continue;
     double residual = 0;
-    for (const CostSample& x : samples) {
-      const std::array<double, 3> r = regressors(x);
-      const double e = (coef[0] * r[0] + coef[1] * r[1] + coef[2] * r[2] - x.value) / (x.value > 0 ? x.value : 1);
+    for (size_t n = 0; n < rows.size(); ++n) {
+      const double e = (coef[0] * rows[n][0] + coef[1] * rows[n][1] + coef[2] * rows[n][2] - values[n]) /
+                       (values[n] > 0 ? values[n] : 1);
       residual += e * e;
     }
     if (residual < best_residual) best_residual = residual, best = coef;
   }
-  return {best[0], best[1], best[2]};
+  return best;
+}
+
+CostTerms fit_cost_terms(const std::vector<CostSample>& samples, bool with_pairs) {
+  SF_CHECK(!samples.empty(), "cost model: no samples to fit");
+  std::vector<std::array<double, 3>> rows;
+  std::vector<double> values;
+  for (const CostSample& x : samples) {
+    SF_CHECK(x.value >= 0 && x.s >= 1 && x.b >= 1 && x.c >= 0, "cost model: a sample (b ", x.b, ", s ", x.s, ", c ",
+             x.c, ") has value ", x.value, "; a measured cost must be a number >= 0");
+    rows.push_back({1.0, x.b * x.s, x.b * (x.c * x.s + x.s * x.s / 2)});
+    values.push_back(x.value);
+  }
+  const std::array<double, 3> c = fit_nonnegative(rows, values, with_pairs ? 7u : 3u);
+  return {c[0], c[1], c[2]};
 }
 
 std::vector<std::string> layer_kinds(const ModelConfig& m) {

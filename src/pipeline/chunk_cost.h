@@ -9,6 +9,7 @@
 // grow with the prefix. A stage's cost is the sum of its layers' terms (the terms are linear),
 // so costs profiled once per layer kind price any pipeline depth and any partition.
 #pragma once
+#include <array>
 #include <map>
 #include <string>
 #include <vector>
@@ -30,7 +31,14 @@ struct CostSample {
   double b = 1, s = 0, c = 0, value = 0;
 };
 
-// Least squares in relative error (each sample weighs value^-1, so short chunks' overheads
+// Least squares of values ~ sum_j coef_j * rows[i][j] in relative error (row i weighs
+// values[i]^-1), every coef >= 0: the best fit over the subsets of the regressors in `allowed`
+// (bit j: regressor j) whose unconstrained solution is non-negative. Regressors outside
+// `allowed` get 0.
+std::array<double, 3> fit_nonnegative(const std::vector<std::array<double, 3>>& rows,
+                                      const std::vector<double>& values, unsigned allowed);
+
+// fit_nonnegative on the regressors (1, b*s, b*(c*s + s*s/2)): (each sample weighs value^-1, so short chunks' overheads
 // count as much as long chunks' time), every term >= 0 (the best fit over the subsets of terms
 // whose unconstrained solution is non-negative). with_pairs false keeps per_pair = 0 (layers
 // whose cost does not grow with the prefix). Throws Error without samples or with a value < 0.

@@ -81,6 +81,7 @@ CostTable plan_cost_table(const CostModel& c, const std::vector<PassCosts>& stag
   const StagePrefixBytes kv =
       kv_prefix_bytes(space.model, P, space.batch / p.microbatches * space.seq_len, space.device, space.dtype);
   t.kv_prefix_bytes = kv.prefix, t.kv_grad_bytes = kv.grad;
+  if (space.message_s > 0) t.send_time.assign(size_t(N), space.message_s);
   return t;
 }
 
@@ -97,6 +98,10 @@ void predict_plan(const CostModel& c, const std::vector<PassCosts>& stages, cons
 }
 
 std::vector<Plan> search_plans(const CostModel& c, const PlanSpace& space) {
+  return search_plans(c, c.stage_costs(space.model, space.stages), space);
+}
+
+std::vector<Plan> search_plans(const CostModel& c, const std::vector<PassCosts>& stages, const PlanSpace& space) {
   SF_CHECK(space.seq_len >= 1 && space.batch >= 1, "planner: needs --batch and --seq-len");
   std::vector<int> Ms = space.microbatches;
   if (Ms.empty())
@@ -106,7 +111,6 @@ std::vector<Plan> search_plans(const CostModel& c, const PlanSpace& space) {
   if (Ns.empty())
     for (int n = 2; n <= 64 && n * space.multiple <= space.seq_len; n *= 2) Ns.push_back(n);
   const std::vector<double>& alphas = space.alphas.empty() ? partition_alphas() : space.alphas;
-  const std::vector<PassCosts> stages = c.stage_costs(space.model, space.stages);
   std::vector<Plan> out;
   for (const std::string& schedule : space.schedules) {
     const bool chunked = parse_schedule_kind(schedule) == ScheduleKind::StateFlow;
@@ -255,10 +259,10 @@ std::vector<int64_t> chunk_lengths_from_plan_file(const std::string& path, int64
     SF_CHECK(x.is_number_integer(), "plan file '", path, "': chunk_lengths must be whole numbers");
     lengths.push_back(x.get<int64_t>());
   }
-  SF_CHECK(j.value("seq_len", seq_len) == seq_len, "plan file '", path, "' was made for --seq-len ",
+  SF_CHECK(seq_len == 0 || j.value("seq_len", seq_len) == seq_len, "plan file '", path, "' was made for --seq-len ",
            j.value("seq_len", int64_t(0)), " but this run has --seq-len ", seq_len,
            ": plan again with --seq-len ", seq_len);
-  validate_chunk_lengths(lengths, seq_len);
+  if (seq_len) validate_chunk_lengths(lengths, seq_len);
   return lengths;
 }
 

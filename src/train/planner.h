@@ -8,7 +8,8 @@
 // kinds' terms, and each stage's peak memory by category (weights, grads and optimizer state
 // at the profiled bytes per parameter; each unit's stash at the profiled bytes per token, or
 // under recomputation the layers' inputs; the K/V prefixes by their formula). Transient
-// working memory and sends between stages are not in the prediction.
+// working memory is not in the prediction, nor are messages between stages unless
+// PlanSpace::message_s says what one costs.
 #pragma once
 #include <iosfwd>
 #include <nlohmann/json_fwd.hpp>
@@ -45,6 +46,9 @@ struct PlanSpace {
   std::vector<double> alphas;     // empty: partition_alphas()
   int64_t multiple = 1;           // cuts on multiples of this (chunk_partition.h)
   double memory_bytes = 0;        // per device; 0: no limit
+  // Seconds every message between stages adds (latency, waking the receiver): not profiled (one
+  // stage sends nothing); the chunk tuner fits it to a run's measured steps.
+  double message_s = 0;
 };
 
 struct Plan {
@@ -82,6 +86,8 @@ CostTerms unit_cost(const std::vector<PassCosts>& stages, bool recompute);
 // Every configuration of the space, predicted; ranked: those that fit by predicted tokens/s,
 // then those that do not.
 std::vector<Plan> search_plans(const CostModel& c, const PlanSpace& space);
+// The same on given stage costs (e.g. tuned by measurements, chunk_tuner.h).
+std::vector<Plan> search_plans(const CostModel& c, const std::vector<PassCosts>& stages, const PlanSpace& space);
 // The best that fits of one schedule, or nullptr.
 const Plan* best_plan(const std::vector<Plan>& ranked, const std::string& schedule);
 
@@ -106,7 +112,7 @@ struct AutoChunks {
 };
 AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log);
 
-// Chunk lengths from a plan file, checked against the run's sequence length.
+// Chunk lengths from a plan file, checked against the run's sequence length (0: unchecked).
 std::vector<int64_t> chunk_lengths_from_plan_file(const std::string& path, int64_t seq_len);
 
 }  // namespace stateflow
