@@ -8,6 +8,8 @@
 #include "cli/common.h"
 #include "train/bench.h"
 #include "train/bench_depth.h"
+#include "pipeline/chunk_partition.h"
+#include "train/planner.h"
 
 namespace stateflow::cli {
 
@@ -31,6 +33,51 @@ static std::vector<T> comma_list(const std::string& text) {
     }
   }
   return out;
+}
+
+// --chunks auto: stateflow at the planner's N with equal, balanced and the best alpha's chunks,
+// the --schedules baselines at this --microbatches and --recompute, and the best that the
+// planner finds for each schedule over every M and recompute (the same search for all).
+static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const PipelineOptions& pipe,
+                                            const std::vector<std::string>& schedules, double memory_bytes) {
+  PlanSpace space = pipe.auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory_bytes);
+  space.schedules = {"stateflow"};
+  const AutoChunks a =
+      choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout);
+  const std::vector<PassCosts> stages = a.costs.stage_costs(o.model, o.stages);
+  std::vector<PlannedRun> runs;
+  auto add = [&](const std::string& label, Plan p) {
+    for (PlannedRun& r : runs)
+      if (r.schedule == p.schedule && r.microbatches == p.microbatches && r.recompute == p.recompute &&
+          r.chunk_lengths == p.chunk_lengths) {
+        r.label += " = " + label;
+        return;
+      }
+    predict_plan(a.costs, stages, space, p);
+    runs.push_back({label, p.schedule, p.microbatches, p.recompute, p.chunk_lengths, p.step_s});
+  };
+  const double b = double(o.batch / o.microbatches);
+  for (auto [label, alpha] : {std::pair<std::string, double>{"equal", 0.0}, {"balanced", 1.0},
+                              {cat("best alpha ", a.plan.alpha), a.plan.alpha}}) {
+    Plan p = a.plan;
+    p.alpha = alpha;
+    p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
+    if (!p.chunk_lengths.empty()) add(label, p);
+  }
+  for (const std::string& name : schedules) {
+    if (parse_schedule_kind(name) == ScheduleKind::StateFlow) continue;
+    Plan p;
+    p.schedule = name, p.microbatches = o.microbatches, p.recompute = o.recompute, p.chunk_lengths = {o.seq_len};
+    add(name, p);
+    space.schedules.push_back(name);
+  }
+  // Every schedule tuned over the same space: M, recompute, and stateflow's N and alpha.
+  space.microbatches.clear(), space.recompute = {false, true};
+  const std::vector<Plan> ranked = search_plans(a.costs, space);
+  print_plans(ranked, space, 10, std::cout);
+  for (const std::string& name : space.schedules)
+    if (const Plan* best = best_plan(ranked, name)) add("tuned " + name, *best);
+  return runs;
 }
 
 void add_bench_command(CLI::App& root) {
@@ -88,7 +135,15 @@ void add_bench_command(CLI::App& root) {
   app->callback([=]() {
     BenchOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
-    o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
+    if (pipe->chunks_auto) {
+      SF_CHECK(sweep->empty() && predict_from->empty(), "--chunks auto plans its own runs: leave out --chunk-sweep "
+                                                        "and --predict-from");
+      o.planned = planned_runs(o, *pipe, comma_list<std::string>(*schedules),
+                               o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30));
+      o.chunk_lengths = o.planned.front().chunk_lengths;
+    } else {
+      o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
+    }
     o.schedules = comma_list<std::string>(*schedules);
     o.chunk_sweep = comma_list<int>(*sweep);
     o.simulate_stages = comma_list<int>(*simulate_stages);
