@@ -8,7 +8,7 @@
 //                  [--chunk-len 1024,2048,...] [--json FILE]
 // --split: the sweeps' piece lengths to run, each over every --len: "auto" (the core's own
 // choice for batch x heads, the default), "off" (the unsplit sequential sweeps) or tokens per
-// piece (a multiple of 64). --piece-tile: rows per piece-sweep block (16, 32, 64; 0 = core's).
+// piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).
 // --chunk-len (batch 1): also runs each length cut into chunks of these many tokens, the way
 // the pipeline calls the core (state S and its gradient carried from chunk to chunk, backward
 // last chunk first), one row per chunk length: the whole sequence's time and whether the

@@ -1072,9 +1072,9 @@ int pick_value_tile(const GdnDims& d, int requested) {
 }
 
 int pick_piece_tile(int requested) {
-  SF_CHECK(requested == 0 || requested == 16 || requested == 32 || requested == 64,
-           "GDN CUDA core: piece_tile must be 16, 32 or 64 (or 0 for automatic), got ", requested);
-  return requested ? requested : 32;
+  SF_CHECK(requested == 0 || requested == 32 || requested == 64 || requested == 128,
+           "GDN CUDA core: piece_tile must be 32, 64 or 128 (or 0 for automatic), got ", requested);
+  return requested ? requested : 64;
 }
 
 // Split core, forward sweeps (steps 1-3 above); S_out (when a.S_out) comes from the fold.
@@ -1096,11 +1096,13 @@ void split_reverse_sweeps(const Args& a, cudaStream_t stream) {
   launch(piece_reverse_kernel<BV>, grid, SWEEP_WARPS * 32, Smem::bytes, stream, a, true);
 }
 
+// The reverse sweep's shared memory holds at most 64-row tiles.
 void split_sweeps(bool reverse, int tile, const Args& a, cudaStream_t stream) {
+  if (reverse) return tile == 32 ? split_reverse_sweeps<32>(a, stream) : split_reverse_sweeps<64>(a, stream);
   switch (tile) {
-    case 16: reverse ? split_reverse_sweeps<16>(a, stream) : split_forward_sweeps<16>(a, stream); break;
-    case 32: reverse ? split_reverse_sweeps<32>(a, stream) : split_forward_sweeps<32>(a, stream); break;
-    default: reverse ? split_reverse_sweeps<64>(a, stream) : split_forward_sweeps<64>(a, stream);
+    case 32: split_forward_sweeps<32>(a, stream); break;
+    case 64: split_forward_sweeps<64>(a, stream); break;
+    default: split_forward_sweeps<128>(a, stream);
   }
 }
 

@@ -62,7 +62,8 @@ struct GdnCudaConfig {
   // multiples of the piece length (of 64 when unsplit), so keep it fixed across a model's calls.
   static constexpr int kUnsplit = -1;
   int piece_len = 0;
-  // Split core: rows per block of the piece sweeps (16, 32 or 64; 0 = 32).
+  // Split core: rows per block of the piece sweeps (32, 64 or 128; 0 = 64). The reverse sweeps
+  // use at most 64.
   int piece_tile = 0;
   // When non-null: synchronises after each stage and writes its time in ms here (forward:
   // 3 entries Pre, ST, Out; backward: 4 entries B1 (0 when skipped), B2, B3, B4). For benchmarks.

@@ -347,7 +347,7 @@ TEST(GdnCoreCuda, SplitCoreMatchesFloat64RecurrenceIncludingExtremeDecays) {
     const Ref ref = reference(p);
     // Whole-tensor (2-norm) errors for the 2x comparison, the worst entry for the band.
     const auto e_unsplit = errors(run_gpu(p, unsplit()), ref, rms_rel_err<double, double>);
-    for (auto [len, tile] : {std::pair{64, 16}, {128, 32}, {192, 64}, {512, 0}}) {
+    for (auto [len, tile] : {std::pair{64, 32}, {128, 64}, {192, 128}, {512, 0}}) {
       const Gpu gpu = run_gpu(p, pieces_of(len, tile));
       EXPECT_FALSE(has_nan(gpu.o) || has_nan(gpu.dq) || has_nan(gpu.dk) || has_nan(gpu.dS_in) || has_nan(gpu.dg));
       const auto e_max = errors(gpu, ref), e = errors(gpu, ref, rms_rel_err<double, double>);
@@ -369,8 +369,8 @@ TEST(GdnCoreCuda, SplitCoreIsTheSameForEveryPieceTile) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   const Problem p = make_problem(rng, 2, 390, 2);
-  const Gpu a = run_gpu(p, pieces_of(128, 16));
-  for (int tile : {32, 64}) {
+  const Gpu a = run_gpu(p, pieces_of(128, 32));
+  for (int tile : {64, 128}) {
     SCOPED_TRACE("tile " + std::to_string(tile));
     expect_bitwise_equal(run_gpu(p, pieces_of(128, tile)), a);
   }
