@@ -619,67 +619,87 @@ __global__ void __launch_bounds__(SWEEP_WARPS * 32) piece_reverse_kernel(Args a,
   backward_sweep<BV, PIECE_STAGES, SWEEP_WARPS>(a, b, h, sp, sm, threadIdx.x, 1);
 }
 
-constexpr int FOLD_ROWS = 16;  // state rows per fold block: DV / 16 blocks per (batch, head)
-constexpr int FOLD_SLAB = 32;  // rows of A_p staged in shared memory at a time
+constexpr int FOLD_ROWS = 16;    // state rows per fold block: DV / 16 blocks per (batch, head)
+constexpr int FOLD_LD = DK + 1;  // padded rows of A_p: A[k][j] and A[j][k] reads are both conflict-free
+
+struct FoldSmem {
+  static constexpr int A = 0;                               // A_p, two buffers, fp32 [128][FOLD_LD]
+  static constexpr int U = A + 2 * DK * FOLD_LD * 4;        // U_p's rows, two buffers, fp32 [FOLD_ROWS][128]
+  static constexpr int X = U + 2 * FOLD_ROWS * DK * 4;      // the running rows, fp32 [FOLD_ROWS][128]
+  static constexpr int bytes = X + FOLD_ROWS * DK * 4;
+};
 
 // The fold in fp32, one block per FOLD_ROWS state rows of one (batch, head), 256 threads
-// (thread: column j, rows i0..i0+7). Forward: X_0 = S_in, X_{p+1} = X_p A_p + U_p, Sp[p] = X_p
-// (p >= 1), S_out = X_NP. Backward (TRANSPOSED): X_NP = dS_out, X_p = X_{p+1} A_p^T + V_p
-// (V_p in Up), Sp[p] = X_{p+1} (p < NP - 1), dS_in = X_0. A null start is zero and its first
-// step is X = U exactly. Each sum runs over k in order: deterministic.
+// (thread: column j, rows i0..i0+7); A_{p+1} and U_{p+1} load (cp.async) while step p computes.
+// Forward: X_0 = S_in, X_{p+1} = X_p A_p + U_p, Sp[p] = X_p (p >= 1), S_out = X_NP.
+// Backward (TRANSPOSED): X_NP = dS_out, X_p = X_{p+1} A_p^T + V_p (V_p in Up), Sp[p] = X_{p+1}
+// (p < NP - 1), dS_in = X_0. A null start is zero and its first step is X = U exactly. Each
+// sum starts from U and adds k = 0..127 in order: deterministic.
 template <bool TRANSPOSED>
 __global__ void __launch_bounds__(256) fold_kernel(Args a) {
-  __shared__ float X[FOLD_ROWS][DK];
-  __shared__ float slab[FOLD_SLAB][DK + 1];
+  extern __shared__ __align__(16) char sm[];
+  using S = FoldSmem;
+  float* X = reinterpret_cast<float*>(sm + S::X);
   const int r0 = blockIdx.x * FOLD_ROWS, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int j = tid & (DK - 1), i0 = (tid >> 7) * 8;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + r0) * DK;
   const float* start = TRANSPOSED ? a.dS_out : a.S_in;
   float* end = TRANSPOSED ? a.dS_in : a.S_out;
+  auto piece = [&](int step) { return TRANSPOSED ? a.NP - 1 - step : step; };
+  auto fetch = [&](int step) {
+    const int p = piece(step), buf = step & 1;
+    const float* Am = a.Ap + a.piece_row(b, h, p, 0);
+    const float* Um = a.Up + a.piece_row(b, h, p, r0);
+    float* As = reinterpret_cast<float*>(sm + S::A) + buf * DK * FOLD_LD;
+    float* Us = reinterpret_cast<float*>(sm + S::U) + buf * FOLD_ROWS * DK;
+    for (int e = tid; e < DK * DK; e += 256) cuda::cp_async4(As + (e / DK) * FOLD_LD + e % DK, Am + e);
+    for (int e = tid; e < FOLD_ROWS * DK; e += 256) cuda::cp_async4(Us + e, Um + e);
+  };
   bool zero = start == nullptr;
 #pragma unroll
-  for (int i = 0; i < 8; ++i) X[i0 + i][j] = zero ? 0.f : start[tile + (i0 + i) * DK + j];
+  for (int i = 0; i < 8; ++i) X[(i0 + i) * DK + j] = zero ? 0.f : start[tile + (i0 + i) * DK + j];
+  fetch(0);
+  cuda::cp_async_commit();
   for (int step = 0; step < a.NP; ++step) {
-    const int p = TRANSPOSED ? a.NP - 1 - step : step;
-    if (step > 0) {  // the state the fold hands piece p's sweep (own elements: no barrier needed)
+    const int p = piece(step);
+    if (step + 1 < a.NP) fetch(step + 1);
+    cuda::cp_async_commit();
+    cuda::cp_async_wait<1>();
+    __syncthreads();  // A_p and U_p have landed; X holds the last step's rows
+    if (step > 0) {   // the state the fold hands piece p's sweep
       float* dst = a.Sp + a.piece_row(b, h, p, r0);
 #pragma unroll
-      for (int i = 0; i < 8; ++i) dst[(i0 + i) * DK + j] = X[i0 + i][j];
+      for (int i = 0; i < 8; ++i) dst[(i0 + i) * DK + j] = X[(i0 + i) * DK + j];
     }
-    const float* Um = a.Up + a.piece_row(b, h, p, r0);
-    const float* Am = a.Ap + a.piece_row(b, h, p, 0);
+    const float* As = reinterpret_cast<const float*>(sm + S::A) + (step & 1) * DK * FOLD_LD;
+    const float* Us = reinterpret_cast<const float*>(sm + S::U) + (step & 1) * FOLD_ROWS * DK;
     float acc[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) acc[i] = Um[(i0 + i) * DK + j];
+    for (int i = 0; i < 8; ++i) acc[i] = Us[(i0 + i) * DK + j];
     if (!zero) {
-      for (int k0 = 0; k0 < DK; k0 += FOLD_SLAB) {
-        __syncthreads();
-        for (int e = tid; e < FOLD_SLAB * DK; e += 256) {
-          if (TRANSPOSED) {  // slab[kk][c] = A[c][k0 + kk], read along rows of A
-            const int kk = e % FOLD_SLAB, c = e / FOLD_SLAB;
-            slab[kk][c] = Am[c * DK + k0 + kk];
-          } else {
-            const int kk = e / DK, c = e % DK;
-            slab[kk][c] = Am[(k0 + kk) * DK + c];
-          }
-        }
-        __syncthreads();
-#pragma unroll 8
-        for (int kk = 0; kk < FOLD_SLAB; ++kk) {
-          const float m = slab[kk][j];
+      for (int k = 0; k < DK; k += 4) {
+        float4 x[8];
 #pragma unroll
-          for (int i = 0; i < 8; ++i) acc[i] = fmaf(X[i0 + i][k0 + kk], m, acc[i]);
+        for (int i = 0; i < 8; ++i) x[i] = *reinterpret_cast<const float4*>(X + (i0 + i) * DK + k);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const float m = TRANSPOSED ? As[j * FOLD_LD + k + kk] : As[(k + kk) * FOLD_LD + j];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const float xv = kk == 0 ? x[i].x : kk == 1 ? x[i].y : kk == 2 ? x[i].z : x[i].w;
+            acc[i] = fmaf(xv, m, acc[i]);
+          }
         }
       }
     }
-    __syncthreads();  // every thread is done reading X
+    __syncthreads();  // every thread is done reading X and this step's buffers
 #pragma unroll
-    for (int i = 0; i < 8; ++i) X[i0 + i][j] = acc[i];
+    for (int i = 0; i < 8; ++i) X[(i0 + i) * DK + j] = acc[i];
     zero = false;
   }
   if (end) {
 #pragma unroll
-    for (int i = 0; i < 8; ++i) end[tile + (i0 + i) * DK + j] = X[i0 + i][j];
+    for (int i = 0; i < 8; ++i) end[tile + (i0 + i) * DK + j] = X[(i0 + i) * DK + j];
   }
 }
 
@@ -1082,7 +1102,7 @@ template <int BV>
 void split_forward_sweeps(const Args& a, cudaStream_t stream) {
   using Smem = FwdSweepSmem<BV, PIECE_STAGES>;
   launch(piece_maps_kernel<BV>, dim3(a.NP * (DV + DK) / BV, a.H, a.B), SWEEP_WARPS * 32, Smem::bytes, stream, a);
-  launch(fold_kernel<false>, dim3(DV / FOLD_ROWS, a.H, a.B), 256, 0, stream, a);
+  launch(fold_kernel<false>, dim3(DV / FOLD_ROWS, a.H, a.B), 256, FoldSmem::bytes, stream, a);
   launch(piece_sweeps_kernel<BV>, dim3(a.NP * DV / BV, a.H, a.B), SWEEP_WARPS * 32, Smem::bytes, stream, a);
 }
 
@@ -1092,7 +1112,7 @@ void split_reverse_sweeps(const Args& a, cudaStream_t stream) {
   using Smem = BwdSweepSmem<BV, PIECE_STAGES>;
   const dim3 grid(a.NP * DV / BV, a.H, a.B);
   launch(piece_reverse_kernel<BV>, grid, SWEEP_WARPS * 32, Smem::bytes, stream, a, false);
-  launch(fold_kernel<true>, dim3(DV / FOLD_ROWS, a.H, a.B), 256, 0, stream, a);
+  launch(fold_kernel<true>, dim3(DV / FOLD_ROWS, a.H, a.B), 256, FoldSmem::bytes, stream, a);
   launch(piece_reverse_kernel<BV>, grid, SWEEP_WARPS * 32, Smem::bytes, stream, a, true);
 }
 
