@@ -257,6 +257,7 @@ Result run(int64_t B, int64_t H, int64_t T, int64_t R, int reps, int64_t chunk_l
 
   // The M row's core count for one head (sub-chunk 64 / R tokens), nt = tokens x heads.
   stateflow::ModelConfig one_head;
+  one_head.pattern = "M";
   one_head.mixers["mamba3"] = {{"heads", 1}, {"head_dim", P}, {"state_size", N}, {"rank", R}, {"block_size", 64 / R}};
   one_head.complete_sections();
   const stateflow::MixerFlops f = stateflow::mixer_for_letter('M').flops_per_token(one_head);
