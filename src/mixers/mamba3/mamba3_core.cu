@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/reduce_cuda.h"
 
@@ -40,7 +41,10 @@ using cuda::Frag;
 using cuda::Lay;
 using cuda::mma_acc;
 using cuda::put2;
+using cuda::row_dot;
 using cuda::Tile;
+using cuda::tile_at;
+using cuda::warp_sum;
 
 constexpr int M = 64;             // rows per sub-chunk
 constexpr int P = 64, N = 128;    // head sizes this build supports
@@ -66,11 +70,6 @@ struct Args {
   __device__ int64_t bh(int b_, int h) const { return int64_t(b_) * H + h; }
   __device__ int64_t sub(int b_, int h, int n) const { return bh(b_, h) * NS + n; }
 };
-
-template <class TT>
-__device__ TT tile_at(char* sm, int off) {
-  return TT{reinterpret_cast<bf16*>(sm + off)};
-}
 
 // Rows of sub-chunk n of (b, h) from a [B, T, H, R, W] tensor; rows past the end are zeros.
 template <class TT>
@@ -141,23 +140,6 @@ __device__ float block_sum(float v, float* red, int tid) {
   const float r = red[0];
   __syncthreads();
   return r;
-}
-
-// part[m0 + r] (r < 16) = sum over this warp's columns of f[r][c] * t[m0 + r][n0 + c].
-template <int WN, class TT>
-__device__ void row_dot(Frag<16, WN>& f, TT t, int m0, int n0, float* part) {
-  float s[2] = {0.f, 0.f};
-  f.each_pair([&](int r, int c, float& x0, float& x1) {
-    const bf16* p = t.at(m0 + r, n0 + c);
-    s[r >> 3] += x0 * bf(p[0]) + x1 * bf(p[1]);
-  });
-  const int l = threadIdx.x & 31;
-  s[0] = cuda::quad_sum(s[0]);
-  s[1] = cuda::quad_sum(s[1]);
-  if ((l & 3) == 0) {
-    part[m0 + (l >> 2)] = s[0];
-    part[m0 + (l >> 2) + 8] = s[1];
-  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -300,11 +282,6 @@ struct FoldSmem {
   static constexpr int u = bl + MAX_RANK * N * 4;
   static constexpr int bytes = u + MAX_RANK * P * 4;
 };
-
-__device__ float warp_sum(float s) {  // the same butterfly order in every lane
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  return s;
-}
 
 __global__ void __launch_bounds__(256) fold_kernel(Args a) {
   using S = FoldSmem;
