@@ -21,6 +21,8 @@
 #include "mixers/gdn/gdn_core_cuda.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cuda/mma_tile.cuh"
@@ -953,7 +955,7 @@ void cuda_check(cudaError_t e, const char* what) {
 int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
   const int ns = int((d.len + C - 1) / C);
   int len = cfg.piece_len;
-  if (len == 0) len = gdn_cuda_auto_piece_len(d.batch * d.heads);
+  if (len == 0) len = gdn_cuda_default_piece_len();
   if (len == GdnCudaConfig::kUnsplit) return ns;
   SF_CHECK(len >= C && len % C == 0, "GDN CUDA core: piece_len must be a positive multiple of ", C,
            " tokens, 0 (automatic) or GdnCudaConfig::kUnsplit, got ", cfg.piece_len);
@@ -962,7 +964,7 @@ int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
 
 bool is_split(const GdnCudaConfig& cfg, const GdnDims& d) {
   return cfg.piece_len != GdnCudaConfig::kUnsplit &&
-         (cfg.piece_len != 0 || gdn_cuda_auto_piece_len(d.batch * d.heads) != GdnCudaConfig::kUnsplit);
+         (cfg.piece_len != 0 || gdn_cuda_default_piece_len() != GdnCudaConfig::kUnsplit);
 }
 
 struct WsLayout {
@@ -1108,10 +1110,19 @@ void split_sweeps(bool reverse, int tile, const Args& a, cudaStream_t stream) {
 
 }  // namespace
 
-int gdn_cuda_auto_piece_len(int64_t batch_x_heads) {
-  // Enough pieces to fill the GPU at small batch x heads; one piece per 2048-token step of the
-  // pipeline's chunking otherwise, so the split never changes where cuts are bitwise neutral.
-  return batch_x_heads <= 32 ? 512 : batch_x_heads <= 128 ? 1024 : 2048;
+int gdn_cuda_default_piece_len() {
+  // Unsplit unless asked: the layer calls the core once per pipeline chunk (2048 tokens by
+  // default), where three sweeps' work over a chunk's few pieces costs more than one sweep at
+  // every batch x heads measured (docs/benchmarks.md).
+  const char* env = std::getenv("STATEFLOW_GDN_PIECE_LEN");
+  if (env == nullptr || std::strcmp(env, "off") == 0) return GdnCudaConfig::kUnsplit;
+  char* end = nullptr;
+  const long len = std::strtol(env, &end, 10);
+  SF_CHECK(*env != '\0' && *end == '\0' && len >= C && len <= 2048 && 2048 % len == 0,
+           "STATEFLOW_GDN_PIECE_LEN must be off or a piece length in tokens that divides 2048 and is a multiple of ",
+           C, " (64, 128, 256, 512, 1024 or 2048, so that chunk cuts at 2048-token multiples stay bitwise), got '",
+           env, "'");
+  return int(len);
 }
 
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {

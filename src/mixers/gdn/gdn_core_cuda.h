@@ -24,7 +24,7 @@
 //             B3  the reverse dS sweep (sequential like ST); when nothing was kept a second
 //                 warpgroup per block re-runs the forward sweep (B1') beside it
 //             B4  all remaining gradients (parallel)
-// Split core (the default at small batch x heads, GdnCudaConfig::piece_len): ST and B3 cut each
+// Split core (GdnCudaConfig::piece_len or STATEFLOW_GDN_PIECE_LEN; off by default): ST and B3 cut each
 // sequence into pieces of piece_len tokens swept in parallel from a zero state, plus each
 // piece's state transition (fp32, exact: no truncation), folded in piece order in fp32; then
 // each piece is swept again from its true entering state (three sweeps' work spread over
@@ -57,9 +57,9 @@ struct GdnCudaConfig {
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;
-  // Split core: tokens per piece, a multiple of 64; 0 picks gdn_cuda_auto_piece_len(batch x
-  // heads); kUnsplit runs the sequential sweeps. Splits of a sequence are bitwise neutral at
-  // multiples of the piece length (of 64 when unsplit), so keep it fixed across a model's calls.
+  // Split core: tokens per piece, a multiple of 64; 0 takes gdn_cuda_default_piece_len();
+  // kUnsplit runs the sequential sweeps. Splits of a sequence are bitwise neutral at multiples
+  // of the piece length (of 64 when unsplit), so keep it fixed across a model's calls.
   static constexpr int kUnsplit = -1;
   int piece_len = 0;
   // Split core: rows per block of the piece sweeps (32, 64 or 128; 0 = 64). The reverse sweeps
@@ -73,8 +73,9 @@ struct GdnCudaConfig {
 // Bytes of device workspace both calls need for dims d (the backward need; forward uses part).
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg = {});
 
-// The automatic piece length for batch x heads (tokens; a divisor of 2048, or kUnsplit).
-int gdn_cuda_auto_piece_len(int64_t batch_x_heads);
+// What piece_len = 0 means: the environment variable STATEFLOW_GDN_PIECE_LEN, "off" (kUnsplit,
+// also when unset) or tokens per piece dividing 2048 (anything else is an error naming it).
+int gdn_cuda_default_piece_len();
 // The piece length a call with these dims and config uses (0 when not split).
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -445,12 +446,47 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   EXPECT_THROW(gdn_cuda_workspace_bytes(d, cfg), Error);
 }
 
-TEST(GdnCoreCuda, AutomaticPieceLengthDividesTheAlignedCut) {
-  // The pipeline's chunk cuts are bitwise neutral at multiples of 2048 tokens only if every
-  // automatic piece length divides 2048.
-  for (int64_t bh : {1, 16, 32, 33, 128, 129, 4096}) {
-    const int len = gdn_cuda_auto_piece_len(bh);
-    EXPECT_TRUE(len == GdnCudaConfig::kUnsplit || (len > 0 && 2048 % len == 0 && len % 64 == 0)) << bh;
+// Sets an environment variable for one scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(GdnCoreCuda, DefaultPieceLengthComesFromTheEnvironment) {
+  const char* var = "STATEFLOW_GDN_PIECE_LEN";
+  GdnDims d;
+  d.len = 4096, d.heads = 2;
+  {
+    ScopedEnv env(var, "off");
+    EXPECT_EQ(gdn_cuda_default_piece_len(), GdnCudaConfig::kUnsplit);
+    EXPECT_EQ(gdn_cuda_piece_len(d), 0);
+  }
+  {
+    ScopedEnv env(var, "1024");
+    EXPECT_EQ(gdn_cuda_default_piece_len(), 1024);
+    EXPECT_EQ(gdn_cuda_piece_len(d), 1024);
+    GdnCudaConfig unsplit_cfg;
+    unsplit_cfg.piece_len = GdnCudaConfig::kUnsplit;  // the config's own choice wins
+    EXPECT_EQ(gdn_cuda_piece_len(d, unsplit_cfg), 0);
+  }
+  // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
+  for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
+    ScopedEnv env(var, bad);
+    try {
+      gdn_cuda_default_piece_len();
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
+    }
   }
 }
 
