@@ -2,10 +2,11 @@
 // through cuBLAS (the denominator of the model's MFU), and each fused kernel's time and
 // achieved bandwidth at T tokens x D model width, against a device-to-device copy.
 // CUDA events, warm-up, median of repeats; random data (never zeros). Then whole training
-// steps of gdn-1.3b on one sequence of T tokens (train/cuda/train_step_bench.h): tokens/s,
+// steps of a preset (gdn-1.3b unless --train-preset) on one sequence of T tokens (train/cuda/train_step_bench.h): tokens/s,
 // model TFLOP/s and MFU against the GEMM ceiling measured above and the datasheet figure.
 //
 //   kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] [--train-warmup 1]
+//                 [--train-preset gdn-1.3b]
 //
 // Bytes are the fewest each kernel must move (every input read once, every output written
 // once; parameters and per-row scalars included); GB/s = those bytes / median time.
@@ -143,13 +144,15 @@ constexpr double kDatasheetTflops = 989.0;
 
 double gib(int64_t bytes) { return double(bytes) / 1073741824.0; }
 
-// Whole training steps of gdn-1.3b on one sequence of T tokens; MFU against the best and the
+// Whole training steps of a preset on one sequence of T tokens; MFU against the best and the
 // mean of the GEMMs measured at T rows (gemm_tflops) and against the datasheet.
-void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vector<double>& gemm_tflops) {
+void bench_training(const std::string& preset, int64_t T, int64_t D, int warmup, int steps,
+                    const std::vector<double>& gemm_tflops) {
   TrainStepBenchOptions o;
+  o.model = model_preset(preset);
   o.seq_len = T, o.warmup_steps = warmup, o.steps = steps;
   const ModelConfig& m = o.model;
-  const ModelFlops flops = model_flops_per_token(m);
+  const ModelFlops flops = model_flops_per_token(m, T);
   std::printf("\ntraining step: %s (%.3f B parameters, width %lld, pattern %s, %s, MLP %lld, vocab %lld), batch "
               "%lld x %lld tokens, one stage, one chunk; fp32 master weights, bf16 GEMMs and activations; %d warm-up "
               "+ %d timed steps\n",
@@ -162,9 +165,10 @@ void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vect
   std::printf("  a step: zero grads, forward + backward, global grad norm, clip, AdamW + bf16 re-cast of the GEMM "
               "weights; the device synchronised after each phase; batches drawn before timing\n");
   std::printf("  FLOPs per token, fwd + bwd, as MATH.md section 9 counts them (matrix products only, multiply-add = 2; "
-              "6 per weight of the GDN projections, MLPs and LM head; GDN core with full C x C tiles; not counted: "
-              "embedding lookup, the LM head's recomputed logits in backward, element-wise work, the optimizer): "
-              "%.3f GFLOP = %.3f dense + %.3f GDN core\n",
+              "6 per weight of the mixers' projections, MLPs and LM head; GDN core with full C x C tiles; attention "
+              "12 x heads x head_dim per key, (T + 1) / 2 keys per token; not counted: embedding lookup, the LM "
+              "head's recomputed logits in backward, attention's recomputed scores, element-wise work, the "
+              "optimizer): %.3f GFLOP = %.3f dense + %.3f mixer cores\n",
               flops.total() / 1e9, flops.dense / 1e9, flops.core / 1e9);
   std::fflush(stdout);
 
@@ -225,6 +229,7 @@ void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vect
 int main(int argc, char** argv) {
   int64_t T = 32768, D = 2048;
   int reps = 20, train_steps = 5, train_warmup = 1;
+  std::string train_preset = "gdn-1.3b";
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] {
@@ -236,9 +241,10 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = int(next());
     else if (a == "--train-steps") train_steps = int(next());
     else if (a == "--train-warmup") train_warmup = int(next());
+    else if (a == "--train-preset" && i + 1 < argc) train_preset = argv[++i];
     else
       std::fprintf(stderr, "usage: kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] "
-                           "[--train-warmup 1]\n"),
+                           "[--train-warmup 1] [--train-preset gdn-1.3b]\n"),
           std::exit(2);
   }
   if (T < 1 || D < 1 || reps < 1 || train_steps < 0 || train_warmup < 0)
@@ -426,7 +432,7 @@ int main(int argc, char** argv) {
   g_buffers.clear();
   if (train_steps > 0) {
     try {
-      bench_training(T, D, train_warmup, train_steps, gemm_tflops_at_T);
+      bench_training(train_preset, T, D, train_warmup, train_steps, gemm_tflops_at_T);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "training step: %s\n", e.what());
       return 1;
