@@ -1,5 +1,7 @@
 // Prefix attention kernels (prefix_attention_cuda.h): flash-attention forward, and a backward
 // of three kernels (delta, dK/dV, dQ), all on mma.sync tiles from kernels/cuda/mma_tile.cuh.
+// The next block's tiles load (cp.async) while one is computed; the forward's probabilities
+// and dQ's score gradients stay in registers as the A operand of the following product.
 // Scores live in the base-2 domain inside the kernels (exp2 of scale * log2(e) * q.k);
 // lse is stored as a natural log like the CPU reference's.
 #include <cmath>
@@ -53,18 +55,60 @@ __device__ inline float quad_max(float x) {
   return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
 }
 
+// acc(16 x WN) += A(16 x K) B(K x WN) where A is a warp's fp32 accumulator (scores or their
+// gradients): the mma.sync C layout of a 16 x K tile, packed to bf16 pairs, is the A-operand
+// layout of the next product, so P never goes through shared memory. B from shared memory.
+__device__ inline uint32_t pack_bf16(float lo, float hi) {
+  __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&h);
+}
+
+template <int K, Lay LB, int WN, class TB>
+__device__ void mma_acc_from_regs(Frag<16, WN>& acc, const Frag<16, K>& a, TB b, int n0) {
+  static_assert(WN % 16 == 0, "pairs of 8-column tiles");
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const uint32_t af[4] = {pack_bf16(a.x[0][2 * kk][0], a.x[0][2 * kk][1]),
+                            pack_bf16(a.x[0][2 * kk][2], a.x[0][2 * kk][3]),
+                            pack_bf16(a.x[0][2 * kk + 1][0], a.x[0][2 * kk + 1][1]),
+                            pack_bf16(a.x[0][2 * kk + 1][2], a.x[0][2 * kk + 1][3])};
+#pragma unroll
+    for (int j = 0; j < WN / 8; j += 2) {
+      uint32_t bf[4];
+      cuda::load_b2<LB>(bf, b, n0 + 8 * j, 16 * kk);
+      cuda::mma_bf16(acc.x[0][j], af, bf[0], bf[1]);
+      cuda::mma_bf16(acc.x[0][j + 1], af, bf[2], bf[3]);
+    }
+  }
+}
+
+// K and V blocks of 64 rows in two buffers: block n + 1 loads while block n is computed.
+template <int D>
+struct KvStages {
+  using RowTile = Tile<BN, D>;
+  static constexpr int bytes = 4 * RowTile::bytes;
+  unsigned char* base;
+  __device__ RowTile k(int stage) const { return {reinterpret_cast<bf16*>(base + (2 * stage) * RowTile::bytes)}; }
+  __device__ RowTile v(int stage) const { return {reinterpret_cast<bf16*>(base + (2 * stage + 1) * RowTile::bytes)}; }
+  // Issues the loads of key rows [j0, j0 + 64) (rows at or past kv_len zero-filled) into `stage`.
+  template <int NT>
+  __device__ void load(int stage, const bf16* kg, const bf16* vg, int64_t kstride, int j0, int kv_len, int tid) const {
+    const int valid = min(BN, kv_len - j0);
+    cuda::load_tile_async<NT>(k(stage), kg + j0 * kstride, kstride, valid, tid);
+    cuda::load_tile_async<NT>(v(stage), vg + j0 * kstride, kstride, valid, tid);
+    cuda::cp_async_commit();
+  }
+};
+
 // ---- forward: one block per (64 query rows, query head, sequence); warp w owns rows 16w..16w+15.
 
 template <int D>
 __global__ void __launch_bounds__(128) forward_kernel(Args a) {
   constexpr int NT = 128;
   using RowTile = Tile<BM, D>;
-  using PTile = Tile<BM, BN>;
   extern __shared__ __align__(16) unsigned char smem[];
   const RowTile qs{reinterpret_cast<bf16*>(smem)};
-  const RowTile ks{reinterpret_cast<bf16*>(smem + RowTile::bytes)};
-  const RowTile vs{reinterpret_cast<bf16*>(smem + 2 * RowTile::bytes)};
-  const PTile ps{reinterpret_cast<bf16*>(smem + 3 * RowTile::bytes)};
+  const KvStages<D> kv{smem + RowTile::bytes};
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   const int i0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, g = h / a.group();
   const int rows = min(BM, a.len - i0);
@@ -74,25 +118,20 @@ __global__ void __launch_bounds__(128) forward_kernel(Args a) {
   const bf16* vg = a.v + a.kv_row(b, 0, g) * D;
 
   cuda::load_tile_async<NT>(qs, a.q + a.q_row(b, i0, h) * D, qstride, rows, tid);
-  cuda::cp_async_commit();
+  kv.template load<NT>(0, kg, vg, kstride, 0, a.kv_len(), tid);
   Frag<16, D> acc;
   acc.fill(0.f);
   float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};
   const int pos0 = a.offset + i0 + 16 * w;  // position of the warp's first row
 
-  for (int j0 = 0; j0 < keys; j0 += BN) {
-    __syncthreads();  // the previous block's K, V and P are consumed
-    const int valid = min(BN, a.kv_len() - j0);
-    cuda::load_tile_async<NT>(ks, kg + j0 * kstride, kstride, valid, tid);
-    cuda::cp_async_commit();
-    cuda::load_tile_async<NT>(vs, vg + j0 * kstride, kstride, valid, tid);
-    cuda::cp_async_commit();
-    cuda::cp_async_wait<1>();
-    __syncthreads();
+  for (int j0 = 0, stage = 0; j0 < keys; j0 += BN, stage ^= 1) {
+    cuda::cp_async_wait<0>();
+    __syncthreads();  // this block's K, V are in; every warp is done with the other stage
+    if (j0 + BN < keys) kv.template load<NT>(stage ^ 1, kg, vg, kstride, j0 + BN, a.kv_len(), tid);
 
     Frag<16, BN> s;
     s.fill(0.f);
-    cuda::mma_acc<D, Lay::Row, Lay::Col>(s, qs, 16 * w, ks, 0);
+    cuda::mma_acc<D, Lay::Row, Lay::Col>(s, qs, 16 * w, kv.k(stage), 0);
     float mx[2] = {m[0], m[1]};
     each_index<BN>([&](int r, int c, int j, int e) {
       float& x = s.x[0][j][e];
@@ -111,10 +150,7 @@ __global__ void __launch_bounds__(128) forward_kernel(Args a) {
 #pragma unroll
     for (int t = 0; t < 2; ++t) l[t] = l[t] * alpha[t] + rsum[t];
     acc.each([&](int r, int, float& x) { x *= alpha[r >= 8]; });
-    s.each_pair([&](int r, int c, float& p0, float& p1) { cuda::put2(ps.at(16 * w + r, c), p0, p1); });
-    cuda::cp_async_wait<0>();
-    __syncthreads();
-    cuda::mma_acc<BN, Lay::Row, Lay::Row>(acc, ps, 16 * w, vs, 0);
+    mma_acc_from_regs<BN, Lay::Row>(acc, s, kv.v(stage), 0);
   }
 
 #pragma unroll
@@ -148,23 +184,23 @@ __global__ void delta_kernel(Args a, int64_t n_rows) {
 }
 
 // dK, dV of 64 key rows of one K/V head: sums over the query blocks that see them, the last
-// first, and inside each over the group's query heads; continues from the fp32 values in
-// a.dk / a.dv (the later chunks' shares). Warp w owns key rows 16 (w % 4).. and, at D = 256,
-// the dK/dV column half w / 4 (so no warp holds more than 16 x 128 of each accumulator).
+// first, and inside each over the group's query heads (one "round" each; the next round's Q,
+// dO load while one is computed); continues from the fp32 values in a.dk / a.dv (the later
+// chunks' shares). Warp w owns key rows 16 (w % 4).. and, at D = 256, the dK/dV column half
+// w / 4 (so no warp holds more than 16 x 128 of each accumulator).
 template <int D>
 __global__ void __launch_bounds__(D) dkdv_kernel(Args a) {
   constexpr int NW = D / 32, NT = D, NC = NW / 4, SN = BM / NC, DC = D / NC;
   using RowTile = Tile<BM, D>;
   using PTile = Tile<BN, BM>;
   extern __shared__ __align__(16) unsigned char smem[];
-  const RowTile ks{reinterpret_cast<bf16*>(smem)};
-  const RowTile vs{reinterpret_cast<bf16*>(smem + RowTile::bytes)};
-  const RowTile qs{reinterpret_cast<bf16*>(smem + 2 * RowTile::bytes)};
-  const RowTile dos{reinterpret_cast<bf16*>(smem + 3 * RowTile::bytes)};
-  const PTile pts{reinterpret_cast<bf16*>(smem + 4 * RowTile::bytes)};
-  const PTile dss{reinterpret_cast<bf16*>(smem + 4 * RowTile::bytes + PTile::bytes)};
-  float* lse2 = reinterpret_cast<float*>(smem + 4 * RowTile::bytes + 2 * PTile::bytes);
-  float* dl = lse2 + BM;
+  auto row_tile = [&](int i) { return RowTile{reinterpret_cast<bf16*>(smem + i * RowTile::bytes)}; };
+  const RowTile ks = row_tile(0), vs = row_tile(1);
+  const RowTile qs[2] = {row_tile(2), row_tile(3)}, dos[2] = {row_tile(4), row_tile(5)};
+  const PTile pts{reinterpret_cast<bf16*>(smem + 6 * RowTile::bytes)};
+  const PTile dss{reinterpret_cast<bf16*>(smem + 6 * RowTile::bytes + PTile::bytes)};
+  float* lse2 = reinterpret_cast<float*>(smem + 6 * RowTile::bytes + 2 * PTile::bytes);  // [2][BM]
+  float* dl = lse2 + 2 * BM;                                                              // [2][BM]
   const int tid = threadIdx.x, w = tid >> 5, rw = w & 3, cw = w >> 2;
   const int j0 = blockIdx.x * BN, g = blockIdx.y, b = blockIdx.z;
   const int64_t qstride = int64_t(a.q_heads) * D, kstride = int64_t(a.kv_heads) * D;
@@ -172,6 +208,22 @@ __global__ void __launch_bounds__(D) dkdv_kernel(Args a) {
   cuda::load_tile_async<NT>(ks, a.k + a.kv_row(b, j0, g) * D, kstride, valid, tid);
   cuda::load_tile_async<NT>(vs, a.v + a.kv_row(b, j0, g) * D, kstride, valid, tid);
   cuda::cp_async_commit();
+
+  // Round r: query block last_qb - r / group, query head g * group + r % group.
+  const int first_qb = max(0, j0 - a.offset) / BM, last_qb = (a.len - 1) / BM, group = a.group();
+  const int rounds = (last_qb - first_qb + 1) * group;
+  auto load_round = [&](int r, int stage) {
+    const int i0 = (last_qb - r / group) * BM, h = g * group + r % group, rows = min(BM, a.len - i0);
+    cuda::load_tile_async<NT>(qs[stage], a.q + a.q_row(b, i0, h) * D, qstride, rows, tid);
+    cuda::load_tile_async<NT>(dos[stage], a.dout + a.q_row(b, i0, h) * D, qstride, rows, tid);
+    cuda::cp_async_commit();
+    if (tid < BM) {
+      const int i = i0 + tid;
+      lse2[stage * BM + tid] = i < a.len ? a.lse[a.q_row(b, i, h)] * kLog2e : 0.f;
+      dl[stage * BM + tid] = i < a.len ? a.delta[a.q_row(b, i, h)] : 0.f;
+    }
+  };
+  load_round(0, 0);
 
   Frag<16, DC> dk, dv;
   auto each_kv = [&](auto&& f) {  // f(key row, column in the head, &dk pair, &dv pair) for this thread's elements
@@ -189,39 +241,31 @@ __global__ void __launch_bounds__(D) dkdv_kernel(Args a) {
     k2[0] = kk.x, k2[1] = kk.y, v2[0] = vv.x, v2[1] = vv.y;
   });
 
-  const int first_qb = max(0, j0 - a.offset) / BM, last_qb = (a.len - 1) / BM;
-  for (int qb = last_qb; qb >= first_qb; --qb)
-    for (int hh = 0; hh < a.group(); ++hh) {
-      const int i0 = qb * BM, h = g * a.group() + hh, rows = min(BM, a.len - i0);
-      __syncthreads();  // the previous round's tiles are consumed
-      cuda::load_tile_async<NT>(qs, a.q + a.q_row(b, i0, h) * D, qstride, rows, tid);
-      cuda::load_tile_async<NT>(dos, a.dout + a.q_row(b, i0, h) * D, qstride, rows, tid);
-      cuda::cp_async_commit();
-      if (tid < BM) {
-        const int i = i0 + tid;
-        lse2[tid] = i < a.len ? a.lse[a.q_row(b, i, h)] * kLog2e : 0.f;
-        dl[tid] = i < a.len ? a.delta[a.q_row(b, i, h)] : 0.f;
-      }
-      cuda::cp_async_wait<0>();
-      __syncthreads();
+  for (int r = 0, stage = 0; r < rounds; ++r, stage ^= 1) {
+    cuda::cp_async_wait<0>();
+    __syncthreads();  // round r's tiles are in; every warp is done with round r - 1's
+    if (r + 1 < rounds) load_round(r + 1, stage ^ 1);
+    const int i0 = (last_qb - r / group) * BM;
+    const float* lse2_r = lse2 + stage * BM;
+    const float* dl_r = dl + stage * BM;
 
-      Frag<16, SN> st, dpt;  // S^T and dP^T: rows = keys, columns = queries
-      st.fill(0.f), dpt.fill(0.f);
-      cuda::mma_acc<D, Lay::Row, Lay::Col>(st, ks, 16 * rw, qs, cw * SN);
-      cuda::mma_acc<D, Lay::Row, Lay::Col>(dpt, vs, 16 * rw, dos, cw * SN);
-      each_index<SN>([&](int r, int c, int j, int e) {
-        const int key = j0 + 16 * rw + r, qc = cw * SN + c, i = i0 + qc;
-        const bool seen = i < a.len && key <= a.offset + i;
-        const float p = seen ? exp2f(st.x[0][j][e] * a.scale_log2 - lse2[qc]) : 0.f;
-        st.x[0][j][e] = p;
-        dpt.x[0][j][e] = p * (dpt.x[0][j][e] - dl[qc]) * a.scale;
-      });
-      st.each_pair([&](int r, int c, float& p0, float& p1) { cuda::put2(pts.at(16 * rw + r, cw * SN + c), p0, p1); });
-      dpt.each_pair([&](int r, int c, float& d0, float& d1) { cuda::put2(dss.at(16 * rw + r, cw * SN + c), d0, d1); });
-      __syncthreads();
-      cuda::mma_acc<BM, Lay::Row, Lay::Row>(dv, pts, 16 * rw, dos, cw * DC);
-      cuda::mma_acc<BM, Lay::Row, Lay::Row>(dk, dss, 16 * rw, qs, cw * DC);
-    }
+    Frag<16, SN> st, dpt;  // S^T and dP^T: rows = keys, columns = queries
+    st.fill(0.f), dpt.fill(0.f);
+    cuda::mma_acc<D, Lay::Row, Lay::Col>(st, ks, 16 * rw, qs[stage], cw * SN);
+    cuda::mma_acc<D, Lay::Row, Lay::Col>(dpt, vs, 16 * rw, dos[stage], cw * SN);
+    each_index<SN>([&](int r_, int c, int j, int e) {
+      const int key = j0 + 16 * rw + r_, qc = cw * SN + c, i = i0 + qc;
+      const bool seen = i < a.len && key <= a.offset + i;
+      const float p = seen ? exp2f(st.x[0][j][e] * a.scale_log2 - lse2_r[qc]) : 0.f;
+      st.x[0][j][e] = p;
+      dpt.x[0][j][e] = p * (dpt.x[0][j][e] - dl_r[qc]) * a.scale;
+    });
+    st.each_pair([&](int r_, int c, float& p0, float& p1) { cuda::put2(pts.at(16 * rw + r_, cw * SN + c), p0, p1); });
+    dpt.each_pair([&](int r_, int c, float& d0, float& d1) { cuda::put2(dss.at(16 * rw + r_, cw * SN + c), d0, d1); });
+    __syncthreads();
+    cuda::mma_acc<BM, Lay::Row, Lay::Row>(dv, pts, 16 * rw, dos[stage], cw * DC);
+    cuda::mma_acc<BM, Lay::Row, Lay::Row>(dk, dss, 16 * rw, qs[stage], cw * DC);
+  }
 
   each_kv([&](int j, int col, float* k2, float* v2) {
     if (j >= a.kv_len()) return;
@@ -235,13 +279,10 @@ template <int D>
 __global__ void __launch_bounds__(128) dq_kernel(Args a) {
   constexpr int NT = 128;
   using RowTile = Tile<BM, D>;
-  using PTile = Tile<BM, BN>;
   extern __shared__ __align__(16) unsigned char smem[];
   const RowTile qs{reinterpret_cast<bf16*>(smem)};
   const RowTile dos{reinterpret_cast<bf16*>(smem + RowTile::bytes)};
-  const RowTile ks{reinterpret_cast<bf16*>(smem + 2 * RowTile::bytes)};
-  const RowTile vs{reinterpret_cast<bf16*>(smem + 3 * RowTile::bytes)};
-  const PTile dss{reinterpret_cast<bf16*>(smem + 4 * RowTile::bytes)};
+  const KvStages<D> kv{smem + 2 * RowTile::bytes};
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
   const int i0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, g = h / a.group();
   const int rows = min(BM, a.len - i0);
@@ -251,7 +292,7 @@ __global__ void __launch_bounds__(128) dq_kernel(Args a) {
   const bf16* vg = a.v + a.kv_row(b, 0, g) * D;
   cuda::load_tile_async<NT>(qs, a.q + a.q_row(b, i0, h) * D, qstride, rows, tid);
   cuda::load_tile_async<NT>(dos, a.dout + a.q_row(b, i0, h) * D, qstride, rows, tid);
-  cuda::cp_async_commit();
+  kv.template load<NT>(0, kg, vg, kstride, 0, a.kv_len(), tid);
   float lse2[2], dl[2];
 #pragma unroll
   for (int t = 0; t < 2; ++t) {
@@ -263,26 +304,20 @@ __global__ void __launch_bounds__(128) dq_kernel(Args a) {
   Frag<16, D> dq;
   dq.fill(0.f);
 
-  for (int j0 = 0; j0 < keys; j0 += BN) {
-    __syncthreads();
-    const int valid = min(BN, a.kv_len() - j0);
-    cuda::load_tile_async<NT>(ks, kg + j0 * kstride, kstride, valid, tid);
-    cuda::load_tile_async<NT>(vs, vg + j0 * kstride, kstride, valid, tid);
-    cuda::cp_async_commit();
+  for (int j0 = 0, stage = 0; j0 < keys; j0 += BN, stage ^= 1) {
     cuda::cp_async_wait<0>();
     __syncthreads();
+    if (j0 + BN < keys) kv.template load<NT>(stage ^ 1, kg, vg, kstride, j0 + BN, a.kv_len(), tid);
 
     Frag<16, BN> s, dp;
     s.fill(0.f), dp.fill(0.f);
-    cuda::mma_acc<D, Lay::Row, Lay::Col>(s, qs, 16 * w, ks, 0);
-    cuda::mma_acc<D, Lay::Row, Lay::Col>(dp, dos, 16 * w, vs, 0);
-    each_index<BN>([&](int r, int c, int j, int e) {
+    cuda::mma_acc<D, Lay::Row, Lay::Col>(s, qs, 16 * w, kv.k(stage), 0);
+    cuda::mma_acc<D, Lay::Row, Lay::Col>(dp, dos, 16 * w, kv.v(stage), 0);
+    each_index<BN>([&](int r, int c, int j, int e) {  // s <- dS, scaled
       const float p = j0 + c <= pos0 + r ? exp2f(s.x[0][j][e] * a.scale_log2 - lse2[e >> 1]) : 0.f;
       s.x[0][j][e] = p * (dp.x[0][j][e] - dl[e >> 1]) * a.scale;
     });
-    s.each_pair([&](int r, int c, float& d0, float& d1) { cuda::put2(dss.at(16 * w + r, c), d0, d1); });
-    __syncwarp();  // each warp reads back only its own 16 rows of dS
-    cuda::mma_acc<BN, Lay::Row, Lay::Row>(dq, dss, 16 * w, ks, 0);
+    mma_acc_from_regs<BN, Lay::Row>(dq, s, kv.k(stage), 0);
   }
   dq.each_pair([&](int r, int c, float& x0, float& x1) {
     const int i = i0 + 16 * w + r;
@@ -292,15 +327,15 @@ __global__ void __launch_bounds__(128) dq_kernel(Args a) {
 
 template <int D>
 constexpr int forward_smem() {
-  return 3 * Tile<BM, D>::bytes + Tile<BM, BN>::bytes;
+  return Tile<BM, D>::bytes + KvStages<D>::bytes;
 }
 template <int D>
 constexpr int dq_smem() {
-  return 4 * Tile<BM, D>::bytes + Tile<BM, BN>::bytes;
+  return 2 * Tile<BM, D>::bytes + KvStages<D>::bytes;
 }
 template <int D>
 constexpr int dkdv_smem() {
-  return 4 * Tile<BM, D>::bytes + 2 * Tile<BN, BM>::bytes + 2 * BM * int(sizeof(float));
+  return 6 * Tile<BM, D>::bytes + 2 * Tile<BN, BM>::bytes + 4 * BM * int(sizeof(float));
 }
 
 template <class Kernel>
