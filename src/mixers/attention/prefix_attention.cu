@@ -100,6 +100,20 @@ struct KvStages {
   }
 };
 
+// What a forward or dQ thread block works on: 64 query rows of one head of one sequence, and
+// the K/V rows of that head's group.
+template <int D>
+struct QueryBlock {
+  int i0, h, b, rows, keys;  // keys [0, keys) are seen by some row of the block
+  int64_t qstride, kstride;
+  const bf16 *kg, *vg;
+  __device__ explicit QueryBlock(const Args& a)
+      : i0(blockIdx.x * BM), h(blockIdx.y), b(blockIdx.z), rows(min(BM, a.len - i0)), keys(a.offset + i0 + rows),
+        qstride(int64_t(a.q_heads) * D), kstride(int64_t(a.kv_heads) * D),
+        kg(a.k + a.kv_row(b, 0, h / a.group()) * D), vg(a.v + a.kv_row(b, 0, h / a.group()) * D) {}
+  __device__ const bf16* rows_of(const bf16* x, const Args& a) const { return x + a.q_row(b, i0, h) * D; }
+};
+
 // ---- forward: one block per (64 query rows, query head, sequence); warp w owns rows 16w..16w+15.
 
 template <int D>
@@ -110,14 +124,12 @@ __global__ void __launch_bounds__(128) forward_kernel(Args a) {
   const RowTile qs{reinterpret_cast<bf16*>(smem)};
   const KvStages<D> kv{smem + RowTile::bytes};
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
-  const int i0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, g = h / a.group();
-  const int rows = min(BM, a.len - i0);
-  const int keys = a.offset + i0 + rows;  // keys [0, keys) are seen by some row of the block
-  const int64_t qstride = int64_t(a.q_heads) * D, kstride = int64_t(a.kv_heads) * D;
-  const bf16* kg = a.k + a.kv_row(b, 0, g) * D;
-  const bf16* vg = a.v + a.kv_row(b, 0, g) * D;
+  const QueryBlock<D> qb(a);
+  const int i0 = qb.i0, h = qb.h, b = qb.b, keys = qb.keys;
+  const int64_t kstride = qb.kstride;
+  const bf16 *kg = qb.kg, *vg = qb.vg;
 
-  cuda::load_tile_async<NT>(qs, a.q + a.q_row(b, i0, h) * D, qstride, rows, tid);
+  cuda::load_tile_async<NT>(qs, qb.rows_of(a.q, a), qb.qstride, qb.rows, tid);
   kv.template load<NT>(0, kg, vg, kstride, 0, a.kv_len(), tid);
   Frag<16, D> acc;
   acc.fill(0.f);
@@ -284,14 +296,12 @@ __global__ void __launch_bounds__(128) dq_kernel(Args a) {
   const RowTile dos{reinterpret_cast<bf16*>(smem + RowTile::bytes)};
   const KvStages<D> kv{smem + 2 * RowTile::bytes};
   const int tid = threadIdx.x, w = tid >> 5, lane = tid & 31;
-  const int i0 = blockIdx.x * BM, h = blockIdx.y, b = blockIdx.z, g = h / a.group();
-  const int rows = min(BM, a.len - i0);
-  const int keys = a.offset + i0 + rows;
-  const int64_t qstride = int64_t(a.q_heads) * D, kstride = int64_t(a.kv_heads) * D;
-  const bf16* kg = a.k + a.kv_row(b, 0, g) * D;
-  const bf16* vg = a.v + a.kv_row(b, 0, g) * D;
-  cuda::load_tile_async<NT>(qs, a.q + a.q_row(b, i0, h) * D, qstride, rows, tid);
-  cuda::load_tile_async<NT>(dos, a.dout + a.q_row(b, i0, h) * D, qstride, rows, tid);
+  const QueryBlock<D> qb(a);
+  const int i0 = qb.i0, h = qb.h, b = qb.b, keys = qb.keys;
+  const int64_t kstride = qb.kstride;
+  const bf16 *kg = qb.kg, *vg = qb.vg;
+  cuda::load_tile_async<NT>(qs, qb.rows_of(a.q, a), qb.qstride, qb.rows, tid);
+  cuda::load_tile_async<NT>(dos, qb.rows_of(a.dout, a), qb.qstride, qb.rows, tid);
   kv.template load<NT>(0, kg, vg, kstride, 0, a.kv_len(), tid);
   float lse2[2], dl[2];
 #pragma unroll
