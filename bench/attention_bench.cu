@@ -36,7 +36,7 @@ void check(cudaError_t e, const char* what) {
 // n values uniform in [-2, 2) from a xorshift generator (only the timing matters).
 template <class T>
 T* random_device_array(int64_t n, uint64_t seed) {
-  std::vector<T> h(size_t(n));
+  std::vector<T> h(static_cast<size_t>(n));
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
   for (auto& x : h) {
     s ^= s << 13, s ^= s >> 7, s ^= s << 17;
