@@ -6,7 +6,7 @@
 // model TFLOP/s and MFU against the GEMM ceiling measured above and the datasheet figure.
 //
 //   kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] [--train-warmup 1]
-//                 [--train-preset gdn-1.3b] [--train-chunks 1]
+//                 [--train-preset gdn-1.3b] [--train-chunks 1] [--train-recompute]
 //
 // Bytes are the fewest each kernel must move (every input read once, every output written
 // once; parameters and per-row scalars included); GB/s = those bytes / median time.
@@ -146,19 +146,19 @@ double gib(int64_t bytes) { return double(bytes) / 1073741824.0; }
 
 // Whole training steps of a preset on one sequence of T tokens; MFU against the best and the
 // mean of the GEMMs measured at T rows (gemm_tflops) and against the datasheet.
-void bench_training(const std::string& preset, int64_t chunks, int64_t T, int64_t D, int warmup, int steps,
-                    const std::vector<double>& gemm_tflops) {
+void bench_training(const std::string& preset, int64_t chunks, bool recompute, int64_t T, int64_t D, int warmup,
+                    int steps, const std::vector<double>& gemm_tflops) {
   TrainStepBenchOptions o;
   o.model = model_preset(preset);
-  o.seq_len = T, o.chunks = chunks, o.warmup_steps = warmup, o.steps = steps;
+  o.seq_len = T, o.chunks = chunks, o.recompute = recompute, o.warmup_steps = warmup, o.steps = steps;
   const ModelConfig& m = o.model;
   const ModelFlops flops = model_flops_per_token(m, T);
   std::printf("\ntraining step: %s (%.3f B parameters, width %lld, pattern %s, %s, MLP %lld, vocab %lld), batch "
-              "%lld x %lld tokens, one stage, %lld equal chunks; fp32 master weights, bf16 GEMMs and activations; %d "
+              "%lld x %lld tokens, one stage, %lld equal chunks%s; fp32 master weights, bf16 GEMMs and activations; %d "
               "warm-up + %d timed steps\n",
               m.name.c_str(), double(m.num_parameters()) / 1e9, (long long)m.d_model, m.pattern.c_str(),
               m.mixers.dump().c_str(), (long long)m.mlp_hidden, (long long)m.vocab_size, (long long)o.batch,
-              (long long)o.seq_len, (long long)o.chunks, warmup, steps);
+              (long long)o.seq_len, (long long)o.chunks, recompute ? ", full recomputation" : "", warmup, steps);
   if (D != m.d_model)
     std::printf("  (note: --dim %lld is not the model's width %lld: the GEMM ceiling was measured at other shapes)\n",
                 (long long)D, (long long)m.d_model);
@@ -231,6 +231,7 @@ int main(int argc, char** argv) {
   int reps = 20, train_steps = 5, train_warmup = 1;
   std::string train_preset = "gdn-1.3b";
   int64_t train_chunks = 1;
+  bool train_recompute = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] {
@@ -244,9 +245,10 @@ int main(int argc, char** argv) {
     else if (a == "--train-warmup") train_warmup = int(next());
     else if (a == "--train-preset" && i + 1 < argc) train_preset = argv[++i];
     else if (a == "--train-chunks") train_chunks = next();
+    else if (a == "--train-recompute") train_recompute = true;
     else
       std::fprintf(stderr, "usage: kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] "
-                           "[--train-warmup 1] [--train-preset gdn-1.3b] [--train-chunks 1]\n"),
+                           "[--train-warmup 1] [--train-preset gdn-1.3b] [--train-chunks 1] [--train-recompute]\n"),
           std::exit(2);
   }
   if (T < 1 || D < 1 || reps < 1 || train_steps < 0 || train_warmup < 0 || train_chunks < 1 || train_chunks > T)
@@ -436,7 +438,7 @@ int main(int argc, char** argv) {
   g_buffers.clear();
   if (train_steps > 0) {
     try {
-      bench_training(train_preset, train_chunks, T, D, train_warmup, train_steps, gemm_tflops_at_T);
+      bench_training(train_preset, train_chunks, train_recompute, T, D, train_warmup, train_steps, gemm_tflops_at_T);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "training step: %s\n", e.what());
       return 1;

@@ -28,6 +28,7 @@ TrainStepBenchResult bench_training_steps(const TrainStepBenchOptions& o) {
   pc.dtype = DType::F32;
   pc.device = Device::CUDA;
   pc.chunk_lengths = even_chunk_lengths(o.seq_len, o.chunks);
+  pc.recompute = o.recompute;
   auto pipe = make_pipeline(pc, "local");
   DeviceBackend& gpu = device_backend(Device::CUDA);
 
