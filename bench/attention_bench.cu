@@ -1,7 +1,7 @@
 // Benchmark of the GPU prefix attention kernels (mixers/attention/prefix_attention_cuda.h):
 // causal attention over a whole sequence, then (with --chunk-len) the chunked case, one
 // chunk of queries against the K/V prefix of every chunk before it, per chunk position.
-// CUDA events, one warm-up, median of --reps; random data.
+// CUDA events, median of --reps after warm-ups (bench/bench_util.cuh); random normal inputs.
 //
 //   attention_bench [--len 32768] [--heads 16] [--kv-heads 16] [--head-dim 128] [--batch 1]
 //                   [--reps 10] [--chunk-len 0]
@@ -16,10 +16,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <string>
-#include <vector>
 
+#include "bench_util.cuh"
 #include "mixers/attention/prefix_attention_cuda.h"
 
 namespace {
@@ -27,44 +26,19 @@ namespace {
 using bf16 = __nv_bfloat16;
 using namespace stateflow;
 
-void check(cudaError_t e, const char* what) {
-  if (e == cudaSuccess) return;
-  std::fprintf(stderr, "attention_bench: %s: %s\n", what, cudaGetErrorString(e));
-  std::exit(1);
+template <class T>
+__global__ void fill_normal(T* x, int64_t n, uint64_t seed) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    x[i] = T(bench::hash_normal(uint64_t(i), seed));
 }
 
-// n values uniform in [-2, 2) from a xorshift generator (only the timing matters).
 template <class T>
 T* random_device_array(int64_t n, uint64_t seed) {
-  std::vector<T> h(static_cast<size_t>(n));
-  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
-  for (auto& x : h) {
-    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
-    x = T(float(s >> 40) * (4.0f / 16777216.0f) - 2.0f);
-  }
   T* d = nullptr;
-  check(cudaMalloc(&d, size_t(n) * sizeof(T)), "cudaMalloc");
-  check(cudaMemcpy(d, h.data(), size_t(n) * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  CK(cudaMalloc(&d, size_t(n) * sizeof(T)));
+  fill_normal<T><<<std::min(bench::blocks(n, 256), 4096u), 256>>>(d, n, seed);
+  CK(cudaGetLastError());
   return d;
-}
-
-template <class F>
-float median_ms(int reps, F&& f) {
-  cudaEvent_t a, b;
-  check(cudaEventCreate(&a), "event"), check(cudaEventCreate(&b), "event");
-  f();  // warm-up
-  std::vector<float> ms;
-  for (int r = 0; r < reps; ++r) {
-    check(cudaEventRecord(a), "record");
-    f();
-    check(cudaEventRecord(b), "record");
-    check(cudaEventSynchronize(b), "sync");
-    float t = 0;
-    check(cudaEventElapsedTime(&t, a, b), "elapsed");
-    ms.push_back(t);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 // Forward FLOPs of d: 4 x head_dim per visible (query, key) pair, all heads and sequences.
@@ -89,7 +63,7 @@ Times time_one(const AttentionDims& d, const Buffers& b, int reps) {
     prefix_attention_backward_cuda(d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, b.ws, nullptr);
   };
   fwd();
-  return {median_ms(reps, fwd), median_ms(reps, bwd)};
+  return {bench::median_ms(fwd, reps), bench::median_ms(bwd, reps)};
 }
 
 }  // namespace
@@ -133,9 +107,9 @@ int main(int argc, char** argv) {
             random_device_array<bf16>(nq, 4), random_device_array<bf16>(nq, 5), random_device_array<bf16>(nq, 6),
             random_device_array<float>(batch * len * heads, 7), random_device_array<float>(nkv, 8),
             random_device_array<float>(nkv, 9), nullptr};
-  check(cudaMalloc(&b.ws, prefix_attention_workspace_bytes(whole)), "cudaMalloc");
+  CK(cudaMalloc(&b.ws, prefix_attention_workspace_bytes(whole)));
   cudaDeviceProp prop{};
-  check(cudaGetDeviceProperties(&prop, 0), "device properties");
+  CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("attention_bench on %s: batch %lld, %lld query heads, %lld K/V heads of %lld, causal, bf16, median of %d\n",
               prop.name, (long long)batch, (long long)heads, (long long)kv_heads, (long long)head_dim, reps);
 
