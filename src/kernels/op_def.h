@@ -105,6 +105,7 @@ struct OpDef {
   std::vector<OpShape> test_shapes;
   std::function<std::vector<OpShape>(const BenchSizes&)> bench_shapes;
   std::function<std::vector<OpArray>(const OpShape&)> arrays;
+  // Device workspace a launch gets (set in CUDA builds: only launches use it).
   std::function<size_t(const OpShape&)> workspace_bytes = [](const OpShape&) { return size_t(0); };
   std::vector<OpPass> passes;
   std::function<std::string(const OpShape&)> bench_label = [](const OpShape& s) { return s.label(); };

@@ -42,13 +42,6 @@ OpDef make_embedding_op() {
                                 {"dout", ArrayType::Act, n, Role::In, Fill::normal()},
                                 {"dtable", ArrayType::F32, nt, Role::Acc, Fill::normal(), kFp32Math}};
   };
-  op.workspace_bytes = [](const OpShape& s) {
-#ifdef STATEFLOW_HAVE_CUDA
-    return embedding_backward_workspace_bytes(rows(s));
-#else
-    return size_t(0);
-#endif
-  };
   auto zero = [](const OpShape&) { return 0.0; };
   op.passes = {
       {"fwd", {"out"},
@@ -69,6 +62,9 @@ OpDef make_embedding_op() {
        // ids and dout in, the rows they name read and written.
        [](const OpShape& s) { return 4.0 * rows(s) + 2.0 * rows(s) * s["dim"] + 8 * distinct_ids(s) * s["dim"]; }}};
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = [](const OpShape& s) {
+    return embedding_backward_workspace_bytes(rows(s));
+  };
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);

@@ -33,12 +33,18 @@ std::vector<double> logits_of(const OpShape& s, OpHost& h) {
 std::vector<int32_t> targets_of(OpHost& h) { return {h.at("targets").begin(), h.at("targets").end()}; }
 
 #ifdef STATEFLOW_HAVE_CUDA
-// The workspace holds the kernel's block buffers, then the loss statistics per token block.
+// The workspace holds the kernel's block buffers, then (256-byte aligned) the loss statistics
+// per token block.
+size_t block_buffer_bytes(const OpShape& s) {
+  const size_t most = std::max(lm_head_cross_entropy_workspace_bytes<float>(s["batch"], s["block"], s["vocab"]),
+                               lm_head_cross_entropy_workspace_bytes<__nv_bfloat16>(s["batch"], s["block"], s["vocab"]));
+  return (most + 255) / 256 * 256;
+}
+
 template <class A>
 void run_lm_head(const OpLaunch& l, bool train) {
   const int64_t batch = l["batch"], len = l["len"], vocab = l["vocab"];
-  auto* stats = reinterpret_cast<LossStatsCuda*>(static_cast<char*>(l.workspace) +
-                                                 lm_head_cross_entropy_workspace_bytes<A>(batch, l["block"], vocab));
+  auto* stats = reinterpret_cast<LossStatsCuda*>(static_cast<char*>(l.workspace) + block_buffer_bytes(l.shape));
   lm_head_cross_entropy_cuda<A>(l.gemm, l.at<A>("x"), l.at<A>("W"), l.at<int32_t>("targets"), batch, len, l["dim"],
                                 vocab, scale(l.shape), l["block"], train ? l.at<A>("dx") : nullptr,
                                 train ? l.at<float>("dW") : nullptr, stats, l.workspace);
@@ -70,16 +76,6 @@ OpDef make_lm_head_op() {
                                 {"dx", ArrayType::Act, r * d, Role::Out},
                                 {"dW", ArrayType::F32, d * V, Role::Acc, Fill::normal()}};
   };
-  op.workspace_bytes = [](const OpShape& s) {
-#ifdef STATEFLOW_HAVE_CUDA
-    // Sized for bf16 or f32 blocks, whichever needs more, then the statistics.
-    return std::max(lm_head_cross_entropy_workspace_bytes<float>(s["batch"], s["block"], s["vocab"]),
-                    lm_head_cross_entropy_workspace_bytes<__nv_bfloat16>(s["batch"], s["block"], s["vocab"])) +
-           size_t(loss_stats_blocks(s["batch"], s["len"])) * sizeof(LossStatsCuda);
-#else
-    return size_t(0);
-#endif
-  };
   op.passes = {
       {"fwd (eval)", {"loss_sum"},
        [](const OpShape& s, DType, OpHost& h) {
@@ -102,6 +98,9 @@ OpDef make_lm_head_op() {
        [](const OpShape& s) { return 3 * gemm_flops(s); },
        [](const OpShape& s) { return read_bytes(s) + 2.0 * double(rows(s) * s["dim"]) + 8.0 * double(s["dim"] * s["vocab"]); }}};
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = [](const OpShape& s) {
+    return block_buffer_bytes(s) + size_t(loss_stats_blocks(s["batch"], s["len"])) * sizeof(LossStatsCuda);
+  };
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) { run_lm_head<decltype(a)>(l, false); });
   };

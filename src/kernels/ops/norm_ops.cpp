@@ -51,13 +51,6 @@ OpDef norm_op(const std::string& name, bool gated, bool weighted) {
   op.test_shapes = test_shapes();
   op.arrays = [gated, weighted](const OpShape& s) { return norm_arrays(s, gated, weighted); };
   op.bench_label = [](const OpShape& s) { return s.times({"rows", "dim"}); };
-  op.workspace_bytes = [](const OpShape& s) {
-#ifdef STATEFLOW_HAVE_CUDA
-    return norm_backward_workspace_bytes(s["rows"], s["dim"], TokenRows{s["batch"], s["per_token"]});
-#else
-    return size_t(0);
-#endif
-  };
   // Bytes at bf16 activations: fwd reads x (z) and writes y, rstd; bwd reads x (z), dy, rstd and
   // writes dx (dz); l2norm's backward reads y instead of x. w, dw (one row) are left out.
   const double acts_fwd = gated ? 3 : 2, acts_bwd = gated ? 5 : 3;
@@ -144,6 +137,9 @@ OpDef make_l2norm_op() {
     l2norm_backward<double>(y.data(), at(h, "rstd"), at(h, "dy"), at(h, "dx"), s["rows"], s["dim"]);
   };
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = [](const OpShape& s) {
+    return norm_backward_workspace_bytes(s["rows"], s["dim"], TokenRows{s["batch"], s["per_token"]});
+  };
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);

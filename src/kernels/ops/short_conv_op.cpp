@@ -43,13 +43,6 @@ OpDef make_short_conv_op() {
                                 {"dprefix_in", ArrayType::F32, np, Role::Out, {}, kFp32Math},
                                 {"dw", ArrayType::F32, nw, Role::Acc, Fill::normal(), kFp32Math}};
   };
-  op.workspace_bytes = [](const OpShape& s) {
-#ifdef STATEFLOW_HAVE_CUDA
-    return short_conv_backward_workspace_bytes(s["batch"], s["len"], s["ch"], s["K"]);
-#else
-    return size_t(0);
-#endif
-  };
   auto zero = [](const OpShape&) { return 0.0; };
   op.passes = {
       {"fwd", {"y", "prefix_out"},
@@ -66,6 +59,9 @@ OpDef make_short_conv_op() {
        },
        zero, [](const OpShape& s) { return 2 * 3 * elems(s); }}};  // x, dy in; dx out
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = [](const OpShape& s) {
+    return short_conv_backward_workspace_bytes(s["batch"], s["len"], s["ch"], s["K"]);
+  };
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);

@@ -111,13 +111,6 @@ OpDef make_gdn_core_op() {
         {"dS_in", ArrayType::F32, ns, Role::Out},
     };
   };
-  op.workspace_bytes = [](const OpShape& s) {
-#ifdef STATEFLOW_HAVE_CUDA
-    return gdn_cuda_workspace_bytes(dims_of(s));
-#else
-    return size_t(0);
-#endif
-  };
   const std::vector<std::string> grads = {"dq", "dk", "dv", "dbeta", "dg", "dS_in"};
   auto backward_flops = [](const OpShape& s) { return flops_per_head_token().core_backward * head_tokens(s); };
   // Reads q, k, v, dO, beta, g, S_in, dS_out; writes dq, dk, dv, dbeta, dg, dS_in.
@@ -134,6 +127,9 @@ OpDef make_gdn_core_op() {
       {"bwd saved", grads, reference_backward, backward_flops, backward_bytes},
   };
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = [](const OpShape& s) {
+    return gdn_cuda_workspace_bytes(dims_of(s));
+  };
   op.passes[0].run = run_forward;
   op.passes[1].run = [](const OpLaunch& l) { run_backward(l, false); };
   op.passes[2].run = [](const OpLaunch& l) { run_backward(l, true); };

@@ -40,13 +40,6 @@ OpDef make_gdn_gates_op() {
                                 {"dA_log", ArrayType::F32, H, Role::Acc, Fill::normal(), kFp32Math},
                                 {"ddt_bias", ArrayType::F32, H, Role::Acc, Fill::normal(), kFp32Math}};
   };
-  op.workspace_bytes = [](const OpShape& s) {
-#ifdef STATEFLOW_HAVE_CUDA
-    return gdn_gates_backward_workspace_bytes(s["rows"], s["heads"], s["batch"]);
-#else
-    return size_t(0);
-#endif
-  };
   auto zero = [](const OpShape&) { return 0.0; };
   op.passes = {{"fwd", {"g", "beta"},
                 [](const OpShape& s, DType, OpHost& h) {
@@ -62,6 +55,9 @@ OpDef make_gdn_gates_op() {
                 },
                 zero, [](const OpShape& s) { return 16 * elems(s); }}};  // a, b, dg, dbeta in; da, db out
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = [](const OpShape& s) {
+    return gdn_gates_backward_workspace_bytes(s["rows"], s["heads"], s["batch"]);
+  };
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);
