@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "kernels/cuda/op_buffers.h"
 #include "kernels/op_def.h"
 #include "mixers/gdn/gdn_core_cuda.h"
@@ -30,25 +31,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using stateflow::GdnDims;
-
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-__global__ void count_differences(const unsigned char* a, const unsigned char* b, int64_t n, unsigned long long* diff) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n && a[i] != b[i]) atomicAdd(diff, 1ull);  // a count, not a gradient
-}
-
-__global__ void count_nonfinite(const bf16* x, int64_t n, unsigned long long* bad) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n && !isfinite(__bfloat162float(x[i]))) atomicAdd(bad, 1ull);  // a count, not a gradient
-}
+using namespace stateflow::bench;
 
 template <class T>
 T* dalloc(size_t n, size_t& total) {
@@ -56,13 +39,6 @@ T* dalloc(size_t n, size_t& total) {
   CK(cudaMalloc(&p, n * sizeof(T)));
   total += n * sizeof(T);
   return p;
-}
-
-unsigned blocks(int64_t n, int t) { return unsigned((n + t - 1) / t); }
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Result {
@@ -107,23 +83,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
   auto fwd = [&] { buf.run(op.pass("fwd")); };
   auto bwd = [&] { buf.run(op.pass("bwd")); };
   auto bwd_saved = [&] { buf.run(op.pass("bwd saved")); };
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto time_it = [&](auto&& f) {
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      CK(cudaEventRecord(e0));
-      f();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t = 0;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    return median(ms);
-  };
+  auto time_it = [&](auto&& f) { return median_ms(f, reps); };
   Result r{};
   r.len = T;
   r.fwd_ms = time_it(fwd);
@@ -209,19 +169,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
   r.total_gib = bytes / double(1 << 30);
   r.meminfo_gib = (free0 - free1) / double(1 << 30);
   CK(cudaFree(bad));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
   return r;
-}
-
-std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  for (const char* p = s; *p;) {
-    char* end = nullptr;
-    v.push_back(std::strtoll(p, &end, 10));
-    p = *end == ',' ? end + 1 : end;
-  }
-  return v;
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "kernels/cuda/op_buffers.h"
 #include "kernels/op_def.h"
 #include "model/flops.h"
@@ -35,37 +36,12 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using namespace stateflow;
-
-#define CK(x)                                                                                                  \
-  do {                                                                                                         \
-    cudaError_t e_ = (x);                                                                                      \
-    if (e_ != cudaSuccess) {                                                                                   \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                            \
-    }                                                                                                          \
-  } while (0)
+using namespace stateflow::bench;
 
 // Median of `reps` event-timed calls after 3 warm-ups, in ms.
 double time_ms(const std::function<void()>& fn, int reps) {
-  for (int i = 0; i < 3; ++i) fn();
   CK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    fn();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaGetLastError());
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median_ms(fn, reps);
 }
 
 struct Row {

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "mixers/mamba3/mamba3_core_cuda.h"
 #include "model/flops.h"
 #include "model/mixer.h"
@@ -28,28 +29,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using stateflow::Mamba3Dims;
-
-#define CK(x)                                                                                               \
-  do {                                                                                                      \
-    cudaError_t e_ = (x);                                                                                   \
-    if (e_ != cudaSuccess) {                                                                                \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                         \
-    }                                                                                                       \
-  } while (0)
+using namespace stateflow::bench;
 
 constexpr int64_t P = 64, N = 128;
-
-__device__ float hash_uniform(uint64_t i, uint64_t seed) {  // (0, 1)
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (float(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
-}
-__device__ float hash_normal(uint64_t i, uint64_t seed) {
-  return sqrtf(-2.f * logf(hash_uniform(2 * i, seed))) * cospif(2.f * hash_uniform(2 * i + 1, seed));
-}
 
 template <class T>
 __global__ void init_normal(T* x, int64_t n, float scale, uint64_t seed) {
@@ -66,23 +48,6 @@ __global__ void init_scalars(float* adt, float* dt, float* lam, int64_t n, int h
   const float A = -(1.f + 15.f * hash_uniform(h, seed + 7)), dt0 = 0.001f + 0.099f * hash_uniform(h, seed + 8);
   const float d = log1pf(expf(0.5f * hash_normal(i, seed) + logf(expm1f(dt0))));
   dt[i] = d, adt[i] = A * d, lam[i] = 1.f / (1.f + expf(-hash_normal(i, seed + 1)));
-}
-
-__global__ void count_differences(const unsigned char* a, const unsigned char* b, int64_t n, unsigned long long* diff) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n && a[i] != b[i]) atomicAdd(diff, 1ull);  // a count, not a gradient
-}
-
-__global__ void count_nonfinite(const bf16* x, int64_t n, unsigned long long* bad) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n && !isfinite(__bfloat162float(x[i]))) atomicAdd(bad, 1ull);  // a count, not a gradient
-}
-
-unsigned blocks(int64_t n, int t) { return unsigned((n + t - 1) / t); }
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 // Device arrays of one run, freed together.
@@ -156,23 +121,7 @@ Result run(int64_t B, int64_t H, int64_t T, int64_t R, int reps, int64_t chunk_l
     stateflow::mamba3_chunk_backward_cuda(d, in, {S_in, xp_in, bp_in}, dy, {dS_out, dxp_out, dbp_out},
                                           {dx, db, dc, dadt, ddt, dlam, dD}, {dS_in, dxp_in, dbp_in}, ws, nullptr, cfg);
   };
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto time_it = [&](auto&& f) {
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      CK(cudaEventRecord(e0));
-      f();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t = 0;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    return median(ms);
-  };
+  auto time_it = [&](auto&& f) { return median_ms(f, reps); };
   Result r{};
   r.rank = R, r.len = T, r.chunk_len = chunk_len;
   r.fwd_ms = time_it([&] { fwd({}); });
@@ -266,19 +215,7 @@ Result run(int64_t B, int64_t H, int64_t T, int64_t R, int reps, int64_t chunk_l
   r.workspace_gib = ws_bytes / double(1 << 30);
   r.total_gib = m.bytes / double(1 << 30);
   r.meminfo_gib = (free0 - free1) / double(1 << 30);
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
   return r;
-}
-
-std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  for (const char* p = s; *p;) {
-    char* end = nullptr;
-    v.push_back(std::strtoll(p, &end, 10));
-    p = *end == ',' ? end + 1 : end;
-  }
-  return v;
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/reduce_cuda.h"
 
@@ -40,7 +41,10 @@ using cuda::Frag;
 using cuda::Lay;
 using cuda::mma_acc;
 using cuda::put2;
+using cuda::row_dot;
 using cuda::Tile;
+using cuda::tile_at;
+using cuda::warp_sum;
 
 constexpr int M = 64;             // rows per sub-chunk
 constexpr int P = 64, N = 128;    // head sizes this build supports
@@ -67,11 +71,6 @@ struct Args {
   __device__ int64_t sub(int b_, int h, int n) const { return bh(b_, h) * NS + n; }
 };
 
-template <class TT>
-__device__ TT tile_at(char* sm, int off) {
-  return TT{reinterpret_cast<bf16*>(sm + off)};
-}
-
 // Rows of sub-chunk n of (b, h) from a [B, T, H, R, W] tensor; rows past the end are zeros.
 template <class TT>
 __device__ void load_rows_async(const Args& a, TT tile, const bf16* g, int b, int h, int n, int tid) {
@@ -87,13 +86,16 @@ __device__ void load_rows_async(const Args& a, TT tile, const bf16* g, int b, in
 // The trapezoid weight (1 - lam) dt, written out so every kernel rounds it the same way.
 __device__ float trap_weight(float lam, float dt) { return __fmul_rn(__fsub_rn(1.f, lam), dt); }
 
-// s + bp1 * sum_r xv[r] bv[r]: the previous token's trapezoid term of one state entry, in one
-// fixed order, whether the previous token is inside the call or is its edge.
-__device__ float fold_entry(float s, float bp1, const float* xv, const float* bv, int R) {
+// The previous token's trapezoid term of one state entry, s + bp1 * sum_r xv[r] bv[r], in one
+// fixed order of fp32 operations whether the previous token is inside the call or is its edge.
+template <int R>
+__device__ float outer_entry(const float* xv, const float* bv) {
   float outer = 0.f;
+#pragma unroll
   for (int r = 0; r < R; ++r) outer = __fmaf_rn(xv[r], bv[r], outer);
-  return __fmaf_rn(bp1, outer, s);
+  return outer;
 }
+__device__ float fold_entry(float s, float bp1, float outer) { return __fmaf_rn(bp1, outer, s); }
 
 // A sub-chunk's per-token scalars in shared memory (Lc entries each).
 struct Scalars {
@@ -138,23 +140,6 @@ __device__ float block_sum(float v, float* red, int tid) {
   const float r = red[0];
   __syncthreads();
   return r;
-}
-
-// part[m0 + r] (r < 16) = sum over this warp's columns of f[r][c] * t[m0 + r][n0 + c].
-template <int WN, class TT>
-__device__ void row_dot(Frag<16, WN>& f, TT t, int m0, int n0, float* part) {
-  float s[2] = {0.f, 0.f};
-  f.each_pair([&](int r, int c, float& x0, float& x1) {
-    const bf16* p = t.at(m0 + r, n0 + c);
-    s[r >> 3] += x0 * bf(p[0]) + x1 * bf(p[1]);
-  });
-  const int l = threadIdx.x & 31;
-  s[0] = cuda::quad_sum(s[0]);
-  s[1] = cuda::quad_sum(s[1]);
-  if ((l & 3) == 0) {
-    part[m0 + (l >> 2)] = s[0];
-    part[m0 + (l >> 2) + 8] = s[1];
-  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -205,40 +190,61 @@ __global__ void __launch_bounds__(256) contrib_kernel(Args a) {
 // Scans: one thread per state entry (p, col) of one (batch, head), walking the sub-chunks.
 // ---------------------------------------------------------------------------------------
 
-// xv[r] = x[token t][r][p], bv[r] = b[token t][r][col] as floats.
-__device__ void token_outer_factors(const Args& a, int b, int t, int h, int p, int col, float* xv, float* bv) {
-  const int64_t i = a.tok(b, t, h) * a.R;
-  for (int r = 0; r < a.R; ++r) xv[r] = bf(a.x[(i + r) * P + p]), bv[r] = bf(a.b[(i + r) * N + col]);
+// Sub-chunks a scan thread loads ahead: the loads of a batch are issued together, so the walk
+// waits on memory once per batch rather than once per sub-chunk.
+constexpr int SCAN_BATCH = 8;
+
+// outer_entry of state entry (p, col) for token t of (b, h), from the bf16 inputs.
+template <int R>
+__device__ float token_outer(const Args& a, int b, int t, int h, int p, int col) {
+  const int64_t i = a.tok(b, t, h) * R;
+  float xv[R], bv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) xv[r] = bf(a.x[(i + r) * P + p]), bv[r] = bf(a.b[(i + r) * N + col]);
+  return outer_entry<R>(xv, bv);
 }
 
+template <int R>
 __global__ void __launch_bounds__(256) forward_scan_kernel(Args a) {
   const int h = blockIdx.y, b = blockIdx.z, e = blockIdx.x * 256 + threadIdx.x, p = e / N, col = e % N;
-  const int64_t bh = a.bh(b, h);
-  float xv[MAX_RANK], bv[MAX_RANK];
-  for (int r = 0; r < a.R; ++r) {
-    xv[r] = a.xp_in ? a.xp_in[(bh * a.R + r) * P + p] : 0.f;
-    bv[r] = a.bp_in ? a.bp_in[(bh * a.R + r) * N + col] : 0.f;
+  const int64_t bh = a.bh(b, h), sub0 = bh * a.NS;
+  float xv[R], bv[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    xv[r] = a.xp_in ? a.xp_in[(bh * R + r) * P + p] : 0.f;
+    bv[r] = a.bp_in ? a.bp_in[(bh * R + r) * N + col] : 0.f;
   }
   const int64_t i0 = a.tok(b, 0, h);
-  float s = fold_entry(a.S_in ? a.S_in[bh * PN + e] : 0.f, trap_weight(a.lam[i0], a.dt[i0]), xv, bv, a.R);
+  float s = fold_entry(a.S_in ? a.S_in[bh * PN + e] : 0.f, trap_weight(a.lam[i0], a.dt[i0]), outer_entry<R>(xv, bv));
   float s_out = 0.f;
-  const int64_t sub0 = bh * a.NS;
-#pragma unroll 4
-  for (int n = 0; n < a.NS; ++n) {
-    a.Sb[(sub0 + n) * PN + e] = __float2bfloat16(s);
-    s_out = __fmaf_rn(a.eL[sub0 + n], s, a.Ust[(sub0 + n) * PN + e]);
-    if (n + 1 < a.NS) {
-      const int t = (n + 1) * a.Lc;
-      const int64_t i = a.tok(b, t, h);
-      token_outer_factors(a, b, t - 1, h, p, col, xv, bv);
-      s = fold_entry(s_out, trap_weight(a.lam[i], a.dt[i]), xv, bv, a.R);
+  for (int n0 = 0; n0 < a.NS; n0 += SCAN_BATCH) {
+    float u[SCAN_BATCH], el[SCAN_BATCH], bp[SCAN_BATCH], outer[SCAN_BATCH];
+#pragma unroll
+    for (int k = 0; k < SCAN_BATCH; ++k) {
+      const int n = n0 + k;
+      u[k] = el[k] = bp[k] = outer[k] = 0.f;
+      if (n < a.NS) u[k] = a.Ust[(sub0 + n) * PN + e], el[k] = a.eL[sub0 + n];
+      if (n + 1 < a.NS) {
+        const int t = (n + 1) * a.Lc;
+        const int64_t i = a.tok(b, t, h);
+        bp[k] = trap_weight(a.lam[i], a.dt[i]);
+        outer[k] = token_outer<R>(a, b, t - 1, h, p, col);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < SCAN_BATCH; ++k) {
+      const int n = n0 + k;
+      if (n >= a.NS) break;
+      a.Sb[(sub0 + n) * PN + e] = __float2bfloat16(s);
+      s_out = __fmaf_rn(el[k], s, u[k]);
+      if (n + 1 < a.NS) s = fold_entry(s_out, bp[k], outer[k]);
     }
   }
   if (a.S_out) a.S_out[bh * PN + e] = s_out;
   if (a.xp_out && blockIdx.x == 0) {  // the emitted x_prev, b_prev: the last token's rows
-    const int64_t i = a.tok(b, a.T - 1, h) * a.R;
-    for (int k = threadIdx.x; k < a.R * P; k += 256) a.xp_out[bh * a.R * P + k] = bf(a.x[i * P + k]);
-    for (int k = threadIdx.x; k < a.R * N; k += 256) a.bp_out[bh * a.R * N + k] = bf(a.b[i * N + k]);
+    const int64_t i = a.tok(b, a.T - 1, h) * R;
+    for (int k = threadIdx.x; k < R * P; k += 256) a.xp_out[bh * R * P + k] = bf(a.x[i * P + k]);
+    for (int k = threadIdx.x; k < R * N; k += 256) a.bp_out[bh * R * N + k] = bf(a.b[i * N + k]);
   }
 }
 
@@ -246,11 +252,21 @@ __global__ void __launch_bounds__(256) backward_scan_kernel(Args a) {
   const int h = blockIdx.y, b = blockIdx.z, e = blockIdx.x * 256 + threadIdx.x;
   const int64_t bh = a.bh(b, h), sub0 = bh * a.NS;
   float d = a.dS_out ? a.dS_out[bh * PN + e] : 0.f;
-#pragma unroll 4
-  for (int n = a.NS - 1; n >= 0; --n) {
-    float* v = a.Ust + (sub0 + n) * PN + e;
-    d = __fmaf_rn(a.eL[sub0 + n], d, *v);
-    *v = d;
+  for (int n0 = a.NS - 1; n0 >= 0; n0 -= SCAN_BATCH) {  // n0, n0 - 1, ... down to 0
+    float v[SCAN_BATCH], el[SCAN_BATCH];
+#pragma unroll
+    for (int k = 0; k < SCAN_BATCH; ++k) {
+      const int n = n0 - k;
+      v[k] = n >= 0 ? a.Ust[(sub0 + n) * PN + e] : 0.f;
+      el[k] = n >= 0 ? a.eL[sub0 + n] : 0.f;
+    }
+#pragma unroll
+    for (int k = 0; k < SCAN_BATCH; ++k) {
+      const int n = n0 - k;
+      if (n < 0) break;
+      d = __fmaf_rn(el[k], d, v[k]);
+      a.Ust[(sub0 + n) * PN + e] = d;
+    }
   }
   a.dS_in[bh * PN + e] = d;
 }
@@ -260,9 +276,8 @@ __global__ void __launch_bounds__(256) backward_scan_kernel(Args a) {
 // dS~_n; one block per (sub-chunk, head, batch).
 // ---------------------------------------------------------------------------------------
 struct FoldSmem {
-  static constexpr int ld = N + 1;
-  static constexpr int dS = 0;
-  static constexpr int xl = dS + P * ld * 4;
+  static constexpr int dS = 0;  // fp32 [P][N]
+  static constexpr int xl = dS + PN * 4;
   static constexpr int bl = xl + MAX_RANK * P * 4;
   static constexpr int u = bl + MAX_RANK * N * 4;
   static constexpr int bytes = u + MAX_RANK * P * 4;
@@ -272,11 +287,12 @@ __global__ void __launch_bounds__(256) fold_kernel(Args a) {
   using S = FoldSmem;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, R = a.R;
+  const int warp = tid >> 5, lane = tid & 31;
   const int64_t bh = a.bh(b, h), sub = a.sub(b, h, n);
   float *dS = reinterpret_cast<float*>(sm + S::dS), *xl = reinterpret_cast<float*>(sm + S::xl);
   float *bl = reinterpret_cast<float*>(sm + S::bl), *u = reinterpret_cast<float*>(sm + S::u);
-  const float* src = a.Ust + sub * PN;
-  for (int i = tid; i < PN; i += 256) dS[(i / N) * S::ld + i % N] = src[i];
+  cuda::load_floats_async<256>(dS, a.Ust + sub * PN, PN, tid);
+  cuda::cp_async_commit();
   const int t0 = n * a.Lc;
   if (n > 0) {
     const int64_t i = a.tok(b, t0 - 1, h) * R;
@@ -288,27 +304,30 @@ __global__ void __launch_bounds__(256) fold_kernel(Args a) {
   }
   const int64_t it0 = a.tok(b, t0, h);
   const float bp1 = trap_weight(a.lam[it0], a.dt[it0]);
+  cuda::cp_async_wait_all();
   __syncthreads();
   float* fx = n > 0 ? a.Fx + sub * R * P : a.dxp_in + bh * R * P;
   float* fb = n > 0 ? a.Fb + sub * R * N : a.dbp_in + bh * R * N;
-  for (int k = tid; k < R * P; k += 256) {  // u_r[p] = dS~[p, :] . bl_r
+  for (int k = warp; k < R * P; k += 8) {  // u_r[p] = dS~[p, :] . bl_r, one warp per (r, p)
     const int r = k / P, p = k % P;
     float s = 0.f;
-    for (int c = 0; c < N; ++c) s += dS[p * S::ld + c] * bl[r * N + c];
-    u[k] = s;
-    fx[k] = bp1 * s;
+#pragma unroll
+    for (int j = 0; j < N / 32; ++j) s += dS[p * N + lane + 32 * j] * bl[r * N + lane + 32 * j];
+    s = warp_sum(s);
+    if (lane == 0) u[k] = s, fx[k] = bp1 * s;
   }
   for (int k = tid; k < R * N; k += 256) {  // dbl_r[c] = bp1 dS~[:, c] . xl_r
     const int r = k / N, c = k % N;
     float s = 0.f;
-    for (int p = 0; p < P; ++p) s += dS[p * S::ld + c] * xl[r * P + p];
+    for (int p = 0; p < P; ++p) s += dS[p * N + c] * xl[r * P + p];
     fb[k] = bp1 * s;
   }
   __syncthreads();
-  if (tid == 0) {
+  if (warp == 0) {  // d bp_1 = sum_r xl_r . u_r
     float s = 0.f;
-    for (int k = 0; k < R * P; ++k) s += xl[k] * u[k];
-    a.Fd[sub] = s;
+    for (int k = lane; k < R * P; k += 32) s += xl[k] * u[k];
+    s = warp_sum(s);
+    if (lane == 0) a.Fd[sub] = s;
   }
 }
 
@@ -377,6 +396,8 @@ __global__ void __launch_bounds__(256) out_kernel(Args a) {
 //   dE(t, s) = sum over the rank rows of (dY X^T) ⊙ (C B^T), plus on row Lc-1 the leaving
 //   state's x_s . (dSo b_s); dacum gets exp(acum_t) c . (dY S~) per row and e_L <dSo, S~>;
 //   E's scalars then go to adt (suffix sums), dt and lam.
+// Shared memory stays under half an SM's (two blocks per SM): the fp32 dE scratch lives in
+// the dSo tile's place until dE has been used, and dSo is loaded after that.
 // ---------------------------------------------------------------------------------------
 struct GradSmem {
   static constexpr int X = 0;
@@ -384,19 +405,18 @@ struct GradSmem {
   static constexpr int Bt = dY + Tile<M, P>::bytes;
   static constexpr int Ct = Bt + Tile<M, N>::bytes;
   static constexpr int St = Ct + Tile<M, N>::bytes;
-  static constexpr int dSt = St + Tile<P, N>::bytes;
+  static constexpr int dSt = St + Tile<P, N>::bytes;  // first the fp32 [M][LDE] dE scratch
   static constexpr int Mm = dSt + Tile<P, N>::bytes;
   static constexpr int dGm = Mm + Tile<M, M>::bytes;
-  static constexpr int dEf = dGm + Tile<M, M>::bytes;  // fp32 [M][LDE] per row pair
-  static constexpr int dE = dEf + M * LDE * 4;          // fp32 [Lc][LDE] per token pair
-  static constexpr int rows = dE + M * LDE * 4;         // fp32 rowX[2][M], rowC[2][M]
+  static constexpr int rows = dGm + Tile<M, M>::bytes;  // fp32 rowX[2][M], rowC[2][M]
   static constexpr int tokv = rows + 4 * M * 4;         // fp32 plus, minus, dgam, dbpn [M]
   static constexpr int red = tokv + 4 * M * 4;          // fp32 [256]
   static constexpr int sc = red + 256 * 4;
   static constexpr int bytes = sc + sizeof(Scalars);
+  static_assert(M * LDE * 4 <= Tile<P, N>::bytes, "dE scratch must fit in the dSo tile");
 };
 
-__global__ void __launch_bounds__(256) grads_kernel(Args a) {
+__global__ void __launch_bounds__(256, 2) grads_kernel(Args a) {
   using S = GradSmem;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, R = a.R, Lc = a.Lc;
@@ -407,8 +427,7 @@ __global__ void __launch_bounds__(256) grads_kernel(Args a) {
   auto Bs = tile_at<Tile<M, N>>(sm, S::Bt), Cs = tile_at<Tile<M, N>>(sm, S::Ct);
   auto Ss = tile_at<Tile<P, N>>(sm, S::St), dSs = tile_at<Tile<P, N>>(sm, S::dSt);
   auto Mm = tile_at<Tile<M, M>>(sm, S::Mm), dGm = tile_at<Tile<M, M>>(sm, S::dGm);
-  float* dEf = reinterpret_cast<float*>(sm + S::dEf);
-  float* dE = reinterpret_cast<float*>(sm + S::dE);
+  float* dEf = reinterpret_cast<float*>(sm + S::dSt);
   float *rowX = reinterpret_cast<float*>(sm + S::rows), *rowC = rowX + 2 * M;
   float *plus = reinterpret_cast<float*>(sm + S::tokv), *minus = plus + M, *dgam = minus + M, *dbpn = dgam + M;
   float* red = reinterpret_cast<float*>(sm + S::red);
@@ -423,19 +442,6 @@ __global__ void __launch_bounds__(256) grads_kernel(Args a) {
   load_scalars(a, b, h, n, sc, tid);
   cuda::cp_async_wait_all();
   __syncthreads();
-
-  // dSo to bf16, and <dSo, S~> (fp32 dSo, bf16 S~)
-  const float* dso = n + 1 < a.NS ? a.Ust + (sub + 1) * PN : (a.dS_out ? a.dS_out + bh * PN : nullptr);
-  float dot = 0.f;
-  for (int i = tid; i < PN / 4; i += 256) {
-    const int r = (4 * i) / N, c = (4 * i) % N;
-    const float4 v = dso ? reinterpret_cast<const float4*>(dso)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-    const bf16* s = Ss.at(r, c);
-    dot += v.x * bf(s[0]) + v.y * bf(s[1]) + v.z * bf(s[2]) + v.w * bf(s[3]);
-    put2(dSs.at(r, c), v.x, v.y);
-    put2(dSs.at(r, c + 2), v.z, v.w);
-  }
-  dot = block_sum(dot, red, tid);  // also the barrier after dSs
 
   {  // G = C B^T and dM = dY X^T: Mm, dGm (bf16) and their product per row pair (fp32)
     Frag<16, 32> g, dm;
@@ -455,6 +461,48 @@ __global__ void __launch_bounds__(256) grads_kernel(Args a) {
       }
   }
   __syncthreads();
+  // What the intra-chunk part of dE gives the scalars: E(t, s) = exp(acum_t - acum_s) w(t, s).
+  auto dE_intra = [&](int t, int s) {
+    float v = 0.f;
+    for (int ri = 0; ri < R; ++ri)
+      for (int rj = 0; rj < R; ++rj) v += dEf[(t * R + ri) * LDE + s * R + rj];
+    return v;
+  };
+  if (tid < Lc) {  // row t: acum_t
+    const int t = tid;
+    float p = 0.f;
+    for (int s = 0; s <= t; ++s) p += dE_intra(t, s) * sc.E(t, s);
+    plus[t] = p;
+  } else if (tid >= 128 && tid < 128 + Lc) {  // column s: acum_s, gam_s, bp_{s+1}
+    const int s = tid - 128;
+    float m = 0.f, dg = 0.f, db = 0.f;
+    for (int t = s; t < Lc; ++t) {
+      const float d = dE_intra(t, s) * expf(sc.acum[t] - sc.acum[s]);
+      m += d * (s < t ? sc.gam[s] + sc.bp[s + 1] : sc.gam[t]);
+      dg += d;
+      if (t > s) db += d;
+    }
+    minus[s] = m, dgam[s] = dg, dbpn[s] = db;
+  }
+  __syncthreads();  // dEf is dead: its space becomes the dSo tile
+
+  // dSo to bf16, and <dSo, S~> (fp32 dSo, bf16 S~); the loads are issued before any use
+  const float* dso = n + 1 < a.NS ? a.Ust + (sub + 1) * PN : (a.dS_out ? a.dS_out + bh * PN : nullptr);
+  constexpr int kVec = PN / 4 / 256;
+  float4 v[kVec];
+#pragma unroll
+  for (int k = 0; k < kVec; ++k)
+    v[k] = dso ? reinterpret_cast<const float4*>(dso)[tid + 256 * k] : make_float4(0.f, 0.f, 0.f, 0.f);
+  float dot = 0.f;
+#pragma unroll
+  for (int k = 0; k < kVec; ++k) {
+    const int i = 4 * (tid + 256 * k), r = i / N, c = i % N;
+    const bf16* s = Ss.at(r, c);
+    dot += v[k].x * bf(s[0]) + v[k].y * bf(s[1]) + v[k].z * bf(s[2]) + v[k].w * bf(s[3]);
+    put2(dSs.at(r, c), v[k].x, v[k].y);
+    put2(dSs.at(r, c + 2), v[k].z, v[k].w);
+  }
+  dot = block_sum(dot, red, tid);  // also the barrier after dSs
 
   const float D = a.D[h];
   auto leaving = [&](int r) { return sc.E(Lc - 1, r / R); };
@@ -512,48 +560,35 @@ __global__ void __launch_bounds__(256) grads_kernel(Args a) {
     if (tid == 0) a.dDpart[(int64_t(b) * a.NSpad + n) * a.H + h] = s;
   }
 
-  // dE per token pair
-  for (int k = tid; k < Lc * Lc; k += 256) {
-    const int t = k / Lc, s = k % Lc;
-    float v = 0.f;
-    for (int ri = 0; ri < R; ++ri)
-      for (int rj = 0; rj < R; ++rj) v += dEf[(t * R + ri) * LDE + s * R + rj];
-    if (t == Lc - 1)
-      for (int rj = 0; rj < R; ++rj) v += rowX[s * R + rj] + rowX[M + s * R + rj];
-    dE[t * LDE + s] = v;
+  // The rest of dE and dacum: the leaving state's row Lc-1 of dE (rowX), the inter-chunk
+  // term per row (rowC), and e_L <dSo, S~>.
+  if (tid < Lc) {
+    const int s = tid;
+    float dEl = 0.f, inter = 0.f;
+    for (int r = 0; r < R; ++r) dEl += rowX[s * R + r] + rowX[M + s * R + r], inter += rowC[s * R + r] + rowC[M + s * R + r];
+    const float d = dEl * expf(sc.acum[Lc - 1] - sc.acum[s]);
+    const float dw = d * (s < Lc - 1 ? sc.gam[s] + sc.bp[s + 1] : sc.gam[s]);
+    minus[s] += dw, dgam[s] += d;
+    if (s < Lc - 1) dbpn[s] += d;
+    plus[s] += sc.eA[s] * inter;
+    red[s] = dw;
   }
   __syncthreads();
-  if (tid < Lc) {  // row t: what E(t, .) gives acum_t
-    const int t = tid;
-    float s_plus = 0.f;
-    for (int s = 0; s <= t; ++s) s_plus += dE[t * LDE + s] * sc.E(t, s);
-    float inter = 0.f;
-    for (int ri = 0; ri < R; ++ri) inter += rowC[t * R + ri] + rowC[M + t * R + ri];
-    plus[t] = s_plus + sc.eA[t] * inter + (t == Lc - 1 ? sc.eA[t] * dot : 0.f);
-  } else if (tid >= 128 && tid < 128 + Lc) {  // column s: acum_s, gam_s, bp_{s+1}
-    const int s = tid - 128;
-    float m = 0.f, dg = 0.f, db = 0.f;
-    for (int t = s; t < Lc; ++t) {
-      const float lam = expf(sc.acum[t] - sc.acum[s]), d = dE[t * LDE + s] * lam;
-      m += d * (s < t ? sc.gam[s] + sc.bp[s + 1] : sc.gam[t]);
-      dg += d;
-      if (t > s) db += d;
-    }
-    minus[s] = m, dgam[s] = dg, dbpn[s] = db;
-  }
-  __syncthreads();
-  if (tid == 0) {  // suffix sums of dacum (acum is a cumulative sum of adt), then dt and lam
+  if (tid == 0) {  // plus[Lc-1] gets row Lc-1's sum; then suffix sums of dacum into red
+    float p = sc.eA[Lc - 1] * dot;
+    for (int s = 0; s < Lc; ++s) p += red[s];
+    plus[Lc - 1] += p;
     float suffix = 0.f;
-    for (int t = Lc - 1; t >= 0; --t) {
-      suffix += plus[t] - minus[t];
-      const float dbp = t == 0 ? a.Fd[sub] : dbpn[t - 1];
-      if (t < nv) {
-        const int64_t i = a.tok(b, n * Lc + t, h);
-        a.dadt[i] = suffix;
-        a.dlam[i] = (dgam[t] - dbp) * sc.dt[t];
-        a.ddt[i] = dgam[t] * sc.lam[t] + dbp * (1.f - sc.lam[t]);
-      }
-    }
+    for (int t = Lc - 1; t >= 0; --t) red[t] = suffix += plus[t] - minus[t];
+  }
+  __syncthreads();
+  if (tid < nv) {  // acum is a cumulative sum of adt; bp_t = (1 - lam) dt, gam_t = lam dt
+    const int t = tid;
+    const float dbp = t == 0 ? a.Fd[sub] : dbpn[t - 1];
+    const int64_t i = a.tok(b, n * Lc + t, h);
+    a.dadt[i] = red[t];
+    a.dlam[i] = (dgam[t] - dbp) * sc.dt[t];
+    a.ddt[i] = dgam[t] * sc.lam[t] + dbp * (1.f - sc.lam[t]);
   }
 }
 
@@ -653,7 +688,8 @@ class Stages {
 void state_pass(Stages& st, const Args& a, int slot) {
   const dim3 subs(a.NS, a.H, a.B), entries(PN / 256, a.H, a.B);
   st.run(slot, contrib_kernel<false>, subs, ContribSmem::bytes, a, "mamba3 contrib");
-  st.run(slot + 1, forward_scan_kernel, entries, 0, a, "mamba3 forward scan");
+  auto scan = a.R == 1 ? forward_scan_kernel<1> : a.R == 2 ? forward_scan_kernel<2> : forward_scan_kernel<4>;
+  st.run(slot + 1, scan, entries, 0, a, "mamba3 forward scan");
 }
 
 }  // namespace
