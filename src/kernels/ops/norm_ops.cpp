@@ -16,6 +16,13 @@ namespace {
 
 constexpr double kRmsEps = 1e-5, kL2Eps = 1e-6;
 
+#ifdef STATEFLOW_HAVE_CUDA
+// The backward's dw partials (rmsnorm and gated_rmsnorm; l2norm has no weight).
+size_t dw_workspace_bytes(const OpShape& s) {
+  return norm_backward_workspace_bytes(s["rows"], s["dim"], TokenRows{s["batch"], s["per_token"]});
+}
+#endif
+
 // rows = batch x tokens x per_token (rows of one token: heads for the per-head norms).
 OpShape norm_shape(int64_t rows, int64_t dim, int64_t batch = 1, int64_t per_token = 1) {
   return {{{"rows", rows}, {"dim", dim}, {"batch", batch}, {"per_token", per_token}}};
@@ -76,6 +83,7 @@ OpDef make_rmsnorm_op() {
                              s["dim"]);
   };
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = dw_workspace_bytes;
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);
@@ -106,6 +114,7 @@ OpDef make_gated_rmsnorm_op() {
                                    at(h, "dz"), at(h, "dw"), s["rows"], s["dim"]);
   };
 #ifdef STATEFLOW_HAVE_CUDA
+  op.workspace_bytes = dw_workspace_bytes;
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);
@@ -137,9 +146,6 @@ OpDef make_l2norm_op() {
     l2norm_backward<double>(y.data(), at(h, "rstd"), at(h, "dy"), at(h, "dx"), s["rows"], s["dim"]);
   };
 #ifdef STATEFLOW_HAVE_CUDA
-  op.workspace_bytes = [](const OpShape& s) {
-    return norm_backward_workspace_bytes(s["rows"], s["dim"], TokenRows{s["batch"], s["per_token"]});
-  };
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);
