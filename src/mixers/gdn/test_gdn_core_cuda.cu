@@ -50,14 +50,6 @@ Problem make_problem(Rng& rng, int64_t B, int64_t T, int64_t H) {
   return p;
 }
 
-// Tokens [t0, t1) of a [B, T, H, w] tensor.
-Vec slice_time(const Vec& x, const GdnDims& d, int64_t w, int64_t t0, int64_t t1) {
-  Vec y;
-  for (int64_t b = 0; b < d.batch; ++b)
-    y.insert(y.end(), x.begin() + ((b * d.len + t0) * d.heads) * w, x.begin() + ((b * d.len + t1) * d.heads) * w);
-  return y;
-}
-
 Problem slice(const Problem& p, int64_t t0, int64_t t1) {
   Problem s = p;
   s.d.len = t1 - t0;

@@ -60,14 +60,6 @@ Problem make_problem(Rng& rng, int64_t B, int64_t T, int64_t H, int64_t R) {
   return p;
 }
 
-// Tokens [t0, t1) of a [B, T, H, w] tensor.
-Vec slice_time(const Vec& v, const Mamba3Dims& d, int64_t w, int64_t t0, int64_t t1) {
-  Vec out;
-  for (int64_t b = 0; b < d.batch; ++b)
-    out.insert(out.end(), v.begin() + ((b * d.len + t0) * d.heads) * w, v.begin() + ((b * d.len + t1) * d.heads) * w);
-  return out;
-}
-
 Problem slice(const Problem& p, int64_t t0, int64_t t1) {
   Problem s = p;
   s.d.len = t1 - t0;
