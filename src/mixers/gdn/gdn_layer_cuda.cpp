@@ -60,9 +60,10 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   {
     CategoryScope boundary(MemCategory::BoundaryState);
     state_out[kS] = f32_out({B, H_, dv_, dk_});
-    state_out[kPrefixQ] = bf16_zeros({B, K_ - 1, HK});
-    state_out[kPrefixK] = bf16_zeros({B, K_ - 1, HK});
-    state_out[kPrefixV] = bf16_zeros({B, K_ - 1, HV});
+    // the conv writes every row of its prefix_out
+    state_out[kPrefixQ] = bf16_out({B, K_ - 1, HK});
+    state_out[kPrefixK] = bf16_out({B, K_ - 1, HK});
+    state_out[kPrefixV] = bf16_out({B, K_ - 1, HV});
   }
   Tensor qc = bf16_out({rows, HK}), kc = bf16_out({rows, HK});
   s->v = bf16_out({rows, HV});
@@ -130,11 +131,11 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     OpScope part("gdn.out_proj.wgrad");
     linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_, B);
   }
-  Tensor dy = bf16_zeros({rows, HV});
+  Tensor dy = bf16_out({rows, HV});
   {
     OpScope part("gdn.out_proj.dgrad");
     linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV,
-                                          D_);
+                                          D_, /*accumulate=*/false);
   }
   Tensor do_ = bf16_out({rows, HV}), dz = bf16_out({rows, HV});
   {
@@ -199,12 +200,13 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   }
 
   // input projections
-  Tensor dx = bf16_zeros({rows, D_});
+  Tensor dx = bf16_out({rows, D_});  // the first product overwrites it
   auto wgrad = [&](Param& W, const Tensor& dY, int64_t out) {
     linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
   };
-  auto dgrad = [&](Param& W, const Tensor& dY, int64_t out) {
-    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out);
+  auto dgrad = [&](Param& W, const Tensor& dY, int64_t out, bool accumulate = true) {
+    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out,
+                                          accumulate);
   };
   {
     OpScope part("gdn.in_proj.wgrad");
@@ -216,7 +218,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   }
   {  // dx sums the six products in the order q, k, v, a, b, z (bf16 adds: the order is the result)
     OpScope part("gdn.in_proj.dgrad");
-    dgrad(Wq_, dqp, HK), dgrad(Wk_, dkp, HK), dgrad(Wv_, dvp, HV);
+    dgrad(Wq_, dqp, HK, /*accumulate=*/false), dgrad(Wk_, dkp, HK), dgrad(Wv_, dvp, HV);
   }
   {
     OpScope part("gdn.gate_proj.dgrad");

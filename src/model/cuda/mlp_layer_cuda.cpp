@@ -43,15 +43,17 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
   auto& s = static_cast<MlpCudaStash&>(stash);
   const int64_t rows = dy.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
-  Tensor dh = bf16_zeros({rows, F}), da = bf16_out({rows, F}), db = bf16_out({rows, F});
-  Tensor dx = bf16_zeros({rows, D});
+  // dh and dx: their first product overwrites them (no zero-fill)
+  Tensor dh = bf16_out({rows, F}), da = bf16_out({rows, F}), db = bf16_out({rows, F});
+  Tensor dx = bf16_out({rows, D});
   {
     OpScope part("mlp.down_proj.wgrad");
     linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.h), bf16_ptr(dy), f32_ptr(w2_.grad), rows, F, D, ctx.batch);
   }
   {
     OpScope part("mlp.down_proj.dgrad");
-    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D);
+    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D,
+                                          /*accumulate=*/false);
   }
   {
     OpScope part("mlp.swiglu");
@@ -65,7 +67,8 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
   }
   {
     OpScope part("mlp.up_proj.dgrad");
-    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, F);
+    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, F,
+                                          /*accumulate=*/false);
     linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
   }
   return dx;
