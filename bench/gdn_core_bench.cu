@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "mixers/gdn/gdn_core_cuda.h"
 #include "model/mixer.h"
 #include "model/flops.h"
@@ -28,26 +29,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using stateflow::GdnDims;
-
-#define CK(x)                                                                                      \
-  do {                                                                                             \
-    cudaError_t e_ = (x);                                                                          \
-    if (e_ != cudaSuccess) {                                                                       \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                \
-    }                                                                                              \
-  } while (0)
-
-__device__ float hash_uniform(uint64_t i, uint64_t seed) {  // (0, 1)
-  uint64_t z = i * 0x9E3779B97F4A7C15ull + seed;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  z ^= z >> 31;
-  return (float(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
-}
-__device__ float hash_normal(uint64_t i, uint64_t seed) {
-  return sqrtf(-2.f * logf(hash_uniform(2 * i, seed))) * cospif(2.f * hash_uniform(2 * i + 1, seed));
-}
+using namespace stateflow::bench;
 
 // One warp per row of 128: normal entries, l2-normalised when unit (q, k), else as drawn (v, dO).
 __global__ void init_rows(bf16* x, int64_t rows, uint64_t seed, bool unit) {
@@ -77,29 +59,12 @@ __global__ void init_normal_f32(float* x, int64_t n, float scale, uint64_t seed)
   if (i < n) x[i] = scale * hash_normal(i, seed);
 }
 
-__global__ void count_differences(const unsigned char* a, const unsigned char* b, int64_t n, unsigned long long* diff) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n && a[i] != b[i]) atomicAdd(diff, 1ull);  // a count, not a gradient
-}
-
-__global__ void count_nonfinite(const bf16* x, int64_t n, unsigned long long* bad) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n && !isfinite(__bfloat162float(x[i]))) atomicAdd(bad, 1ull);  // a count, not a gradient
-}
-
 template <class T>
 T* dalloc(size_t n, size_t& total) {
   T* p = nullptr;
   CK(cudaMalloc(&p, n * sizeof(T)));
   total += n * sizeof(T);
   return p;
-}
-
-unsigned blocks(int64_t n, int t) { return unsigned((n + t - 1) / t); }
-
-float median(std::vector<float> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
 }
 
 struct Result {
@@ -148,23 +113,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
     stateflow::gdn_chunk_backward_cuda(d, q, k, v, beta, g, S_in, dO, dS_out, dq, dk, dv, dbeta, dg, dS_in, ws,
                                        nullptr, c);
   };
-  cudaEvent_t e0, e1;
-  CK(cudaEventCreate(&e0));
-  CK(cudaEventCreate(&e1));
-  auto time_it = [&](auto&& f) {
-    for (int i = 0; i < 3; ++i) f();
-    std::vector<float> ms;
-    for (int i = 0; i < reps; ++i) {
-      CK(cudaEventRecord(e0));
-      f();
-      CK(cudaEventRecord(e1));
-      CK(cudaEventSynchronize(e1));
-      float t = 0;
-      CK(cudaEventElapsedTime(&t, e0, e1));
-      ms.push_back(t);
-    }
-    return median(ms);
-  };
+  auto time_it = [&](auto&& f) { return median_ms(f, reps); };
   Result r{};
   r.len = T;
   r.fwd_ms = time_it(fwd);
@@ -251,19 +200,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
   for (void* p : std::initializer_list<void*>{q, k, v, dO, o, dq, dk, dv, beta, g, dbeta, dg, S_in, S_out, dS_out,
                                               dS_in, ws, bad})
     CK(cudaFree(p));
-  CK(cudaEventDestroy(e0));
-  CK(cudaEventDestroy(e1));
   return r;
-}
-
-std::vector<int64_t> parse_list(const char* s) {
-  std::vector<int64_t> v;
-  for (const char* p = s; *p;) {
-    char* end = nullptr;
-    v.push_back(std::strtoll(p, &end, 10));
-    p = *end == ',' ? end + 1 : end;
-  }
-  return v;
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.cuh"
 #include "kernels/cuda/adamw_cuda.h"
 #include "kernels/cuda/cross_entropy_cuda.h"
 #include "kernels/cuda/embedding_cuda.h"
@@ -39,26 +40,7 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 using namespace stateflow;
-
-#define CK(x)                                                                                                  \
-  do {                                                                                                         \
-    cudaError_t e_ = (x);                                                                                      \
-    if (e_ != cudaSuccess) {                                                                                   \
-      std::fprintf(stderr, "CUDA error %s at %s:%d: %s\n", cudaGetErrorString(e_), __FILE__, __LINE__, #x); \
-      std::exit(1);                                                                                            \
-    }                                                                                                          \
-  } while (0)
-
-__device__ float hash_normal(uint64_t i, uint64_t seed) {
-  auto uniform = [&](uint64_t j) {
-    uint64_t z = j * 0x9E3779B97F4A7C15ull + seed;
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    z ^= z >> 31;
-    return (float(z >> 40) + 0.5f) * (1.0f / 16777216.0f);
-  };
-  return sqrtf(-2.f * logf(uniform(2 * i))) * cospif(2.f * uniform(2 * i + 1));
-}
+using namespace stateflow::bench;
 
 template <class T>
 __global__ void fill_normal(T* x, int64_t n, float scale, uint64_t seed) {
@@ -102,25 +84,8 @@ int32_t* random_ids(int64_t n, int64_t below, std::vector<int32_t>* host = nullp
 
 // Median of `reps` event-timed calls after 3 warm-ups, in ms.
 double time_ms(const std::function<void()>& fn, int reps) {
-  for (int i = 0; i < 3; ++i) fn();
   CK(cudaDeviceSynchronize());
-  cudaEvent_t a, b;
-  CK(cudaEventCreate(&a));
-  CK(cudaEventCreate(&b));
-  std::vector<float> ms;
-  for (int i = 0; i < reps; ++i) {
-    CK(cudaEventRecord(a));
-    fn();
-    CK(cudaEventRecord(b));
-    CK(cudaEventSynchronize(b));
-    float t = 0;
-    CK(cudaEventElapsedTime(&t, a, b));
-    ms.push_back(t);
-  }
-  CK(cudaGetLastError());
-  cudaEventDestroy(a), cudaEventDestroy(b);
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return median_ms(fn, reps);
 }
 
 struct Row {

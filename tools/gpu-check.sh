@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # On a GPU machine: configure with CUDA (sm_90a + compute_80 PTX), build with ninja, run the CUDA
-# tests and then every test through CTest, then the GDN core benchmark and the benchmark of the
-# other kernels (GEMM ceiling, fused kernels' bandwidth). Logs go to $OUT when set (else
+# tests and then every test through CTest, then the GDN and Mamba-3 core benchmarks and the benchmark of
+# the other kernels (GEMM ceiling, fused kernels' bandwidth). Logs go to $OUT when set (else
 # build-gpu/logs); a summary table is printed last.
 #   SANITIZE=1  also runs one small GPU test under compute-sanitizer (memcheck, racecheck);
 #               SANITIZE=auto (default) does so when the CUDA tests fail
 #   BENCH_ARGS  extra arguments for gdn_core_bench (e.g. "--len 32768 --reps 50")
+#   MAMBA3_BENCH_ARGS  extra arguments for mamba3_core_bench (e.g. "--len 32768 --rank 1")
 #   KERNELS_BENCH_ARGS  extra arguments for kernels_bench (e.g. "--tokens 8192 --reps 50")
 #   TARGETS     build only these ninja targets (e.g. "stateflow_cuda_tests kernels_bench" for a
 #               short lease); steps whose program was not built are skipped
@@ -71,6 +72,12 @@ if [[ ${status[build]} == ok ]]; then
     timeout 300 "$BUILD/gdn_core_bench" --json "$LOG/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log"
     status[bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
   fi
+  if [[ -x $BUILD/mamba3_core_bench ]]; then
+    # shellcheck disable=SC2086
+    timeout 300 "$BUILD/mamba3_core_bench" --json "$LOG/mamba3_bench.json" ${MAMBA3_BENCH_ARGS:-} 2>&1 |
+      tee "$LOG/mamba3_bench.log"
+    status[mamba3_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
   if [[ -x $BUILD/kernels_bench ]]; then
     # shellcheck disable=SC2086
     timeout 300 "$BUILD/kernels_bench" ${KERNELS_BENCH_ARGS:-} 2>&1 | tee "$LOG/kernels_bench.log"
@@ -90,11 +97,12 @@ fi
 echo
 echo "================ gpu-check summary ================"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-for step in build cuda_tests memcheck racecheck ctest bench kernels_bench matrix; do
+for step in build cuda_tests memcheck racecheck ctest bench mamba3_bench kernels_bench matrix; do
   [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
 done
 grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'
 [[ -f $LOG/bench.log ]] && sed -n '/^ *T |/,$p' "$LOG/bench.log"
+[[ -f $LOG/mamba3_bench.log ]] && sed -n '/^ *R  *T |/,$p' "$LOG/mamba3_bench.log"
 [[ -f $LOG/kernels_bench.log ]] && sed -n '/^| kernel |/,$p' "$LOG/kernels_bench.log"
 [[ -f $LOG/bench-matrix.md ]] && cat "$LOG/bench-matrix.md"
 for step in "${!status[@]}"; do [[ ${status[$step]} == ok ]] || exit 1; done

@@ -208,4 +208,27 @@ __device__ inline float quad_sum(float s) {
   return s;
 }
 
+// A tile of type T at byte offset off of a kernel's dynamic shared memory.
+template <class T>
+__device__ T tile_at(char* sm, int off) {
+  return T{reinterpret_cast<bf16*>(sm + off)};
+}
+
+// part[m0 + r] = sum over this warp's columns of f[r][c] * t[m0 + r][n0 + c] (fixed order).
+template <int WN, class T>
+__device__ void row_dot(Frag<16, WN>& f, T t, int m0, int n0, float* part) {
+  float s[2] = {0.f, 0.f};
+  f.each_pair([&](int r, int c, float& x0, float& x1) {
+    const bf16* p = t.at(m0 + r, n0 + c);
+    s[r >> 3] += x0 * bf(p[0]) + x1 * bf(p[1]);
+  });
+  const int l = threadIdx.x & 31;
+  s[0] = quad_sum(s[0]);
+  s[1] = quad_sum(s[1]);
+  if ((l & 3) == 0) {
+    part[m0 + (l >> 2)] = s[0];
+    part[m0 + (l >> 2) + 8] = s[1];
+  }
+}
+
 }  // namespace stateflow::cuda

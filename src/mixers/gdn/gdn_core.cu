@@ -34,7 +34,9 @@ using cuda::Frag;
 using cuda::Lay;
 using cuda::mma_acc;
 using cuda::put2;
+using cuda::row_dot;
 using cuda::Tile;
+using cuda::tile_at;
 
 constexpr int C = 64;             // sub-chunk size
 constexpr int DK = 128, DV = 128;  // head sizes this build supports
@@ -59,34 +61,12 @@ struct Args {
   __device__ int64_t ws_sub(int b, int h, int n) const { return (int64_t(b) * H + h) * NS + n; }
 };
 
-template <class T>
-__device__ T tile_at(char* sm, int off) {
-  return T{reinterpret_cast<bf16*>(sm + off)};
-}
-
 // Stores the rows m0 + r < n_rows of a warp's accumulator tile as bf16 (row stride ld).
 template <int WM, int WN>
 __device__ void store_rows(Frag<WM, WN>& f, bf16* g, int64_t ld, int m0, int n0, int n_rows) {
   f.each_pair([&](int r, int c, float& x0, float& x1) {
     if (m0 + r < n_rows) put2(g + (m0 + r) * ld + n0 + c, x0, x1);
   });
-}
-
-// part[m0 + r] = sum over this warp's columns of f[r][c] * t[m0 + r][n0 + c] (fixed order).
-template <int WN, class T>
-__device__ void row_dot(Frag<16, WN>& f, T t, int m0, int n0, float* part) {
-  float s[2] = {0.f, 0.f};
-  f.each_pair([&](int r, int c, float& x0, float& x1) {
-    const bf16* p = t.at(m0 + r, n0 + c);
-    s[r >> 3] += x0 * bf(p[0]) + x1 * bf(p[1]);
-  });
-  const int l = threadIdx.x & 31;
-  s[0] = cuda::quad_sum(s[0]);
-  s[1] = cuda::quad_sum(s[1]);
-  if ((l & 3) == 0) {
-    part[m0 + (l >> 2)] = s[0];
-    part[m0 + (l >> 2) + 8] = s[1];
-  }
 }
 
 __device__ float warp_sum(float s) {

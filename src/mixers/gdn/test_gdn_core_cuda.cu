@@ -23,6 +23,7 @@ namespace {
 using testing::fresh_seed;
 using testing::rel_err;
 using testing::rms_rel_err;
+using testing::slice_time;
 using bf16 = __nv_bfloat16;
 using Vec = std::vector<double>;
 
@@ -101,14 +102,6 @@ Problem make_problem(Rng& rng, int64_t B, int64_t T, int64_t H) {
     p.g[i] = double(float(-std::exp(A_log[h]) * std::log1p(std::exp(rng.normal() + dt_bias[h]))));
   }
   return p;
-}
-
-// Tokens [t0, t1) of a [B, T, H, w] tensor.
-Vec slice_time(const Vec& x, const GdnDims& d, int64_t w, int64_t t0, int64_t t1) {
-  Vec y;
-  for (int64_t b = 0; b < d.batch; ++b)
-    y.insert(y.end(), x.begin() + ((b * d.len + t0) * d.heads) * w, x.begin() + ((b * d.len + t1) * d.heads) * w);
-  return y;
 }
 
 Problem slice(const Problem& p, int64_t t0, int64_t t1) {
