@@ -2,10 +2,11 @@
 // through cuBLAS (the denominator of the model's MFU), and each fused kernel's time and
 // achieved bandwidth at T tokens x D model width, against a device-to-device copy.
 // CUDA events, warm-up, median of repeats; random data (never zeros). Then whole training
-// steps of gdn-1.3b on one sequence of T tokens (train/cuda/train_step_bench.h): tokens/s,
+// steps of a preset (gdn-1.3b unless --train-preset) on one sequence of T tokens (train/cuda/train_step_bench.h): tokens/s,
 // model TFLOP/s and MFU against the GEMM ceiling measured above and the datasheet figure.
 //
 //   kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] [--train-warmup 1]
+//                 [--train-preset gdn-1.3b] [--train-chunks 1] [--train-recompute]
 //
 // Bytes are the fewest each kernel must move (every input read once, every output written
 // once; parameters and per-row scalars included); GB/s = those bytes / median time.
@@ -108,28 +109,31 @@ constexpr double kDatasheetTflops = 989.0;
 
 double gib(int64_t bytes) { return double(bytes) / 1073741824.0; }
 
-// Whole training steps of gdn-1.3b on one sequence of T tokens; MFU against the best and the
+// Whole training steps of a preset on one sequence of T tokens; MFU against the best and the
 // mean of the GEMMs measured at T rows (gemm_tflops) and against the datasheet.
-void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vector<double>& gemm_tflops) {
+void bench_training(const std::string& preset, int64_t chunks, bool recompute, int64_t T, int64_t D, int warmup,
+                    int steps, const std::vector<double>& gemm_tflops) {
   TrainStepBenchOptions o;
-  o.seq_len = T, o.warmup_steps = warmup, o.steps = steps;
+  o.model = model_preset(preset);
+  o.seq_len = T, o.chunks = chunks, o.recompute = recompute, o.warmup_steps = warmup, o.steps = steps;
   const ModelConfig& m = o.model;
-  const ModelFlops flops = model_flops_per_token(m);
+  const ModelFlops flops = model_flops_per_token(m, T);
   std::printf("\ntraining step: %s (%.3f B parameters, width %lld, pattern %s, %s, MLP %lld, vocab %lld), batch "
-              "%lld x %lld tokens, one stage, one chunk; fp32 master weights, bf16 GEMMs and activations; %d warm-up "
-              "+ %d timed steps\n",
+              "%lld x %lld tokens, one stage, %lld equal chunks%s; fp32 master weights, bf16 GEMMs and activations; %d "
+              "warm-up + %d timed steps\n",
               m.name.c_str(), double(m.num_parameters()) / 1e9, (long long)m.d_model, m.pattern.c_str(),
               m.mixers.dump().c_str(), (long long)m.mlp_hidden, (long long)m.vocab_size, (long long)o.batch,
-              (long long)o.seq_len, warmup, steps);
+              (long long)o.seq_len, (long long)o.chunks, recompute ? ", full recomputation" : "", warmup, steps);
   if (D != m.d_model)
     std::printf("  (note: --dim %lld is not the model's width %lld: the GEMM ceiling was measured at other shapes)\n",
                 (long long)D, (long long)m.d_model);
   std::printf("  a step: zero grads, forward + backward, global grad norm, clip, AdamW + bf16 re-cast of the GEMM "
               "weights; the device synchronised after each phase; batches drawn before timing\n");
   std::printf("  FLOPs per token, fwd + bwd, as MATH.md section 9 counts them (matrix products only, multiply-add = 2; "
-              "6 per weight of the GDN projections, MLPs and LM head; GDN core with full C x C tiles; not counted: "
-              "embedding lookup, the LM head's recomputed logits in backward, element-wise work, the optimizer): "
-              "%.3f GFLOP = %.3f dense + %.3f GDN core\n",
+              "6 per weight of the mixers' projections, MLPs and LM head; GDN core with full C x C tiles; attention "
+              "12 x heads x head_dim per key, (T + 1) / 2 keys per token; not counted: embedding lookup, the LM "
+              "head's recomputed logits in backward, attention's recomputed scores, element-wise work, the "
+              "optimizer): %.3f GFLOP = %.3f dense + %.3f mixer cores\n",
               flops.total() / 1e9, flops.dense / 1e9, flops.core / 1e9);
   std::fflush(stdout);
 
@@ -190,6 +194,9 @@ void bench_training(int64_t T, int64_t D, int warmup, int steps, const std::vect
 int main(int argc, char** argv) {
   int64_t T = 32768, D = 2048;
   int reps = 20, train_steps = 5, train_warmup = 1;
+  std::string train_preset = "gdn-1.3b";
+  int64_t train_chunks = 1;
+  bool train_recompute = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] {
@@ -201,13 +208,18 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = int(next());
     else if (a == "--train-steps") train_steps = int(next());
     else if (a == "--train-warmup") train_warmup = int(next());
+    else if (a == "--train-preset" && i + 1 < argc) train_preset = argv[++i];
+    else if (a == "--train-chunks") train_chunks = next();
+    else if (a == "--train-recompute") train_recompute = true;
     else
       std::fprintf(stderr, "usage: kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] "
-                           "[--train-warmup 1]\n"),
+                           "[--train-warmup 1] [--train-preset gdn-1.3b] [--train-chunks 1] [--train-recompute]\n"),
           std::exit(2);
   }
-  if (T < 1 || D < 1 || reps < 1 || train_steps < 0 || train_warmup < 0)
-    std::fprintf(stderr, "--tokens, --dim, --reps must be >= 1; --train-steps, --train-warmup >= 0\n"), std::exit(2);
+  if (T < 1 || D < 1 || reps < 1 || train_steps < 0 || train_warmup < 0 || train_chunks < 1 || train_chunks > T)
+    std::fprintf(stderr, "--tokens, --dim, --reps must be >= 1; --train-steps, --train-warmup >= 0; --train-chunks "
+                         "in [1, --tokens]\n"),
+        std::exit(2);
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("device: %s, %d SMs, %.0f MiB; T = %lld, D = %lld, median of %d\n", prop.name, prop.multiProcessorCount,
@@ -391,7 +403,7 @@ int main(int argc, char** argv) {
   g_buffers.clear();
   if (train_steps > 0) {
     try {
-      bench_training(T, D, train_warmup, train_steps, gemm_tflops_at_T);
+      bench_training(train_preset, train_chunks, train_recompute, T, D, train_warmup, train_steps, gemm_tflops_at_T);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "training step: %s\n", e.what());
       return 1;

@@ -36,6 +36,7 @@ struct GpuMixerCase {
 };
 const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
+    {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
 std::string case_name(const ::testing::TestParamInfo<GpuMixerCase>& info) {
