@@ -72,8 +72,7 @@ void add_plan_command(CLI::App& root) {
   app->add_option("--chunks", o->chunks, "Chunks N per sequence (1f1b needs 1)")->capture_default_str();
   app->add_option("--seq-len", o->seq_len,
                   "With a model: the sequence length its FLOPs per token are averaged over (attention's grow with it)")
-      ->capture_default_str()
-      ->check(CLI::PositiveNumber);
+      ->capture_default_str();
   app->add_flag("--dump", o->dump, "Print the schedule's text form (one line per stage)");
   app->add_flag("--lowered", o->lowered, "With --dump: print it with its sends and receives");
   app->add_option("--trace", o->trace, "Write the predicted timeline as Chrome trace JSON");
@@ -87,6 +86,7 @@ void add_plan_command(CLI::App& root) {
     Schedule s = make_schedule(o->schedule, o->stages, o->microbatches, o->chunks);
     CheckResult check = check_schedule(s);
     SF_CHECK(check.ok, "the schedule failed its check:\n", check.message);
+    SF_CHECK(o->seq_len >= 1, "--seq-len ", o->seq_len, " must be >= 1 (the tokens per sequence its FLOPs are averaged over)");
     if (o->dump) std::cout << to_text(o->lowered ? lower_schedule(s) : s);
     // One whole sequence: forward 1, backward 2, activations 1 (per stage); a chunk 1/N of it.
     const double N = o->chunks;
