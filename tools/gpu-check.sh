@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # On a GPU machine: configure with CUDA (sm_90a + compute_80 PTX), build with ninja, run the CUDA
-# tests and then every test through CTest, then the GDN core benchmark and the benchmark of the
-# other kernels (GEMM ceiling, fused kernels' bandwidth). Logs go to $OUT when set (else
+# tests and then every test through CTest, then the GDN, Mamba-3 and attention kernel benchmarks and the benchmark of
+# the other kernels (GEMM ceiling, fused kernels' bandwidth). Logs go to $OUT when set (else
 # build-gpu/logs); a summary table is printed last.
 #   SANITIZE=1  also runs one small GPU test under compute-sanitizer (memcheck, racecheck);
 #               SANITIZE=auto (default) does so when the CUDA tests fail
 #   BENCH_ARGS  extra arguments for gdn_core_bench (e.g. "--len 32768 --reps 50")
+#   MAMBA3_BENCH_ARGS  extra arguments for mamba3_core_bench (e.g. "--len 32768 --rank 1")
+#   ATTENTION_BENCH_ARGS  extra arguments for attention_bench (e.g. "--len 32768 --chunk-len 4096")
 #   KERNELS_BENCH_ARGS  extra arguments for kernels_bench (e.g. "--tokens 8192 --reps 50")
 #   TARGETS     build only these ninja targets (e.g. "stateflow_cuda_tests kernels_bench" for a
 #               short lease); steps whose program was not built are skipped
+#   TESTS       run only these CUDA tests (a gtest filter, e.g. "GdnCoreCuda*:ModelCuda*")
 #   CTEST=0     skip CTest (the CPU tests also run in CI; the CUDA tests ran just before)
 #   CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default "90a-real;80-virtual"; "90a-real" builds faster)
 #   MATRIX=quick  also runs bench/pipeline_matrix.sh --quick (needs 2 GPUs; made by hand, its runs
@@ -51,7 +54,7 @@ fi
 status[build]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
 
 if [[ ${status[build]} == ok && -x $BUILD/stateflow_cuda_tests ]]; then  # not built with other TARGETS
-  timeout 300 "$BUILD/stateflow_cuda_tests" 2>&1 | tee "$LOG/cuda_tests.log"
+  timeout 300 "$BUILD/stateflow_cuda_tests" --gtest_filter="${TESTS:-*}" 2>&1 | tee "$LOG/cuda_tests.log"
   status[cuda_tests]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
 fi
 if [[ ${status[build]} == ok ]]; then
@@ -70,6 +73,17 @@ if [[ ${status[build]} == ok ]]; then
     # shellcheck disable=SC2086
     timeout 300 "$BUILD/gdn_core_bench" --json "$LOG/bench.json" ${BENCH_ARGS:-} 2>&1 | tee "$LOG/bench.log"
     status[bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
+  if [[ -x $BUILD/mamba3_core_bench ]]; then
+    # shellcheck disable=SC2086
+    timeout 300 "$BUILD/mamba3_core_bench" --json "$LOG/mamba3_bench.json" ${MAMBA3_BENCH_ARGS:-} 2>&1 |
+      tee "$LOG/mamba3_bench.log"
+    status[mamba3_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
+  if [[ -x $BUILD/attention_bench ]]; then
+    # shellcheck disable=SC2086
+    timeout 300 "$BUILD/attention_bench" ${ATTENTION_BENCH_ARGS:-} 2>&1 | tee "$LOG/attention_bench.log"
+    status[attention_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
   fi
   if [[ -x $BUILD/kernels_bench ]]; then
     # shellcheck disable=SC2086
@@ -90,11 +104,12 @@ fi
 echo
 echo "================ gpu-check summary ================"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-for step in build cuda_tests memcheck racecheck ctest bench kernels_bench matrix; do
+for step in build cuda_tests memcheck racecheck ctest bench mamba3_bench attention_bench kernels_bench matrix; do
   [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
 done
 grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'
-[[ -f $LOG/bench.log ]] && sed -n '/^ *T |/,$p' "$LOG/bench.log"
+[[ -f $LOG/bench.log ]] && sed -n '/^ *T .*fwd ms/,$p' "$LOG/bench.log"
+[[ -f $LOG/mamba3_bench.log ]] && sed -n '/^ *R  *T |/,$p' "$LOG/mamba3_bench.log"
 [[ -f $LOG/kernels_bench.log ]] && sed -n '/^| kernel |/,$p' "$LOG/kernels_bench.log"
 [[ -f $LOG/bench-matrix.md ]] && cat "$LOG/bench-matrix.md"
 for step in "${!status[@]}"; do [[ ${status[$step]} == ok ]] || exit 1; done

@@ -102,6 +102,15 @@ inline Dev<int32_t> upload_ids(const std::vector<int32_t>& ids) {
   return d;
 }
 
+// Tokens [t0, t1) of a [batch, len, heads, w] tensor (d: any dims with batch, len, heads).
+template <class Dims>
+Vec slice_time(const Vec& x, const Dims& d, int64_t w, int64_t t0, int64_t t1) {
+  Vec y;
+  for (int64_t b = 0; b < d.batch; ++b)
+    y.insert(y.end(), x.begin() + ((b * d.len + t0) * d.heads) * w, x.begin() + ((b * d.len + t1) * d.heads) * w);
+  return y;
+}
+
 inline bool has_nan(const Vec& x) {
   for (double e : x)
     if (std::isnan(e)) return true;

@@ -34,6 +34,10 @@ __device__ inline void cp_async16(void* smem, const void* gmem, bool valid) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(smem)), "l"(gmem),
                "r"(valid ? 16 : 0));
 }
+// 4-byte asynchronous global->shared copy (for destinations that are not 16-byte aligned).
+__device__ inline void cp_async4(void* smem, const void* gmem) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(smem)), "l"(gmem));
+}
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 // Waits until at most N of this thread's most recent commit groups are still in flight.
@@ -206,6 +210,29 @@ __device__ inline float quad_sum(float s) {
   s += __shfl_xor_sync(0xffffffffu, s, 1);
   s += __shfl_xor_sync(0xffffffffu, s, 2);
   return s;
+}
+
+// A tile of type T at byte offset off of a kernel's dynamic shared memory.
+template <class T>
+__device__ T tile_at(char* sm, int off) {
+  return T{reinterpret_cast<bf16*>(sm + off)};
+}
+
+// part[m0 + r] = sum over this warp's columns of f[r][c] * t[m0 + r][n0 + c] (fixed order).
+template <int WN, class T>
+__device__ void row_dot(Frag<16, WN>& f, T t, int m0, int n0, float* part) {
+  float s[2] = {0.f, 0.f};
+  f.each_pair([&](int r, int c, float& x0, float& x1) {
+    const bf16* p = t.at(m0 + r, n0 + c);
+    s[r >> 3] += x0 * bf(p[0]) + x1 * bf(p[1]);
+  });
+  const int l = threadIdx.x & 31;
+  s[0] = quad_sum(s[0]);
+  s[1] = quad_sum(s[1]);
+  if ((l & 3) == 0) {
+    part[m0 + (l >> 2)] = s[0];
+    part[m0 + (l >> 2) + 8] = s[1];
+  }
 }
 
 }  // namespace stateflow::cuda

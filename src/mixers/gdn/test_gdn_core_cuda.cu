@@ -1,17 +1,22 @@
-// GPU GDN chunk core vs the float64 token recurrence on the same bf16-rounded inputs, plus the
-// StateFlow properties: splits at multiples of C are bitwise neutral, other splits stay within
-// 2x the unsplit error, and every call is bitwise repeatable. Skips when no GPU is present.
+// GPU GDN chunk core: the StateFlow properties on the gdn_core op's inputs and references
+// (mixers/gdn/gdn_core_op.cpp; the op test, tests/cuda/test_op_defs_cuda.cpp, checks each
+// pass against the float64 recurrence, the split core's too): splits at multiples of C
+// (unsplit core) or of the piece length (split core) are bitwise neutral, other splits stay
+// within 2x the unsplit error, null states mean zero, every value and piece tile agrees, the
+// split core matches the float64 recurrence at extreme decays, the backward from the saved
+// forward equals the recompute, and every call is bitwise repeatable. Skips when no GPU is present.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/op_def.h"
 #include "mixers/gdn/gdn_core.h"
 #include "mixers/gdn/gdn_core_cuda.h"
 #include "cuda_test_util.h"
@@ -20,45 +25,9 @@
 namespace stateflow {
 namespace {
 
-using testing::fresh_seed;
-using testing::rel_err;
-using testing::rms_rel_err;
-using bf16 = __nv_bfloat16;
-using Vec = std::vector<double>;
+using namespace testing;
 
 constexpr int64_t DK = 128, DV = 128, C = 64;
-
-// Device copy of a host vector (converted to bf16 or float), freed at scope end.
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t n_) : n(n_) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess); }
-  Dev(const Vec& h) : Dev(h.size()) { upload(h); }
-  Dev(const Dev&) = delete;
-  ~Dev() { cudaFree(p); }
-  void upload(const Vec& h) {
-    std::vector<T> t(h.size());
-    for (size_t i = 0; i < h.size(); ++i) t[i] = T(float(h[i]));
-    EXPECT_EQ(cudaMemcpy(p, t.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  void poison() {  // NaN everywhere, so an element the kernel never writes shows up
-    std::vector<T> t(n, T(std::numeric_limits<float>::quiet_NaN()));
-    EXPECT_EQ(cudaMemcpy(p, t.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> raw() const {
-    std::vector<T> t(n);
-    EXPECT_EQ(cudaMemcpy(t.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return t;
-  }
-  Vec get() const {
-    Vec h;
-    for (T x : raw()) h.push_back(double(float(x)));
-    return h;
-  }
-};
-
-double round_bf16(double x) { return double(__bfloat162float(__float2bfloat16(float(x)))); }
 
 // One problem: inputs already rounded to what the GPU stores (bf16 vectors, fp32 scalars).
 struct Problem {
@@ -66,49 +35,21 @@ struct Problem {
   Vec q, k, v, beta, g, S_in, dO, dS_out;
 };
 
+// The gdn_core op's shape and its arrays' names (mixers/gdn/gdn_core_op.cpp).
+OpShape shape_of(const GdnDims& d) {
+  return {{{"batch", d.batch}, {"len", d.len}, {"heads", d.heads}, {"value_tile", 0}}};
+}
+
+// Inputs as the gdn_core op draws them (what its benchmark times): l2-normalised q, k, gates
+// as the layer makes them.
 Problem make_problem(Rng& rng, int64_t B, int64_t T, int64_t H) {
   Problem p;
   p.d.batch = B, p.d.len = T, p.d.heads = H, p.d.dk = DK, p.d.dv = DV, p.d.block = C;
   p.d.scale = 1.0 / std::sqrt(double(DK));
-  auto unit_rows = [&](int64_t rows, int64_t width) {  // l2-normalised rows, like the layer's q, k
-    Vec x(rows * width);
-    for (int64_t r = 0; r < rows; ++r) {
-      double n2 = 0;
-      for (int64_t j = 0; j < width; ++j) n2 += (x[r * width + j] = rng.normal()) * x[r * width + j];
-      for (int64_t j = 0; j < width; ++j) x[r * width + j] = round_bf16(x[r * width + j] / std::sqrt(n2 + 1e-6));
-    }
-    return x;
-  };
-  auto normal = [&](int64_t n, double scale, bool bf) {
-    Vec x(n);
-    for (auto& e : x) e = bf ? round_bf16(scale * rng.normal()) : double(float(scale * rng.normal()));
-    return x;
-  };
-  p.q = unit_rows(B * T * H, DK);
-  p.k = unit_rows(B * T * H, DK);
-  p.v = normal(B * T * H * DV, 1.0, true);
-  p.dO = normal(B * T * H * DV, 1.0, true);
-  p.S_in = normal(B * H * DV * DK, 0.5, false);
-  p.dS_out = normal(B * H * DV * DK, 1.0, false);
-  // Gates as the layer makes them (MATH.md 2): beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias).
-  Vec A_log(H), dt_bias(H);
-  for (int64_t h = 0; h < H; ++h) A_log[h] = std::log(rng.uniform(1, 16)), dt_bias[h] = std::log(std::expm1(rng.uniform(0.001, 0.1)));
-  p.beta.resize(B * T * H);
-  p.g.resize(B * T * H);
-  for (int64_t i = 0; i < B * T * H; ++i) {
-    const int64_t h = i % H;
-    p.beta[i] = double(float(1 / (1 + std::exp(-rng.normal()))));
-    p.g[i] = double(float(-std::exp(A_log[h]) * std::log1p(std::exp(rng.normal() + dt_bias[h]))));
-  }
+  const OpHost in = draw_inputs(op_named("gdn_core"), shape_of(p.d), DType::BF16, rng.next_u64());
+  p.q = in.at("q"), p.k = in.at("k"), p.v = in.at("v"), p.dO = in.at("dO");
+  p.beta = in.at("beta"), p.g = in.at("g"), p.S_in = in.at("S_in"), p.dS_out = in.at("dS_out");
   return p;
-}
-
-// Tokens [t0, t1) of a [B, T, H, w] tensor.
-Vec slice_time(const Vec& x, const GdnDims& d, int64_t w, int64_t t0, int64_t t1) {
-  Vec y;
-  for (int64_t b = 0; b < d.batch; ++b)
-    y.insert(y.end(), x.begin() + ((b * d.len + t0) * d.heads) * w, x.begin() + ((b * d.len + t1) * d.heads) * w);
-  return y;
 }
 
 Problem slice(const Problem& p, int64_t t0, int64_t t1) {
@@ -120,20 +61,21 @@ Problem slice(const Problem& p, int64_t t0, int64_t t1) {
   return s;
 }
 
-// The CPU float64 token recurrence (mixers/gdn/gdn_core.h) on the same rounded inputs.
+// The gdn_core op's float64 references (the token recurrence, mixers/gdn/gdn_core.h) on the
+// same rounded inputs.
 struct Ref {
   Vec o, S_out, dq, dk, dv, dbeta, dg, dS_in;
 };
 
 Ref reference(const Problem& p) {
-  Ref r{Vec(p.v.size()), Vec(p.S_in.size()), Vec(p.q.size()), Vec(p.k.size()), Vec(p.v.size()),
-        Vec(p.beta.size()), Vec(p.g.size()), Vec(p.S_in.size())};
-  gdn_recurrent_forward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
-                                r.o.data(), r.S_out.data());
-  gdn_recurrent_backward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
-                                 p.dO.data(), p.dS_out.data(), r.dq.data(), r.dk.data(), r.dv.data(), r.dbeta.data(),
-                                 r.dg.data(), r.dS_in.data());
-  return r;
+  const OpDef& op = op_named("gdn_core");
+  const OpShape shape = shape_of(p.d);
+  OpHost h = {{"q", p.q}, {"k", p.k}, {"v", p.v}, {"beta", p.beta}, {"g", p.g}, {"S_in", p.S_in}, {"dO", p.dO},
+              {"dS_out", p.dS_out}};
+  for (const OpArray& a : op.arrays(shape))
+    if (a.role == Role::Out) h[a.name].assign(size_t(a.size), 0.0);
+  for (const char* pass : {"fwd", "bwd"}) op.pass(pass).reference(shape, DType::BF16, h);
+  return {h.at("o"), h.at("S_out"), h.at("dq"), h.at("dk"), h.at("dv"), h.at("dbeta"), h.at("dg"), h.at("dS_in")};
 }
 
 // Runs forward and backward on the GPU (outputs poisoned with NaN first).
@@ -147,6 +89,19 @@ struct RunOptions {
   GdnCudaConfig cfg;
 };
 
+RunOptions unsplit() {
+  RunOptions opt;
+  opt.cfg.piece_len = GdnCudaConfig::kUnsplit;
+  return opt;
+}
+
+RunOptions pieces_of(int len, int tile = 0) {
+  RunOptions opt;
+  opt.cfg.piece_len = len;
+  opt.cfg.piece_tile = tile;
+  return opt;
+}
+
 Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   const GdnDims& d = p.d;
   Dev<bf16> q(p.q), k(p.k), v(p.v), dO(p.dO);
@@ -155,7 +110,7 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   Dev<float> S_out(p.S_in.size()), dbeta(p.beta.size()), dg(p.g.size()), dS_in(p.S_in.size());
   for (auto* x : {&o, &dq, &dk, &dv}) x->poison();
   for (auto* x : {&S_out, &dbeta, &dg, &dS_in}) x->poison();
-  Dev<char> ws(gdn_cuda_workspace_bytes(d));
+  Dev<char> ws(gdn_cuda_workspace_bytes(d, opt.cfg));
   const float* s_in = opt.with_S_in ? S_in.p : nullptr;
   gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, opt.cfg);
   gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, dO.p, opt.with_dS_out ? dS_out.p : nullptr, dq.p, dk.p,
@@ -164,17 +119,6 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   Gpu r{o.get(), S_out.get(), dq.get(), dk.get(), dv.get(), dbeta.get(), dg.get(), dS_in.get()};
   r.raw_o = o.raw(), r.raw_dq = dq.raw(), r.raw_dk = dk.raw(), r.raw_dv = dv.raw();
   return r;
-}
-
-bool has_nan(const Vec& x) {
-  for (double e : x)
-    if (std::isnan(e)) return true;
-  return false;
-}
-
-template <class T>
-bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
 }
 
 // Named error of every output against the reference.
@@ -186,25 +130,9 @@ std::vector<std::pair<const char*, double>> errors(const Gpu& x, const Ref& r, E
           {"dg", err(x.dg, r.dg)},    {"dS_in", err(x.dS_in, r.dS_in)}};
 }
 
-// bf16 operands put every output at ~1e-3..1e-2 of its largest entry; per-token scalar
-// gradients (dg, dbeta) sum many such terms and get the looser bound.
-double tolerance(const std::string& name) { return name == "dg" || name == "dbeta" ? 3e-2 : 1.5e-2; }
-
-TEST(GdnCoreCuda, MatchesFloat64RecurrenceWithStatesAndShortTail) {
-  SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const Problem p = make_problem(rng, 2, 200, 3);  // 200 = 3 * 64 + 8: short last sub-chunk
-  const Ref ref = reference(p);
-  const Gpu gpu = run_gpu(p);
-  const Vec* all[] = {&gpu.o, &gpu.S_out, &gpu.dq, &gpu.dk, &gpu.dv, &gpu.dbeta, &gpu.dg, &gpu.dS_in};
-  for (const Vec* x : all) EXPECT_FALSE(has_nan(*x)) << "NaN (unwritten or overflowed) output";
-  for (auto [name, err] : errors(gpu, ref)) {
-    std::printf("  %-6s rel err vs fp64 %.3e\n", name, err);
-    EXPECT_LE(err, tolerance(name)) << name;
-    EXPECT_GE(err, 1e-6) << name << ": suspiciously exact for bf16 operands";
-  }
+// The gdn_core op's band for each output (bf16 operands; the per-token gate gradients looser).
+double tolerance(const std::string& name) {
+  return op_named("gdn_core").array(shape_of({}), name).tolerance.at(DType::BF16);
 }
 
 TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryValueTileAgrees) {
@@ -213,25 +141,28 @@ TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryValueTileAgrees) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   Problem p = make_problem(rng, 1, 150, 2);
-  RunOptions null_opt;
+  RunOptions null_opt = unsplit();
   null_opt.with_S_in = null_opt.with_dS_out = false;
   const Gpu null_states = run_gpu(p, null_opt);
   std::fill(p.S_in.begin(), p.S_in.end(), 0.0);
   std::fill(p.dS_out.begin(), p.dS_out.end(), 0.0);
   const Ref ref = reference(p);
   for (int bv : {16, 32, 64}) {
-    RunOptions opt;
+    RunOptions opt = unsplit();
     opt.cfg.value_tile = bv;
     const Gpu gpu = run_gpu(p, opt);
     EXPECT_TRUE(bitwise_equal(gpu.raw_o, null_states.raw_o)) << "value tile " << bv;
     for (auto [name, err] : errors(gpu, ref)) EXPECT_LE(err, tolerance(name)) << name << ", value tile " << bv;
   }
   for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", null states";
+  RunOptions split_null = pieces_of(64);  // the split core's null states: 3 pieces
+  split_null.with_S_in = split_null.with_dS_out = false;
+  for (auto [name, err] : errors(run_gpu(p, split_null), ref)) EXPECT_LE(err, tolerance(name)) << name << ", split";
 }
 
 // Runs the pieces [0, cut_1), [cut_1, cut_2), ... as StateFlow chunks: forward passes
 // S_out -> S_in left to right, backward dS_in -> dS_out right to left.
-Gpu run_split(const Problem& p, const std::vector<int64_t>& cuts) {
+Gpu run_split(const Problem& p, const std::vector<int64_t>& cuts, const RunOptions& opt = {}) {
   std::vector<int64_t> edges = {0};
   edges.insert(edges.end(), cuts.begin(), cuts.end());
   edges.push_back(p.d.len);
@@ -241,11 +172,11 @@ Gpu run_split(const Problem& p, const std::vector<int64_t>& cuts) {
   std::vector<Gpu> out(n);
   for (size_t i = 0; i < n; ++i) {  // forward chain (the backward results of this pass are discarded)
     if (i > 0) parts[i].S_in = out[i - 1].S_out;
-    out[i] = run_gpu(parts[i]);
+    out[i] = run_gpu(parts[i], opt);
   }
   for (size_t i = n; i-- > 0;) {  // backward chain
     if (i + 1 < n) parts[i].dS_out = out[i + 1].dS_in;
-    out[i] = run_gpu(parts[i]);
+    out[i] = run_gpu(parts[i], opt);
   }
   Gpu all;
   for (int64_t b = 0; b < p.d.batch; ++b)  // re-assemble [B, T, H, *] from the pieces
@@ -267,14 +198,7 @@ Gpu run_split(const Problem& p, const std::vector<int64_t>& cuts) {
   return all;
 }
 
-TEST(GdnCoreCuda, SplitAtMultiplesOfCIsBitwiseNeutral) {
-  SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const Problem p = make_problem(rng, 2, 300, 2);
-  const Gpu whole = run_gpu(p);
-  const Gpu split = run_split(p, {128, 192});
+void expect_bitwise_equal(const Gpu& split, const Gpu& whole) {
   EXPECT_TRUE(bitwise_equal(split.raw_o, whole.raw_o)) << "o";
   EXPECT_TRUE(bitwise_equal(split.S_out, whole.S_out)) << "S_out";
   EXPECT_TRUE(bitwise_equal(split.raw_dq, whole.raw_dq)) << "dq";
@@ -283,6 +207,90 @@ TEST(GdnCoreCuda, SplitAtMultiplesOfCIsBitwiseNeutral) {
   EXPECT_TRUE(bitwise_equal(split.dbeta, whole.dbeta)) << "dbeta";
   EXPECT_TRUE(bitwise_equal(split.dg, whole.dg)) << "dg";
   EXPECT_TRUE(bitwise_equal(split.dS_in, whole.dS_in)) << "dS_in";
+}
+
+TEST(GdnCoreCuda, UnsplitCoreSplitAtMultiplesOfCIsBitwiseNeutral) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 300, 2);
+  expect_bitwise_equal(run_split(p, {128, 192}, unsplit()), run_gpu(p, unsplit()));
+}
+
+// The split core with 128-token pieces (2 sub-chunks): a call cut at multiples of 128 repeats
+// the uncut call's fold, so every output is bitwise the same; also for a null S_in / dS_out.
+TEST(GdnCoreCuda, SplitCoreSplitAtMultiplesOfThePieceIsBitwiseNeutral) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 700, 2);  // 5 whole pieces and one of 60 tokens
+  const RunOptions opt = pieces_of(128);
+  expect_bitwise_equal(run_split(p, {128, 512, 640}, opt), run_gpu(p, opt));
+  RunOptions null_opt = opt;
+  null_opt.with_S_in = null_opt.with_dS_out = false;
+  const Gpu whole_null = run_gpu(p, null_opt);
+  // Two calls cut at 256: the first has no S_in, the second no dS_out.
+  Problem first = slice(p, 0, 256), second = slice(p, 256, 700);
+  RunOptions first_opt = opt, second_opt = opt;
+  first_opt.with_S_in = false, second_opt.with_dS_out = false;
+  const Gpu f1 = run_gpu(first, first_opt);
+  second.S_in = f1.S_out;
+  const Gpu s2 = run_gpu(second, second_opt);
+  EXPECT_TRUE(bitwise_equal(s2.S_out, whole_null.S_out)) << "S_out, null S_in";
+  first.dS_out = s2.dS_in;
+  const Gpu b1 = run_gpu(first, first_opt);
+  EXPECT_TRUE(bitwise_equal(b1.dS_in, whole_null.dS_in)) << "dS_in, null dS_out";
+}
+
+// Against the float64 recurrence on lengths that divide neither the piece nor C, with decays
+// near 1 (g ~ -1e-3 per token) and near 0 (g ~ -20), for several piece lengths and tiles; the
+// split core stays within the band the unsplit core is held to.
+TEST(GdnCoreCuda, SplitCoreMatchesFloat64RecurrenceIncludingExtremeDecays) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (const std::string decay : {"layer", "near 1", "near 0"}) {
+    Problem p = make_problem(rng, 1, 459, 3);  // 7 sub-chunks + 11 tokens
+    for (double& g : p.g) {
+      if (decay == "near 1") g = double(float(-1e-3 * rng.uniform(0, 1)));
+      if (decay == "near 0") g = double(float(-20 * rng.uniform(0.5, 1)));
+    }
+    const Ref ref = reference(p);
+    // Whole-tensor (2-norm) errors for the 2x comparison, the worst entry for the band.
+    const auto e_unsplit = errors(run_gpu(p, unsplit()), ref, rms_rel_err<double, double>);
+    for (auto [len, tile] : {std::pair{64, 32}, {128, 64}, {192, 128}, {512, 0}}) {
+      const Gpu gpu = run_gpu(p, pieces_of(len, tile));
+      EXPECT_FALSE(has_nan(gpu.o) || has_nan(gpu.dq) || has_nan(gpu.dk) || has_nan(gpu.dS_in) || has_nan(gpu.dg));
+      const auto e_max = errors(gpu, ref), e = errors(gpu, ref, rms_rel_err<double, double>);
+      for (size_t i = 0; i < e.size(); ++i) {
+        const std::string name = e[i].first;
+        SCOPED_TRACE("decay " + decay + ", piece " + std::to_string(len) + ", output " + name);
+        std::printf("  %-6s %-6s piece %3d: max rel err %.3e, rms %.3e (unsplit rms %.3e)\n", decay.c_str(),
+                    name.c_str(), len, e_max[i].second, e[i].second, e_unsplit[i].second);
+        // With g ~ -20 a token's decay gradient is a sum of terms e^-20 apart: its bf16 error
+        // is of its own size in both cores (measured 0.9e-2 to 3.0e-2 worst, 3e-2 to 8e-2
+        // rms), so there it is held to the 2x rule only.
+        if (!(decay == "near 0" && name == "dg")) EXPECT_LE(e_max[i].second, tolerance(name));
+        EXPECT_LE(e[i].second, 2 * e_unsplit[i].second + 1e-6);
+      }
+    }
+  }
+}
+
+TEST(GdnCoreCuda, SplitCoreIsTheSameForEveryPieceTile) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 390, 2);
+  const Gpu a = run_gpu(p, pieces_of(128, 32));
+  for (int tile : {64, 128}) {
+    SCOPED_TRACE("tile " + std::to_string(tile));
+    expect_bitwise_equal(run_gpu(p, pieces_of(128, tile)), a);
+  }
 }
 
 TEST(GdnCoreCuda, SplitElsewhereStaysWithinTwiceTheUnsplitError) {
@@ -348,6 +356,54 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   EXPECT_THROW(gdn_cuda_workspace_bytes(d), Error);
   d.dk = 128, d.block = 32;
   EXPECT_THROW(gdn_cuda_workspace_bytes(d), Error);
+  d.block = 64;
+  GdnCudaConfig cfg;
+  cfg.piece_len = 100;  // not a multiple of 64
+  EXPECT_THROW(gdn_cuda_workspace_bytes(d, cfg), Error);
+}
+
+// Sets an environment variable for one scope, restoring what was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() { had_ ? setenv(name_, old_.c_str(), 1) : unsetenv(name_); }
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
+
+TEST(GdnCoreCuda, DefaultPieceLengthComesFromTheEnvironment) {
+  const char* var = "STATEFLOW_GDN_PIECE_LEN";
+  GdnDims d;
+  d.len = 4096, d.heads = 2;
+  {
+    ScopedEnv env(var, "off");
+    EXPECT_EQ(gdn_cuda_default_piece_len(), GdnCudaConfig::kUnsplit);
+    EXPECT_EQ(gdn_cuda_piece_len(d), 0);
+  }
+  {
+    ScopedEnv env(var, "1024");
+    EXPECT_EQ(gdn_cuda_default_piece_len(), 1024);
+    EXPECT_EQ(gdn_cuda_piece_len(d), 1024);
+    GdnCudaConfig unsplit_cfg;
+    unsplit_cfg.piece_len = GdnCudaConfig::kUnsplit;  // the config's own choice wins
+    EXPECT_EQ(gdn_cuda_piece_len(d, unsplit_cfg), 0);
+  }
+  // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
+  for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
+    ScopedEnv env(var, bad);
+    try {
+      gdn_cuda_default_piece_len();
+      ADD_FAILURE() << "accepted '" << bad << "'";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
