@@ -39,7 +39,8 @@ static std::vector<T> comma_list(const std::string& text) {
 // the --schedules baselines at this --microbatches and --recompute, and the best that the
 // planner finds for each schedule over every M and recompute (the same search for all).
 static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const PipelineOptions& pipe,
-                                            const std::vector<std::string>& schedules, double memory_bytes) {
+                                            const std::vector<std::string>& schedules, double memory_bytes,
+                                            bool every_alpha) {
   PlanSpace space = pipe.auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory_bytes);
   space.schedules = {"stateflow"};
   const AutoChunks a =
@@ -63,6 +64,13 @@ static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const Pipelin
     p.alpha = alpha;
     p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
     if (!p.chunk_lengths.empty()) add(label, p);
+  }
+  // The brute force the choice is judged against: every alpha of the grid at that N.
+  for (double alpha : every_alpha ? partition_alphas() : std::vector<double>{}) {
+    Plan p = a.plan;
+    p.alpha = alpha;
+    p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
+    if (!p.chunk_lengths.empty()) add(cat("alpha ", alpha), p);
   }
   for (const std::string& name : schedules) {
     if (parse_schedule_kind(name) == ScheduleKind::StateFlow) continue;
@@ -97,6 +105,7 @@ void add_bench_command(CLI::App& root) {
   auto gpu_memory_gib = std::make_shared<double>(141);
   auto json = std::make_shared<std::string>();
   auto predict_from = std::make_shared<std::string>();
+  auto every_alpha = std::make_shared<bool>(false);
   pipe->stages = opts->stages, pipe->microbatches = opts->microbatches, pipe->chunks = 8;
   model->add(*app, "small", "f32");
   data->add(*app);
@@ -115,7 +124,7 @@ void add_bench_command(CLI::App& root) {
   app->add_option("--simulate-stages", *simulate_stages,
                   "Comma-separated stage counts, e.g. 4,8: predict step time, tokens/s, bubble and peak memory per "
                   "stage of every run at these depths with the simulator and this run's measured per-action costs "
-                  "(needs --stages >= 2)");
+                  "(from one stage too: its time is split between the blocks and the LM head by their FLOPs)");
   app->add_option("--simulate-model", *simulate_models,
                   "Comma-separated presets to predict for with --simulate-stages (e.g. gdn-3b,gdn-7b): the measured "
                   "per-block costs are scaled by the FLOP ratio and the activation bytes by the width ratio; "
@@ -127,6 +136,9 @@ void add_bench_command(CLI::App& root) {
                "After each run's timed steps, one more step with every layer call profiled: per layer kind and pass, "
                "the host's time to issue the work (launches, cuBLAS calls, allocations) against the device's time to "
                "run it back to back, in ms per unit (where host > device, the GPU waits for the host)");
+  app->add_flag("--every-alpha", *every_alpha,
+                "With --chunks auto: also run stateflow at the chosen N with every alpha of the planner's grid (the "
+                "brute force its choice is judged against)");
   app->add_option("--json", *json, "Also write the results (and predictions) as JSON to this file");
   app->add_option("--predict-from", *predict_from,
                   "Run nothing: read a run recorded with --json (e.g. on the GPU machine), print it, and predict "
@@ -139,7 +151,7 @@ void add_bench_command(CLI::App& root) {
       SF_CHECK(sweep->empty() && predict_from->empty(), "--chunks auto plans its own runs: leave out --chunk-sweep "
                                                         "and --predict-from");
       o.planned = planned_runs(o, *pipe, comma_list<std::string>(*schedules),
-                               o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30));
+                               o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30), *every_alpha);
       o.chunk_lengths = o.planned.front().chunk_lengths;
     } else {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);

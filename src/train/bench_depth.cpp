@@ -73,24 +73,35 @@ struct LayerCosts {
 LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
   const int P = o.stages, N = row.chunks(), last = P - 1;
   const ScheduleKind kind = parse_schedule_kind(row.schedule);
-  const StageWeights w = stage_weights(o.model, P, average_block(o.model, o.seq_len), o.seq_len);
+  const BlockUnit unit = average_block(o.model, o.seq_len);
+  const StageWeights w = stage_weights(o.model, P, unit, o.seq_len);
+  const double head_flops = double(o.model.d_model) * double(o.model.vocab_size);  // per token, x2 forward, x4 backward
   auto before_last = [&](const std::vector<double>& per_stage) {
     double sum = 0;
     for (int r = 0; r < last; ++r) sum += per_stage[r];
     return sum;
   };
   LayerCosts l;
+  // One measured stage holds the blocks and the head together: its time is split between them
+  // by their FLOPs (head_share: the head's fraction of the stage's).
   auto split = [&](const std::vector<std::vector<double>>& per_stage, const std::vector<double>& weight,
-                   std::vector<double>& block, std::vector<double>& head) {
+                   double head_share, std::vector<double>& block, std::vector<double>& head) {
     for (int c = 0; c < N; ++c) {
+      if (last == 0) {
+        block.push_back(per_stage[0][c] * (1 - head_share) / weight[0]);
+        head.push_back(per_stage[0][c] * head_share);
+        continue;
+      }
       double time_before_last = 0;
       for (int r = 0; r < last; ++r) time_before_last += per_stage[r][c];
       block.push_back(time_before_last / before_last(weight));
       head.push_back(std::max(0.0, per_stage[last][c] - weight[last] * block.back()));
     }
   };
-  split(row.costs.forward_time, w.forward, l.block_forward, l.head_forward);
-  split(row.costs.backward_time, w.backward, l.block_backward, l.head_backward);
+  split(row.costs.forward_time, w.forward, 2 * head_flops / (2 * head_flops + w.forward[0] * unit.forward),
+        l.block_forward, l.head_forward);
+  split(row.costs.backward_time, w.backward, 4 * head_flops / (4 * head_flops + w.backward[0] * unit.backward),
+        l.block_backward, l.head_backward);
   l.send = row.costs.send_time;
   std::vector<double> unit_stash(P);
   double stash_before_last = 0;
@@ -105,8 +116,13 @@ LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
     if (r < last) l.transient = std::max(l.transient, transient);
     else l.last_transient = transient;
   }
-  l.block_stash = stash_before_last / before_last(w.width);
-  l.head_stash = std::max(0.0, unit_stash[last] - w.width[last] * l.block_stash);
+  if (last == 0) {  // one stage: its stash counted as the blocks', its transient memory for every stage
+    l.block_stash = unit_stash[0] / w.width[0];
+    l.transient = l.last_transient;
+  } else {
+    l.block_stash = stash_before_last / before_last(w.width);
+    l.head_stash = std::max(0.0, unit_stash[last] - w.width[last] * l.block_stash);
+  }
   l.bytes_per_parameter = double(resident) / double(all_params);
   return l;
 }
@@ -152,8 +168,6 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
 
 void check_depth_targets(const BenchOptions& o) {
   if (o.simulate_stages.empty()) return;
-  SF_CHECK(o.stages >= 2, "--simulate-stages needs a measured run of at least 2 stages (--stages 2) to tell the "
-                          "blocks' costs from the LM head's");
   for (const ModelConfig& m : o.simulate_models)
     for (int P : o.simulate_stages) {
       ModelConfig even = m;
@@ -165,7 +179,6 @@ void check_depth_targets(const BenchOptions& o) {
 }
 
 DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, const ModelConfig& target) {
-  SF_CHECK(o.stages >= 2, "--simulate-stages needs a measured run of at least 2 stages (--stages 2)");
   DepthPredictions d;
   d.model = target;
   d.scaled = target.to_json() != o.model.to_json();
