@@ -12,9 +12,6 @@ namespace stateflow {
 
 namespace {
 
-// A = min(-softplus(dd_A), -kAFloor): every head keeps forgetting a little (MATH.md 6.1).
-constexpr double kAFloor = 1e-4;
-
 struct Mamba3Stash : Stash {
   Tensor x;                       // layer input [rows, D]
   State state_in;                 // what entered the chunk (empty = zeros)
@@ -107,7 +104,7 @@ Tensor Mamba3Mixer::forward_impl(const ChunkCtx& ctx, const Tensor& x, const Sta
 
   s->dt = Tensor::zeros({rows, H_}, dt), s->adt = Tensor::zeros({rows, H_}, dt), s->lam = Tensor::zeros({rows, H_}, dt);
   mamba3_gates_forward<T>(s->dd_dt.data<T>(), s->dd_A.data<T>(), s->trap.data<T>(), dt_bias_.value.data<T>(),
-                          s->dt.data<T>(), s->adt.data<T>(), s->lam.data<T>(), rows, H_, kAFloor);
+                          s->dt.data<T>(), s->adt.data<T>(), s->lam.data<T>(), rows, H_, kMamba3AFloor);
 
   state_out = zero_state(B, dt);
   s->phi = Tensor::zeros({rows, H_, NA_}, dt);
@@ -208,7 +205,7 @@ Tensor Mamba3Mixer::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const
   Tensor d_dd_dt = zeros({rows, H_}), d_dd_A = zeros({rows, H_}), dtrap = zeros({rows, H_});
   mamba3_gates_backward<T>(s.dd_dt.data<T>(), s.dd_A.data<T>(), s.trap.data<T>(), dt_bias_.value.data<T>(),
                            ddt.data<T>(), dadt.data<T>(), dlam.data<T>(), d_dd_dt.data<T>(), d_dd_A.data<T>(),
-                           dtrap.data<T>(), dt_bias_.grad.data<T>(), rows, H_, kAFloor);
+                           dtrap.data<T>(), dt_bias_.grad.data<T>(), rows, H_, kMamba3AFloor);
 
   // input projections
   Tensor dx = zeros({rows, D_});
