@@ -2,6 +2,8 @@
 // warm-up, median of repeats), TFLOP/s with MATH.md section 9's FLOP counts, per-stage
 // times and device memory. bf16, dk = dv = 128, C = 64. Backward is timed both ways: the
 // default (recomputes Pre and the forward sweep) and with GdnCudaConfig::saved_forward.
+// Shapes, inputs, FLOPs and the timed launches are the gdn_core op's (mixers/gdn/gdn_core_op.cpp),
+// the definition the kernel's CUDA test checks (tests/cuda/test_op_defs_cuda.cpp).
 //
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
 //                  [--value-tile 0] [--chunk-len 1024,2048,...] [--json FILE]
@@ -21,43 +23,15 @@
 #include <vector>
 
 #include "bench_util.cuh"
+#include "kernels/cuda/op_buffers.h"
+#include "kernels/op_def.h"
 #include "mixers/gdn/gdn_core_cuda.h"
-#include "model/mixer.h"
-#include "model/flops.h"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
 using stateflow::GdnDims;
 using namespace stateflow::bench;
-
-// One warp per row of 128: normal entries, l2-normalised when unit (q, k), else as drawn (v, dO).
-__global__ void init_rows(bf16* x, int64_t rows, uint64_t seed, bool unit) {
-  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
-  float v[4], n2 = 0.f;
-  for (int j = 0; j < 4; ++j) v[j] = hash_normal(row * 128 + lane * 4 + j, seed), n2 += v[j] * v[j];
-  for (int o = 16; o > 0; o >>= 1) n2 += __shfl_xor_sync(0xffffffffu, n2, o);
-  const float f = unit ? rsqrtf(n2 + 1e-6f) : 1.f;
-  for (int j = 0; j < 4; ++j) x[row * 128 + lane * 4 + j] = __float2bfloat16(v[j] * f);
-}
-
-// beta = sigmoid(N), g = -A softplus(N + dt_bias) with per-head A in [1, 16], dt in [0.001, 0.1].
-__global__ void init_gates(float* beta, float* g, int64_t n, int heads, uint64_t seed) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int h = int(i % heads);
-  const float A = 1.f + 15.f * hash_uniform(h, seed + 7), dt = 0.001f + 0.099f * hash_uniform(h, seed + 8);
-  const float dt_bias = logf(expm1f(dt));
-  beta[i] = 1.f / (1.f + expf(-hash_normal(i, seed)));
-  g[i] = -A * log1pf(expf(hash_normal(i, seed + 1) + dt_bias));
-}
-
-__global__ void init_normal_f32(float* x, int64_t n, float scale, uint64_t seed) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = scale * hash_normal(i, seed);
-}
 
 template <class T>
 T* dalloc(size_t n, size_t& total) {
@@ -76,57 +50,58 @@ struct Result {
   unsigned long long nonfinite;
 };
 
+// Shape, inputs, FLOPs and the timed launches come from the gdn_core op (mixers/gdn/gdn_core_op.cpp),
+// the definition its CUDA test checks against the float64 recurrence.
 Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t chunk_len) {
+  const stateflow::OpDef& op = stateflow::op_named("gdn_core");
+  stateflow::BenchSizes sizes;
+  sizes.batch = B, sizes.heads = H, sizes.tokens = T;
+  const stateflow::OpShape shape = op.bench_shapes(sizes).front().with("value_tile", value_tile);
   GdnDims d;
   d.batch = B, d.heads = H, d.len = T, d.dk = 128, d.dv = 128, d.block = 64, d.scale = 1.0 / std::sqrt(128.0);
   const int64_t nt = B * T * H, nk = nt * 128, ns = B * H * 128 * 128;
   size_t free0 = 0, free1 = 0, tot = 0, bytes = 0;
   CK(cudaDeviceSynchronize());
   CK(cudaMemGetInfo(&free0, &tot));
-  bf16 *q = dalloc<bf16>(nk, bytes), *k = dalloc<bf16>(nk, bytes), *v = dalloc<bf16>(nk, bytes);
-  bf16 *dO = dalloc<bf16>(nk, bytes), *o = dalloc<bf16>(nk, bytes);
-  bf16 *dq = dalloc<bf16>(nk, bytes), *dk = dalloc<bf16>(nk, bytes), *dv = dalloc<bf16>(nk, bytes);
-  float *beta = dalloc<float>(nt, bytes), *g = dalloc<float>(nt, bytes), *dbeta = dalloc<float>(nt, bytes),
-        *dg = dalloc<float>(nt, bytes);
-  float *S_in = dalloc<float>(ns, bytes), *S_out = dalloc<float>(ns, bytes), *dS_out = dalloc<float>(ns, bytes),
-        *dS_in = dalloc<float>(ns, bytes);
-  const size_t ws_bytes = stateflow::gdn_cuda_workspace_bytes(d);
-  char* ws = dalloc<char>(ws_bytes, bytes);
+  stateflow::OpBuffers buf(op, shape, stateflow::DType::BF16);
+  buf.draw(1);
+  bytes += buf.bytes();
+  auto bf = [&](const char* name) { return static_cast<bf16*>(buf.ptr(name)); };
+  auto f32 = [&](const char* name) { return static_cast<float*>(buf.ptr(name)); };
+  bf16 *q = bf("q"), *k = bf("k"), *v = bf("v"), *dO = bf("dO"), *o = bf("o"), *dq = bf("dq"), *dk = bf("dk"),
+       *dv = bf("dv");
+  float *beta = f32("beta"), *g = f32("g"), *dbeta = f32("dbeta"), *dg = f32("dg"), *S_in = f32("S_in"),
+        *S_out = f32("S_out"), *dS_out = f32("dS_out"), *dS_in = f32("dS_in");
+  const size_t ws_bytes = op.workspace_bytes(shape);
+  void* ws = buf.workspace();
   unsigned long long* bad = dalloc<unsigned long long>(1, bytes);
-  init_rows<<<blocks(nt * 32, 256), 256>>>(q, nt, 1, true);
-  init_rows<<<blocks(nt * 32, 256), 256>>>(k, nt, 2, true);
-  init_rows<<<blocks(nt * 32, 256), 256>>>(v, nt, 3, false);
-  init_rows<<<blocks(nt * 32, 256), 256>>>(dO, nt, 4, false);
-  init_gates<<<blocks(nt, 256), 256>>>(beta, g, nt, int(H), 5);
-  init_normal_f32<<<blocks(ns, 256), 256>>>(S_in, ns, 0.5f, 6);
-  init_normal_f32<<<blocks(ns, 256), 256>>>(dS_out, ns, 1.f, 7);
-  CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   CK(cudaMemGetInfo(&free1, &tot));
 
   stateflow::GdnCudaConfig cfg;
   cfg.value_tile = value_tile;
-  auto fwd = [&] { stateflow::gdn_chunk_forward_cuda(d, q, k, v, beta, g, S_in, o, S_out, ws, nullptr, cfg); };
-  stateflow::GdnCudaConfig saved = cfg;
-  saved.saved_forward = true;
-  auto bwd = [&](const stateflow::GdnCudaConfig& c) {
-    stateflow::gdn_chunk_backward_cuda(d, q, k, v, beta, g, S_in, dO, dS_out, dq, dk, dv, dbeta, dg, dS_in, ws,
-                                       nullptr, c);
-  };
+  auto fwd = [&] { buf.run(op.pass("fwd")); };
+  auto bwd = [&] { buf.run(op.pass("bwd")); };
+  auto bwd_saved = [&] { buf.run(op.pass("bwd saved")); };
   auto time_it = [&](auto&& f) { return median_ms(f, reps); };
   Result r{};
   r.len = T;
   r.fwd_ms = time_it(fwd);
-  r.fwdbwd_ms = time_it([&] { fwd(), bwd(cfg); });
-  r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd(saved); });
-  stateflow::GdnCudaConfig timed = cfg;  // per-stage times: one synchronised run of each
+  r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
+  r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd_saved(); });
+  // Per-stage times: one synchronised run of each (GdnCudaConfig::stage_ms, a benchmark-only setting).
+  stateflow::GdnCudaConfig timed = cfg;
+  auto bwd_timed = [&] {
+    stateflow::gdn_chunk_backward_cuda(d, q, k, v, beta, g, S_in, dO, dS_out, dq, dk, dv, dbeta, dg, dS_in, ws,
+                                       nullptr, timed);
+  };
   timed.stage_ms = r.stage_ms;
   stateflow::gdn_chunk_forward_cuda(d, q, k, v, beta, g, S_in, o, S_out, ws, nullptr, timed);
   timed.stage_ms = r.stage_ms + 3;
-  bwd(timed);
+  bwd_timed();
   timed.stage_ms = r.stage_ms + 7;
   timed.saved_forward = true;
-  bwd(timed);
+  bwd_timed();
   CK(cudaMemset(bad, 0, sizeof(*bad)));
   for (bf16* x : {o, dq, dk, dv}) count_nonfinite<<<blocks(nk, 256), 256>>>(x, nk, bad);
   CK(cudaMemcpy(&r.nonfinite, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
@@ -166,7 +141,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
     };
     const std::vector<Out> outs = {{o, nk * 2}, {dq, nk * 2}, {dk, nk * 2}, {dv, nk * 2}, {dbeta, nt * 4},
                                    {dg, nt * 4}, {S_out, ns * 4}, {dS_in, ns * 4}};
-    fwd(), bwd(cfg);
+    fwd(), bwd();
     std::vector<unsigned char*> ref;
     size_t ref_bytes = 0;
     for (const Out& x : outs) {
@@ -185,21 +160,15 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
     CK(cudaFree(dS_at));
   }
 
-  // The GDN row's count for one head of 128 with C = 64 (MATH.md 9), nt = tokens x heads.
-  stateflow::ModelConfig one_head;
-  one_head.mixers["gdn"] = {{"heads", 1}, {"head_dk", 128}, {"head_dv", 128}, {"block_size", 64}};
-  one_head.complete_sections();
-  const stateflow::MixerFlops per_head_token = stateflow::mixer_for_letter('G').flops_per_token(one_head);
-  const double f_fwd = per_head_token.core_forward, f_bwd = per_head_token.core_backward;
-  r.fwd_tflops = f_fwd * nt / (r.fwd_ms * 1e-3) / 1e12;
-  r.fwdbwd_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_ms * 1e-3) / 1e12;
-  r.fwdbwd_saved_tflops = (f_fwd + f_bwd) * nt / (r.fwdbwd_saved_ms * 1e-3) / 1e12;
+  const double f_fwd = op.pass("fwd").flops(shape), f_bwd = op.pass("bwd").flops(shape);
+  const double f_bwd_saved = op.pass("bwd saved").flops(shape);
+  r.fwd_tflops = f_fwd / (r.fwd_ms * 1e-3) / 1e12;
+  r.fwdbwd_tflops = (f_fwd + f_bwd) / (r.fwdbwd_ms * 1e-3) / 1e12;
+  r.fwdbwd_saved_tflops = (f_fwd + f_bwd_saved) / (r.fwdbwd_saved_ms * 1e-3) / 1e12;
   r.workspace_gib = ws_bytes / double(1 << 30);
   r.total_gib = bytes / double(1 << 30);
   r.meminfo_gib = (free0 - free1) / double(1 << 30);
-  for (void* p : std::initializer_list<void*>{q, k, v, dO, o, dq, dk, dv, beta, g, dbeta, dg, S_in, S_out, dS_out,
-                                              dS_in, ws, bad})
-    CK(cudaFree(p));
+  CK(cudaFree(bad));
   return r;
 }
 
@@ -237,9 +206,14 @@ int main(int argc, char** argv) {
               prop.name, prop.multiProcessorCount, (long long)B, (long long)H,
               value_tile ? std::to_string(value_tile).c_str() : "auto", reps);
   std::vector<Result> res;
-  for (int64_t T : lens) {
-    res.push_back(run(B, H, T, reps, value_tile, 0));
-    for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, value_tile, L));
+  try {
+    for (int64_t T : lens) {
+      res.push_back(run(B, H, T, reps, value_tile, 0));
+      for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, value_tile, L));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gdn_core_bench: %s\n", e.what());
+    return 1;
   }
   std::printf("\n%8s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "fwd ms",
               "TFLOP/s", "f+b ms", "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4",

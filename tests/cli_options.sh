@@ -2,6 +2,7 @@
 # Options given on the command line are used or refused, never silently replaced:
 #  * verify: --chunks -3 / 0, an empty --chunk-lengths, --tolerance -1 / 0 / nan are errors
 #    naming the option (they used to run the built-in chunkings and default tolerance);
+#    plan --seq-len 0 likewise;
 #  * train --resume: --recompute and --metrics given again apply (they used to be dropped),
 #    a data option that differs from the checkpoint's is refused saying why, and a bare
 #    relative step directory (`cd RUN && train --resume step-000002`) keeps saving into RUN.
@@ -25,6 +26,7 @@ refused "verify --chunks -3" "--chunks: -3 is not a number of chunks: give a who
 refused "verify --chunks 0" "--chunks: 0 is not a number of chunks" "$bin" verify --chunks 0
 refused "verify --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" verify --chunk-lengths ""
 refused "train --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" train --chunk-lengths ""
+refused "plan --seq-len 0" "--seq-len 0 must be >= 1" "$bin" plan --preset hybrid-1.3b --stages 2 --seq-len 0
 for t in -1 0 nan; do
   refused "verify --tolerance $t" "--tolerance: $t is not a positive, finite relative difference" \
     "$bin" verify --tolerance "$t"

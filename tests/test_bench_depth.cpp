@@ -120,7 +120,7 @@ TEST(BenchDepth, ABiggerModelScalesTheMeasuredCostsByFlopsAndWidth) {
   wide.mixers["gdn"]["heads"] = 2 * wide.mixers["gdn"]["heads"].get<int64_t>();
   const DepthPredictions d = predict_depths(r, o, wide);
   EXPECT_TRUE(d.scaled);
-  const BlockFlops f0 = block_flops_per_token(o.model, 'G'), f1 = block_flops_per_token(wide, 'G');
+  const BlockFlops f0 = block_flops_per_token(o.model, 'G', o.seq_len), f1 = block_flops_per_token(wide, 'G', o.seq_len);
   EXPECT_DOUBLE_EQ(d.forward_ratio, f1.forward() / f0.forward());
   EXPECT_DOUBLE_EQ(d.backward_ratio, f1.backward() / f0.backward());
   EXPECT_DOUBLE_EQ(d.head_ratio, 2.0);

@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # On a GPU machine: configure with CUDA (sm_90a + compute_80 PTX), build with ninja, run the CUDA
-# tests and then every test through CTest, then the GDN and Mamba-3 core benchmarks and the benchmark of
+# tests and then every test through CTest, then the GDN, Mamba-3 and attention kernel benchmarks and the benchmark of
 # the other kernels (GEMM ceiling, fused kernels' bandwidth). Logs go to $OUT when set (else
 # build-gpu/logs); a summary table is printed last.
 #   SANITIZE=1  also runs one small GPU test under compute-sanitizer (memcheck, racecheck);
 #               SANITIZE=auto (default) does so when the CUDA tests fail
 #   BENCH_ARGS  extra arguments for gdn_core_bench (e.g. "--len 32768 --reps 50")
 #   MAMBA3_BENCH_ARGS  extra arguments for mamba3_core_bench (e.g. "--len 32768 --rank 1")
+#   ATTENTION_BENCH_ARGS  extra arguments for attention_bench (e.g. "--len 32768 --chunk-len 4096")
 #   KERNELS_BENCH_ARGS  extra arguments for kernels_bench (e.g. "--tokens 8192 --reps 50")
 #   TARGETS     build only these ninja targets (e.g. "stateflow_cuda_tests kernels_bench" for a
 #               short lease); steps whose program was not built are skipped
@@ -78,6 +79,11 @@ if [[ ${status[build]} == ok ]]; then
       tee "$LOG/mamba3_bench.log"
     status[mamba3_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
   fi
+  if [[ -x $BUILD/attention_bench ]]; then
+    # shellcheck disable=SC2086
+    timeout 300 "$BUILD/attention_bench" ${ATTENTION_BENCH_ARGS:-} 2>&1 | tee "$LOG/attention_bench.log"
+    status[attention_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
   if [[ -x $BUILD/kernels_bench ]]; then
     # shellcheck disable=SC2086
     timeout 300 "$BUILD/kernels_bench" ${KERNELS_BENCH_ARGS:-} 2>&1 | tee "$LOG/kernels_bench.log"
@@ -97,7 +103,7 @@ fi
 echo
 echo "================ gpu-check summary ================"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-for step in build cuda_tests memcheck racecheck ctest bench mamba3_bench kernels_bench matrix; do
+for step in build cuda_tests memcheck racecheck ctest bench mamba3_bench attention_bench kernels_bench matrix; do
   [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
 done
 grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'

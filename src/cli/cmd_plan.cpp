@@ -20,19 +20,20 @@ namespace {
 // Per stage: its blocks, FLOPs per token (the LM head on the last), parameters and boundary
 // state per sequence, from the mixer registry; printed, and returned as the simulator's costs
 // (a chunk's share of a sequence; the busiest stage's forward of one sequence = 1).
-CostTable model_costs(const ModelConfig& m, int P, int N) {
+CostTable model_costs(const ModelConfig& m, int P, int N, int64_t seq_len) {
   const std::vector<std::string> stages = stage_blocks(m, P);
   const double head = double(m.d_model) * double(m.vocab_size);
   std::vector<double> fwd(P), bwd(P);
-  std::printf("model %s: pattern %s, %lld parameters; stages cut %s\n", m.name.c_str(), m.pattern.c_str(),
-              (long long)m.num_parameters(), m.has_stage_cuts() ? "where the pattern has '|'" : "evenly by cost");
+  std::printf("model %s: pattern %s, %lld parameters; stages cut %s; FLOPs per token of a %lld-token sequence\n",
+              m.name.c_str(), m.pattern.c_str(), (long long)m.num_parameters(),
+              m.has_stage_cuts() ? "where the pattern has '|'" : "evenly by cost", (long long)seq_len);
   std::printf("%6s %-16s %16s %16s %20s\n", "stage", "blocks", "fwd MFLOP/token", "bwd MFLOP/token",
               "state/sequence");
   for (int r = 0; r < P; ++r) {
     int64_t state_bytes = 0;
     bool grows = false;
     for (char letter : stages[r]) {
-      const BlockFlops f = block_flops_per_token(m, letter);
+      const BlockFlops f = block_flops_per_token(m, letter, seq_len);
       fwd[r] += f.forward(), bwd[r] += f.backward();
       for (const StateTensorSpec& t : mixer_for_letter(letter).boundary_state(m)) {
         state_bytes += shape_numel(t.shape) * int64_t(dtype_size(t.device_dtype));
@@ -59,6 +60,7 @@ void add_plan_command(CLI::App& root) {
   struct Opts {
     std::string schedule = "stateflow";
     int stages = 4, microbatches = 4, chunks = 4;
+    int64_t seq_len = 4096;
     bool dump = false, lowered = false;
     std::string trace;
     std::string preset, config_path, pattern;
@@ -68,6 +70,9 @@ void add_plan_command(CLI::App& root) {
   app->add_option("--stages", o->stages, "Pipeline stages P")->capture_default_str();
   app->add_option("--microbatches", o->microbatches, "Microbatches M")->capture_default_str();
   app->add_option("--chunks", o->chunks, "Chunks N per sequence (1f1b needs 1)")->capture_default_str();
+  app->add_option("--seq-len", o->seq_len,
+                  "With a model: the sequence length its FLOPs per token are averaged over (attention's grow with it)")
+      ->capture_default_str();
   app->add_flag("--dump", o->dump, "Print the schedule's text form (one line per stage)");
   app->add_flag("--lowered", o->lowered, "With --dump: print it with its sends and receives");
   app->add_option("--trace", o->trace, "Write the predicted timeline as Chrome trace JSON");
@@ -81,6 +86,7 @@ void add_plan_command(CLI::App& root) {
     Schedule s = make_schedule(o->schedule, o->stages, o->microbatches, o->chunks);
     CheckResult check = check_schedule(s);
     SF_CHECK(check.ok, "the schedule failed its check:\n", check.message);
+    SF_CHECK(o->seq_len >= 1, "--seq-len ", o->seq_len, " must be >= 1 (the tokens per sequence its FLOPs are averaged over)");
     if (o->dump) std::cout << to_text(o->lowered ? lower_schedule(s) : s);
     // One whole sequence: forward 1, backward 2, activations 1 (per stage); a chunk 1/N of it.
     const double N = o->chunks;
@@ -88,7 +94,7 @@ void add_plan_command(CLI::App& root) {
     const bool with_model = !o->preset.empty() || !o->config_path.empty() || !o->pattern.empty();
     const CostTable costs =
         with_model ? model_costs(resolve_model_config(o->preset.empty() ? "tiny" : o->preset, o->config_path, o->pattern),
-                                 o->stages, o->chunks)
+                                 o->stages, o->chunks, o->seq_len)
                    : uniform_costs(o->stages, o->chunks, 1.0 / N, 2.0 / N, chunk_bytes);
     SimResult r = simulate(s, costs);
     std::printf("makespan %.4f (forward of one sequence on %s = 1)\n", r.makespan,

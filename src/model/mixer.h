@@ -32,7 +32,9 @@ struct StateTensorSpec {
 // Per token of one block's mixer; a multiply-add is 2 FLOPs (MATH.md section 9).
 struct MixerFlops {
   double dense_forward = 0, dense_backward = 0;  // weight matrices: 2 and 4 per weight
-  double core_forward = 0, core_backward = 0;    // the sequence core (recurrence, attention)
+  double core_forward = 0, core_backward = 0;    // the sequence core (recurrence), per token
+  // Per (token, key it attends to): softmax attention's core, which grows with the prefix.
+  double core_forward_per_key = 0, core_backward_per_key = 0;
 };
 
 struct Mixer {

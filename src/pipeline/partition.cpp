@@ -28,7 +28,9 @@ static std::vector<int64_t> blocks_by_cost(const ModelConfig& cfg, int P) {
   const int n = static_cast<int>(letters.size());
   std::vector<double> cost(n);
   for (int i = 0; i < n; ++i) {
-    const BlockFlops f = block_flops_per_token(cfg, letters[i]);
+    // The cut belongs to the model, not to a run's sequence length: attention's core is weighed
+    // at one key per token (a per-run cut from measured costs is issue 15's cost model).
+    const BlockFlops f = block_flops_per_token(cfg, letters[i], 1);
     cost[i] = f.forward() + f.backward();
   }
   // fits(limit): can the blocks be cut into at most P runs of cost <= limit, each non-empty?

@@ -19,16 +19,16 @@ struct BlockUnit {
   double forward = 0, backward = 0, width = 0;
 };
 
-BlockUnit block_unit(const ModelConfig& m, char letter) {
-  const BlockFlops f = block_flops_per_token(m, letter);
+BlockUnit block_unit(const ModelConfig& m, char letter, int64_t seq_len) {
+  const BlockFlops f = block_flops_per_token(m, letter, seq_len);
   return {f.forward(), f.backward(),
           mixer_for_letter(letter).activation_width(m) + 2.0 * m.d_model + 3.0 * m.mlp_hidden};
 }
 
-BlockUnit average_block(const ModelConfig& m) {
+BlockUnit average_block(const ModelConfig& m, int64_t seq_len) {
   BlockUnit avg;
   for (char letter : m.blocks()) {
-    const BlockUnit b = block_unit(m, letter);
+    const BlockUnit b = block_unit(m, letter, seq_len);
     avg.forward += b.forward, avg.backward += b.backward, avg.width += b.width;
   }
   const double n = double(m.num_blocks());
@@ -42,7 +42,7 @@ struct StageWeights {
   std::vector<int64_t> params;
 };
 
-StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit) {
+StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit, int64_t seq_len) {
   const int64_t embedding = m.vocab_size * m.d_model, head = m.d_model + m.d_model * m.vocab_size;
   const std::vector<std::string> blocks = stage_blocks(m, P);
   StageWeights w;
@@ -50,7 +50,7 @@ StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit) {
     double f = 0, b = 0, width = 0;
     int64_t params = (r == 0 ? embedding : 0) + (r == P - 1 ? head : 0);
     for (char letter : blocks[r]) {
-      const BlockUnit u = block_unit(m, letter);
+      const BlockUnit u = block_unit(m, letter, seq_len);
       f += u.forward / unit.forward, b += u.backward / unit.backward, width += u.width / unit.width;
       params += mixer_for_letter(letter).num_parameters(m) + 3 * m.d_model * m.mlp_hidden + 2 * m.d_model;
     }
@@ -98,7 +98,7 @@ struct LayerCosts {
 LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
   const int P = o.stages, N = row.chunks(), last = P - 1;
   const ScheduleKind kind = parse_schedule_kind(row.schedule);
-  const StageWeights w = stage_weights(o.model, P, average_block(o.model));
+  const StageWeights w = stage_weights(o.model, P, average_block(o.model, o.seq_len), o.seq_len);
   auto before_last = [&](const std::vector<double>& per_stage) {
     double sum = 0;
     for (int r = 0; r < last; ++r) sum += per_stage[r];
@@ -141,7 +141,7 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
   const int N = row.chunks();
   ModelConfig target = d.model;
   target.pattern = target.blocks();  // cut evenly by cost over the P stages
-  const StageWeights w = stage_weights(target, P, average_block(o.model));
+  const StageWeights w = stage_weights(target, P, average_block(o.model, o.seq_len), o.seq_len);
   const double d_ratio = double(target.d_model) / double(o.model.d_model);
   CostTable t;
   t.forward_time.assign(P, std::vector<double>(N));
@@ -195,7 +195,7 @@ DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, con
   d.model = target;
   d.scaled = target.to_json() != o.model.to_json();
   if (d.scaled) {
-    const BlockUnit measured = average_block(o.model), target_block = average_block(d.model);
+    const BlockUnit measured = average_block(o.model, o.seq_len), target_block = average_block(d.model, o.seq_len);
     d.forward_ratio = target_block.forward / measured.forward;
     d.backward_ratio = target_block.backward / measured.backward;
     d.head_ratio = double(d.model.d_model * d.model.vocab_size) / double(o.model.d_model * o.model.vocab_size);

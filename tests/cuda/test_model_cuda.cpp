@@ -38,6 +38,7 @@ const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}}},
+    {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
 // The mixer's name, and its rank where a case has one above 1 (MIMO).
@@ -74,13 +75,28 @@ StepResult run_step(Model& m, const Batch& b, const std::vector<int64_t>& length
   return r;
 }
 
-// Worst normwise relative gradient error over the parameters, and which one.
-std::pair<double, std::string> worst_grad_error(Model& m, const StepResult& a, const StepResult& ref) {
-  std::pair<double, std::string> worst{0.0, ""};
+// Parameters with fewer elements than this are per-head scalars (dt_bias, A_log, D, ...):
+// each gradient entry is one sum over every token of terms of both signs, so bf16 rounding of
+// the terms shows relative to a net that can be far smaller than they are (seen: dt_bias
+// 5.7e-2 and 1.25e-1 on two seeds of 2-head models). They get a looser band than the rest.
+constexpr int64_t kPerHeadScalars = 64;
+
+struct WorstGradError {
+  double err = 0;
+  std::string where;
+};
+
+enum class Params { All, Tensors, PerHeadScalars };
+
+// The worst normwise relative gradient error over the parameters of one kind, and which one.
+WorstGradError worst_grad_error(Model& m, const StepResult& a, const StepResult& ref, Params which) {
+  WorstGradError worst;
   auto params = m.params();
   for (size_t i = 0; i < params.size(); ++i) {
+    const bool scalar = params[i]->value.numel() < kPerHeadScalars;
+    if ((which == Params::Tensors && scalar) || (which == Params::PerHeadScalars && !scalar)) continue;
     const double e = max_rel_diff(a.grads[i].cast(DType::F64), ref.grads[i].cast(DType::F64));
-    if (!(e <= worst.first)) worst = {e, params[i]->name};
+    if (!(e <= worst.err)) worst = {e, params[i]->name};
   }
   return worst;
 }
@@ -99,11 +115,14 @@ TEST_P(MixerConformanceCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
   const StepResult ref = run_step(cpu, b, {T});
   const StepResult got = run_step(gpu, b, {T});
   const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
-  const auto [grad_err, where] = worst_grad_error(gpu, got, ref);
-  std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e (%s)\n",
-              got.loss, ref.loss, loss_err, grad_err, where.c_str());
+  const WorstGradError tensors = worst_grad_error(gpu, got, ref, Params::Tensors),
+                       scalars = worst_grad_error(gpu, got, ref, Params::PerHeadScalars);
+  std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e (%s), "
+              "of per-head scalars %.2e (%s)\n",
+              got.loss, ref.loss, loss_err, tensors.err, tensors.where.c_str(), scalars.err, scalars.where.c_str());
   EXPECT_LE(loss_err, 1e-2);
-  EXPECT_LE(grad_err, 5e-2) << where;  // measured 2.1e-2 to 2.3e-2; a wrong path gives O(1)
+  EXPECT_LE(tensors.err, 5e-2) << tensors.where;  // measured 2.1e-2 to 2.3e-2; a wrong path gives O(1)
+  EXPECT_LE(scalars.err, 2.5e-1) << scalars.where;  // measured up to 1.25e-1 (see kPerHeadScalars)
 }
 
 std::string lengths_name(const std::vector<int64_t>& lengths) {
@@ -185,7 +204,7 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
     const StepResult got = run_step(gpu, b, lengths);
     const double loss_err = std::abs(got.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
     const double grad_err = mean_grad_error(gpu, got, ref);
-    const auto [worst, where] = worst_grad_error(gpu, got, ref);
+    const auto [worst, where] = worst_grad_error(gpu, got, ref, Params::All);
     std::printf("[ chunks %s vs fp64 CPU ] loss rel error %.2e (unsplit %.2e), mean gradient error %.2e (unsplit "
                 "%.2e), worst %.2e (%s)\n",
                 lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, worst, where.c_str());

@@ -70,27 +70,32 @@ std::vector<Param*> Attention::params() {
   return out;
 }
 
-State Attention::prefix_buffers(const ChunkCtx& ctx, const State& given, DType dt, const char* what) const {
+State Attention::prefix_buffers(const ChunkCtx& ctx, const State& given, DType dt, Device dev,
+                                const char* what) const {
   const Shape shape{ctx.batch, ctx.seq_len, Hkv_, dh_};
-  if (given.empty()) {
-    CategoryScope prefix(MemCategory::KvPrefix);
-    return {Tensor::zeros(shape, dt), Tensor::zeros(shape, dt)};
-  }
-  SF_CHECK(given.size() == kStateSize && given[kKeys].shape() == shape && given[kValues].shape() == shape,
-           "attention: the ", what, " of chunk ", ctx.chunk, " is not a pair of [", shape_str(shape),
-           "] buffers (batch, sequence length, K/V heads, head_dim)");
+  if (given.empty())
+    return {Tensor::zeros(shape, dt, MemCategory::KvPrefix, dev), Tensor::zeros(shape, dt, MemCategory::KvPrefix, dev)};
+  SF_CHECK(given.size() == kStateSize && given[kKeys].shape() == shape && given[kValues].shape() == shape &&
+               given[kKeys].dtype() == dt && given[kValues].dtype() == dt,
+           "attention: the ", what, " of chunk ", ctx.chunk, " is not a pair of [", shape_str(shape), "] ",
+           dtype_name(dt), " buffers (batch, sequence length, K/V heads, head_dim)");
   return given;
 }
 
-template <class T>
-Tensor Attention::forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
-                               std::unique_ptr<Stash>& stash) {
+void Attention::check_chunk(const ChunkCtx& ctx, const Tensor& x, const State& state_in) const {
   const int64_t rows = x.dim(0), B = ctx.batch, L = ctx.len;
   SF_CHECK(B * L == rows, "attention: input has ", rows, " rows, expected batch ", B, " x len ", L);
   SF_CHECK(ctx.seq_len >= ctx.offset + L, "attention: a chunk at offset ", ctx.offset, " of ", L,
            " tokens needs the sequence length (ChunkCtx::seq_len = ", ctx.seq_len, ") to size its K/V prefix");
   SF_CHECK(ctx.offset == 0 || !state_in.empty(), "attention: chunk ", ctx.chunk, " at offset ", ctx.offset,
            " has no K/V prefix: chunks must go forward in order");
+}
+
+template <class T>
+Tensor Attention::forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                               std::unique_ptr<Stash>& stash) {
+  check_chunk(ctx, x, state_in);
+  const int64_t rows = x.dim(0), B = ctx.batch, L = ctx.len;
   const DType dt = x.dtype();
   const int64_t QW = Hq_ * dh_, KW = Hkv_ * dh_;
   auto s = std::make_unique<AttentionStash>();
@@ -118,7 +123,7 @@ Tensor Attention::forward_impl(const ChunkCtx& ctx, const Tensor& x, const State
   rope_forward<T>(rope, k.data<T>());
 
   // This chunk's rows of the prefix, written once; the same buffers go on to the next chunk.
-  s->kv = prefix_buffers(ctx, state_in, dt, "K/V prefix");
+  s->kv = prefix_buffers(ctx, state_in, dt, Device::CPU, "K/V prefix");
   copy_into_rows(s->kv[kKeys], k, B, ctx.offset, L);
   copy_into_rows(s->kv[kValues], proj(Wv_, KW), B, ctx.offset, L);
   state_out = s->kv;
@@ -165,7 +170,7 @@ Tensor Attention::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const S
   }
 
   // attention: dq, and this chunk's queries' share added into dK/dV rows of chunks 0..c
-  dstate_in = prefix_buffers(ctx, dstate_out, dt, "K/V prefix gradient");
+  dstate_in = prefix_buffers(ctx, dstate_out, dt, Device::CPU, "K/V prefix gradient");
   const AttentionDims d{B, L, ctx.offset, ctx.seq_len, Hq_, Hkv_, dh_, 1.0 / std::sqrt(double(dh_))};
   Tensor dq = zeros(rows, QW);
   prefix_attention_backward<T>(d, s.q.data<T>(), s.kv[kKeys].data<T>(), s.kv[kValues].data<T>(), s.o.data<T>(),

@@ -33,6 +33,13 @@ class Attention : public MixerLayer<Attention> {
 
   enum StateIndex { kKeys = 0, kValues = 1, kStateSize = 2 };
 
+  // GPU path (mixers/attention/attention_layer_cuda.cpp, CUDA builds only; called through
+  // device_path("attention")): bf16 activations and K/V prefix, fp32 prefix gradient.
+  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                      std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                       Stash& stash);
+
  private:
   friend class MixerLayer<Attention>;
   template <class T>
@@ -41,8 +48,10 @@ class Attention : public MixerLayer<Attention> {
   template <class T>
   Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
-  // The K/V buffers of a microbatch: those that came in, or new ones for seq_len rows.
-  State prefix_buffers(const ChunkCtx& ctx, const State& given, DType dt, const char* what) const;
+  // The K/V buffers of a microbatch: those that came in (checked), or new zeroed ones for seq_len rows.
+  State prefix_buffers(const ChunkCtx& ctx, const State& given, DType dt, Device dev, const char* what) const;
+  // Throws Error when x and ctx disagree, or a chunk past the first comes without its prefix.
+  void check_chunk(const ChunkCtx& ctx, const Tensor& x, const State& state_in) const;
 
   AttentionConfig cfg_;
   int64_t D_, Hq_, Hkv_, dh_;

@@ -7,14 +7,15 @@ namespace stateflow {
 
 namespace {
 
-// Dense part only: the attention core's FLOPs per token grow with the tokens before it (about
-// 4 x heads x head_dim per key forward), and the registry's count is per token without a
-// sequence length, so the core is not counted here (docs/attention.md, "Limits").
+// The projections per token, and the core per key a query sees: q.k and p v forward (2 x
+// head_dim each, every query head), twice that backward (dV, dP, dQ, dK; the recomputed scores
+// are not model FLOPs).
 MixerFlops attention_flops(const ModelConfig& cfg) {
   const AttentionConfig a = attention_config(cfg);
   const double matrices = double(a.num_parameters(cfg.d_model) - (a.qk_norm ? 2 * a.head_dim : 0));
   MixerFlops f;
   f.dense_forward = 2 * matrices, f.dense_backward = 4 * matrices;
+  f.core_forward_per_key = 4 * double(a.heads * a.head_dim), f.core_backward_per_key = 8 * double(a.heads * a.head_dim);
   return f;
 }
 

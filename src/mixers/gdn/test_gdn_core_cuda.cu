@@ -1,17 +1,20 @@
-// GPU GDN chunk core vs the float64 token recurrence on the same bf16-rounded inputs, plus the
-// StateFlow properties: splits at multiples of C are bitwise neutral, other splits stay within
-// 2x the unsplit error, and every call is bitwise repeatable. Skips when no GPU is present.
+// GPU GDN chunk core: the StateFlow properties on the gdn_core op's inputs and references
+// (mixers/gdn/gdn_core_op.cpp; the op test, tests/cuda/test_op_defs_cuda.cpp, checks each
+// pass against the float64 recurrence): splits at multiples of C are bitwise neutral, other
+// splits stay within 2x the unsplit error, null states mean zero, every value tile agrees,
+// the backward from the saved forward equals the recompute, and every call is bitwise
+// repeatable. Skips when no GPU is present.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/op_def.h"
 #include "mixers/gdn/gdn_core.h"
 #include "mixers/gdn/gdn_core_cuda.h"
 #include "cuda_test_util.h"
@@ -20,46 +23,9 @@
 namespace stateflow {
 namespace {
 
-using testing::fresh_seed;
-using testing::rel_err;
-using testing::rms_rel_err;
-using testing::slice_time;
-using bf16 = __nv_bfloat16;
-using Vec = std::vector<double>;
+using namespace testing;
 
 constexpr int64_t DK = 128, DV = 128, C = 64;
-
-// Device copy of a host vector (converted to bf16 or float), freed at scope end.
-template <class T>
-struct Dev {
-  T* p = nullptr;
-  size_t n = 0;
-  explicit Dev(size_t n_) : n(n_) { EXPECT_EQ(cudaMalloc(&p, n * sizeof(T)), cudaSuccess); }
-  Dev(const Vec& h) : Dev(h.size()) { upload(h); }
-  Dev(const Dev&) = delete;
-  ~Dev() { cudaFree(p); }
-  void upload(const Vec& h) {
-    std::vector<T> t(h.size());
-    for (size_t i = 0; i < h.size(); ++i) t[i] = T(float(h[i]));
-    EXPECT_EQ(cudaMemcpy(p, t.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  void poison() {  // NaN everywhere, so an element the kernel never writes shows up
-    std::vector<T> t(n, T(std::numeric_limits<float>::quiet_NaN()));
-    EXPECT_EQ(cudaMemcpy(p, t.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  std::vector<T> raw() const {
-    std::vector<T> t(n);
-    EXPECT_EQ(cudaMemcpy(t.data(), p, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return t;
-  }
-  Vec get() const {
-    Vec h;
-    for (T x : raw()) h.push_back(double(float(x)));
-    return h;
-  }
-};
-
-double round_bf16(double x) { return double(__bfloat162float(__float2bfloat16(float(x)))); }
 
 // One problem: inputs already rounded to what the GPU stores (bf16 vectors, fp32 scalars).
 struct Problem {
@@ -67,40 +33,20 @@ struct Problem {
   Vec q, k, v, beta, g, S_in, dO, dS_out;
 };
 
+// The gdn_core op's shape and its arrays' names (mixers/gdn/gdn_core_op.cpp).
+OpShape shape_of(const GdnDims& d) {
+  return {{{"batch", d.batch}, {"len", d.len}, {"heads", d.heads}, {"value_tile", 0}}};
+}
+
+// Inputs as the gdn_core op draws them (what its benchmark times): l2-normalised q, k, gates
+// as the layer makes them.
 Problem make_problem(Rng& rng, int64_t B, int64_t T, int64_t H) {
   Problem p;
   p.d.batch = B, p.d.len = T, p.d.heads = H, p.d.dk = DK, p.d.dv = DV, p.d.block = C;
   p.d.scale = 1.0 / std::sqrt(double(DK));
-  auto unit_rows = [&](int64_t rows, int64_t width) {  // l2-normalised rows, like the layer's q, k
-    Vec x(rows * width);
-    for (int64_t r = 0; r < rows; ++r) {
-      double n2 = 0;
-      for (int64_t j = 0; j < width; ++j) n2 += (x[r * width + j] = rng.normal()) * x[r * width + j];
-      for (int64_t j = 0; j < width; ++j) x[r * width + j] = round_bf16(x[r * width + j] / std::sqrt(n2 + 1e-6));
-    }
-    return x;
-  };
-  auto normal = [&](int64_t n, double scale, bool bf) {
-    Vec x(n);
-    for (auto& e : x) e = bf ? round_bf16(scale * rng.normal()) : double(float(scale * rng.normal()));
-    return x;
-  };
-  p.q = unit_rows(B * T * H, DK);
-  p.k = unit_rows(B * T * H, DK);
-  p.v = normal(B * T * H * DV, 1.0, true);
-  p.dO = normal(B * T * H * DV, 1.0, true);
-  p.S_in = normal(B * H * DV * DK, 0.5, false);
-  p.dS_out = normal(B * H * DV * DK, 1.0, false);
-  // Gates as the layer makes them (MATH.md 2): beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias).
-  Vec A_log(H), dt_bias(H);
-  for (int64_t h = 0; h < H; ++h) A_log[h] = std::log(rng.uniform(1, 16)), dt_bias[h] = std::log(std::expm1(rng.uniform(0.001, 0.1)));
-  p.beta.resize(B * T * H);
-  p.g.resize(B * T * H);
-  for (int64_t i = 0; i < B * T * H; ++i) {
-    const int64_t h = i % H;
-    p.beta[i] = double(float(1 / (1 + std::exp(-rng.normal()))));
-    p.g[i] = double(float(-std::exp(A_log[h]) * std::log1p(std::exp(rng.normal() + dt_bias[h]))));
-  }
+  const OpHost in = draw_inputs(op_named("gdn_core"), shape_of(p.d), DType::BF16, rng.next_u64());
+  p.q = in.at("q"), p.k = in.at("k"), p.v = in.at("v"), p.dO = in.at("dO");
+  p.beta = in.at("beta"), p.g = in.at("g"), p.S_in = in.at("S_in"), p.dS_out = in.at("dS_out");
   return p;
 }
 
@@ -113,20 +59,21 @@ Problem slice(const Problem& p, int64_t t0, int64_t t1) {
   return s;
 }
 
-// The CPU float64 token recurrence (mixers/gdn/gdn_core.h) on the same rounded inputs.
+// The gdn_core op's float64 references (the token recurrence, mixers/gdn/gdn_core.h) on the
+// same rounded inputs.
 struct Ref {
   Vec o, S_out, dq, dk, dv, dbeta, dg, dS_in;
 };
 
 Ref reference(const Problem& p) {
-  Ref r{Vec(p.v.size()), Vec(p.S_in.size()), Vec(p.q.size()), Vec(p.k.size()), Vec(p.v.size()),
-        Vec(p.beta.size()), Vec(p.g.size()), Vec(p.S_in.size())};
-  gdn_recurrent_forward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
-                                r.o.data(), r.S_out.data());
-  gdn_recurrent_backward<double>(p.d, p.q.data(), p.k.data(), p.v.data(), p.beta.data(), p.g.data(), p.S_in.data(),
-                                 p.dO.data(), p.dS_out.data(), r.dq.data(), r.dk.data(), r.dv.data(), r.dbeta.data(),
-                                 r.dg.data(), r.dS_in.data());
-  return r;
+  const OpDef& op = op_named("gdn_core");
+  const OpShape shape = shape_of(p.d);
+  OpHost h = {{"q", p.q}, {"k", p.k}, {"v", p.v}, {"beta", p.beta}, {"g", p.g}, {"S_in", p.S_in}, {"dO", p.dO},
+              {"dS_out", p.dS_out}};
+  for (const OpArray& a : op.arrays(shape))
+    if (a.role == Role::Out) h[a.name].assign(size_t(a.size), 0.0);
+  for (const char* pass : {"fwd", "bwd"}) op.pass(pass).reference(shape, DType::BF16, h);
+  return {h.at("o"), h.at("S_out"), h.at("dq"), h.at("dk"), h.at("dv"), h.at("dbeta"), h.at("dg"), h.at("dS_in")};
 }
 
 // Runs forward and backward on the GPU (outputs poisoned with NaN first).
@@ -159,17 +106,6 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   return r;
 }
 
-bool has_nan(const Vec& x) {
-  for (double e : x)
-    if (std::isnan(e)) return true;
-  return false;
-}
-
-template <class T>
-bool bitwise_equal(const std::vector<T>& a, const std::vector<T>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
-}
-
 // Named error of every output against the reference.
 using ErrorFn = double (*)(const Vec&, const Vec&);
 
@@ -179,25 +115,9 @@ std::vector<std::pair<const char*, double>> errors(const Gpu& x, const Ref& r, E
           {"dg", err(x.dg, r.dg)},    {"dS_in", err(x.dS_in, r.dS_in)}};
 }
 
-// bf16 operands put every output at ~1e-3..1e-2 of its largest entry; per-token scalar
-// gradients (dg, dbeta) sum many such terms and get the looser bound.
-double tolerance(const std::string& name) { return name == "dg" || name == "dbeta" ? 3e-2 : 1.5e-2; }
-
-TEST(GdnCoreCuda, MatchesFloat64RecurrenceWithStatesAndShortTail) {
-  SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const Problem p = make_problem(rng, 2, 200, 3);  // 200 = 3 * 64 + 8: short last sub-chunk
-  const Ref ref = reference(p);
-  const Gpu gpu = run_gpu(p);
-  const Vec* all[] = {&gpu.o, &gpu.S_out, &gpu.dq, &gpu.dk, &gpu.dv, &gpu.dbeta, &gpu.dg, &gpu.dS_in};
-  for (const Vec* x : all) EXPECT_FALSE(has_nan(*x)) << "NaN (unwritten or overflowed) output";
-  for (auto [name, err] : errors(gpu, ref)) {
-    std::printf("  %-6s rel err vs fp64 %.3e\n", name, err);
-    EXPECT_LE(err, tolerance(name)) << name;
-    EXPECT_GE(err, 1e-6) << name << ": suspiciously exact for bf16 operands";
-  }
+// The gdn_core op's band for each output (bf16 operands; the per-token gate gradients looser).
+double tolerance(const std::string& name) {
+  return op_named("gdn_core").array(shape_of({}), name).tolerance.at(DType::BF16);
 }
 
 TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryValueTileAgrees) {

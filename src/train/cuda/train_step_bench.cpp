@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "kernels/cuda/cuda_backend.h"
+#include "pipeline/chunking.h"
 #include "pipeline/launch.h"
 #include "train/data.h"
 
@@ -26,7 +27,8 @@ TrainStepBenchResult bench_training_steps(const TrainStepBenchOptions& o) {
   pc.model = o.model;
   pc.dtype = DType::F32;
   pc.device = Device::CUDA;
-  pc.chunk_lengths = {o.seq_len};
+  pc.chunk_lengths = even_chunk_lengths(o.seq_len, o.chunks);
+  pc.recompute = o.recompute;
   auto pipe = make_pipeline(pc, "local");
   DeviceBackend& gpu = device_backend(Device::CUDA);
 

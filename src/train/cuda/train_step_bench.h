@@ -15,6 +15,8 @@ namespace stateflow {
 struct TrainStepBenchOptions {
   ModelConfig model = model_preset("gdn-1.3b");
   int64_t batch = 1, seq_len = 32768;
+  int64_t chunks = 1;      // equal chunks per sequence
+  bool recompute = false;  // keep layer inputs, not stashes (what lets one GPU hold a long sequence)
   int warmup_steps = 1, steps = 5;
   double lr = 1e-4;  // a real update, so that the timed steps are real training steps
 };

@@ -1,0 +1,56 @@
+#!/usr/bin/env python3
+"""The anchor for bench/attention_bench.cu: PyTorch's fused scaled-dot-product attention
+(torch.nn.functional.scaled_dot_product_attention, causal, bf16) on the same shapes, timed the
+same way (CUDA events, one warm-up, median of --reps). Needs PyTorch with a GPU.
+
+    python3 bench/sdpa_anchor.py [--len 32768] [--heads 16] [--head-dim 128] [--reps 10]
+"""
+import argparse
+import statistics
+
+import torch
+import torch.nn.functional as F
+
+
+def median_ms(fn, reps):
+    fn()
+    times = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--len", type=int, default=32768)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--head-dim", type=int, default=128)
+    p.add_argument("--reps", type=int, default=10)
+    a = p.parse_args()
+    shape = (1, a.heads, a.len, a.head_dim)
+    q, k, v = (torch.randn(shape, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+    dout = torch.randn(shape, device="cuda", dtype=torch.bfloat16)
+
+    def fwd():
+        with torch.no_grad():
+            F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    def fwd_bwd():
+        o = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        o.backward(dout)
+
+    f, fb = median_ms(fwd, a.reps), median_ms(fwd_bwd, a.reps)
+    flops = 4.0 * a.head_dim * a.len * (a.len + 1) / 2 * a.heads
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}: SDPA causal bf16, B 1, {a.heads} heads of "
+          f"{a.head_dim}, T {a.len}, median of {a.reps}")
+    print(f"| forward ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n| ---: | ---: | ---: | ---: |")
+    print(f"| {f:.3f} | {fb:.3f} | {flops / f * 1e-9:.1f} | {3.5 * flops / fb * 1e-9:.1f} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+// The CPU side of the kernel op definitions (kernels/op_def.h): the registry, every op's
+// pieces that need no GPU (shapes, arrays, references, FLOP and byte counts), hand counts for
+// one shape, and the input draw's determinism. The GPU side is tests/cuda/test_op_defs_cuda.cpp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+
+#include "kernels/op_def.h"
+#include "kernels/op_inputs.h"
+#include "test_util.h"
+
+namespace stateflow {
+namespace {
+
+using testing::expect_error;
+
+const OpShape kGdnOneBlock{{{"batch", 1}, {"len", 64}, {"heads", 1}, {"value_tile", 0}}};
+
+TEST(OpDefs, RegistryHoldsEveryBenchmarkedKernelOnceSortedByName) {
+  std::vector<std::string> names;
+  for (const OpDef& op : all_ops()) names.push_back(op.name);
+  EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
+  EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
+  // Every kernel gdn_core_bench and kernels_bench time.
+  for (const char* expected : {"adamw", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
+                               "lm_head_ce", "rmsnorm", "short_conv", "swiglu"})
+    EXPECT_NO_THROW(op_named(expected)) << expected;
+  expect_error([] { op_named("no_such_op"); }, "registered: ");
+}
+
+TEST(OpDefs, EveryOpIsCompleteAndItsReferencesWriteWhatTheySay) {
+  const uint64_t seed = testing::fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  for (const OpDef& op : all_ops()) {
+    SCOPED_TRACE(op.name);
+    EXPECT_FALSE(op.acts.empty());
+    for (const OpShape& shape : op.bench_shapes(BenchSizes{})) {
+      for (const OpArray& a : op.arrays(shape)) EXPECT_GT(a.size, 0) << a.name << " at " << shape.label();
+      for (const OpPass& p : op.passes) EXPECT_GT(p.bytes(shape), 0) << p.name << " at " << shape.label();
+    }
+    for (const OpPass& p : op.passes) {
+#ifdef STATEFLOW_HAVE_CUDA
+      EXPECT_NE(p.run, nullptr) << p.name << ": a CUDA build must have its launch";
+#endif
+      for (const std::string& w : p.writes) EXPECT_NE(op.array(op.test_shapes[0], w).role, Role::In) << w;
+    }
+    // Each pass's reference on the first test shape: what it writes becomes finite and not all zero.
+    const OpShape& shape = op.test_shapes.front();
+    OpHost host = draw_inputs(op, shape, op.acts.front(), seed);
+    for (const OpPass& p : op.passes) {
+      for (const std::string& w : p.writes)
+        if (op.array(shape, w).role == Role::Out) std::fill(host.at(w).begin(), host.at(w).end(), std::nan(""));
+      p.reference(shape, op.acts.front(), host);
+      for (const std::string& w : p.writes) {
+        bool finite = true, nonzero = false;
+        for (double x : host.at(w)) finite = finite && std::isfinite(x), nonzero = nonzero || x != 0;
+        EXPECT_TRUE(finite && nonzero) << p.name << " writes " << w << ": finite " << finite << ", nonzero " << nonzero;
+      }
+    }
+  }
+}
+
+// One block of 64 tokens, one head of dk = dv = 128, counted by hand (MATH.md section 9):
+// forward per token 6 dk dv + 2 C (3 dk + 2 dv) + 2 C^2 / 3 = 98304 + 81920 + 2730.67.
+TEST(OpDefs, GdnCoreFlopsAndBytesMatchAHandCount) {
+  const OpDef& op = op_named("gdn_core");
+  EXPECT_NEAR(op.pass("fwd").flops(kGdnOneBlock), 64 * (98304 + 81920 + 8192.0 / 3), 1e-6);
+  // backward per token 18 dk dv + 18 C dk + 10 C dv + 4 C^2 = 294912 + 147456 + 81920 + 16384.
+  EXPECT_NEAR(op.pass("bwd").flops(kGdnOneBlock), 64 * 540672.0, 1e-6);
+  EXPECT_EQ(op.pass("bwd saved").flops(kGdnOneBlock), op.pass("bwd").flops(kGdnOneBlock));
+  // fwd reads q, k, v (3 x 64 x 128 bf16) and beta, g (2 x 64 fp32) and S_in (128 x 128 fp32),
+  // writes o (64 x 128 bf16) and S_out: 49152 + 512 + 65536 + 16384 + 65536.
+  EXPECT_EQ(op.pass("fwd").bytes(kGdnOneBlock), 197120.0);
+  // bwd reads q, k, v, dO, beta, g, S_in, dS_out and writes dq, dk, dv, dbeta, dg, dS_in:
+  // 4 x 16384 + 512 + 2 x 65536 + 3 x 16384 + 512 + 65536.
+  EXPECT_EQ(op.pass("bwd").bytes(kGdnOneBlock), 312320.0);
+}
+
+// 4 rows of 8 (bf16 activations): rmsnorm reads x and writes y (2 x 2 x 32 bytes) and rstd
+// (4 x 4); its backward reads x, dy and writes dx (3 x 2 x 32) and reads rstd.
+TEST(OpDefs, NormAndGemmCountsMatchAHandCount) {
+  const OpShape norm{{{"rows", 4}, {"dim", 8}, {"batch", 1}, {"per_token", 1}}};
+  EXPECT_EQ(op_named("rmsnorm").pass("fwd").bytes(norm), 144.0);
+  EXPECT_EQ(op_named("rmsnorm").pass("bwd").bytes(norm), 208.0);
+  EXPECT_EQ(op_named("rmsnorm").pass("fwd").flops(norm), 0.0);
+  // y = x W with x 4 x 8, W 8 x 3: 4 x 3 outputs of 8 multiply-adds; x, W, y in bf16.
+  const OpShape gemm{{{"rows", 4}, {"in", 8}, {"out", 3}, {"step", 2}}};
+  const OpDef& linear = op_named("linear");
+  EXPECT_EQ(linear.passes[0].flops(gemm), 192.0);
+  EXPECT_EQ(linear.passes[0].bytes(gemm), 2.0 * (32 + 24 + 12));
+  // dW += x^T dy in 2 steps of 2 tokens: x, dy read once (bf16), dW (fp32) read and written per step.
+  EXPECT_EQ(linear.passes[2].bytes(gemm), 2.0 * (32 + 12) + 2 * 8.0 * 24);
+  EXPECT_TRUE(linear.passes[3].baseline);
+}
+
+TEST(OpDefs, InputsAreDeterministicRoundedToTheirStorageAndShapedByTheirFill) {
+  const OpDef& op = op_named("gdn_core");
+  const OpShape shape{{{"batch", 2}, {"len", 70}, {"heads", 3}, {"value_tile", 0}}};
+  const OpHost a = draw_inputs(op, shape, DType::BF16, 7), b = draw_inputs(op, shape, DType::BF16, 7);
+  const OpHost c = draw_inputs(op, shape, DType::BF16, 8);
+  EXPECT_EQ(a, b) << "same seed, same values";
+  for (const char* name : {"q", "v", "beta", "g", "S_in"}) EXPECT_NE(a.at(name), c.at(name)) << name;
+  EXPECT_NE(a.at("q"), a.at("k")) << "each array draws from its own stream";
+  for (const OpArray& arr : op.arrays(shape)) {
+    const DType stored = array_dtype(arr.type, DType::BF16);
+    for (double x : a.at(arr.name)) ASSERT_EQ(round_to_storage(x, stored), x) << arr.name << " not rounded";
+    if (arr.role == Role::Out)
+      for (double x : a.at(arr.name)) ASSERT_EQ(x, 0.0) << arr.name;
+  }
+  const std::vector<double>& q = a.at("q");
+  for (size_t row = 0; row < q.size() / 128; ++row) {
+    double n2 = 0;
+    for (size_t j = row * 128; j < (row + 1) * 128; ++j) n2 += q[j] * q[j];
+    ASSERT_NEAR(std::sqrt(n2), 1.0, 1e-2) << "q row " << row << " is not unit length";
+  }
+  for (double x : a.at("beta")) ASSERT_TRUE(x > 0 && x < 1) << x;
+  for (double x : a.at("g")) ASSERT_LT(x, 0) << "log-decays are negative";
+}
+
+TEST(OpDefs, FillFormulasGiveTheirRanges) {
+  for (int64_t i = 0; i < 1000; ++i) {
+    const double id = op_inputs::fill_value(Fill::ids(37), 3, i);
+    ASSERT_TRUE(id >= 0 && id < 37 && id == std::floor(id)) << id;
+    const double u = op_inputs::fill_value(Fill::uniform(-2, 5), 3, i);
+    ASSERT_TRUE(u >= -2 && u < 5) << u;
+  }
+  double sum = 0, sum2 = 0;
+  for (int64_t i = 0; i < 20000; ++i) {
+    const double x = op_inputs::fill_value(Fill::normal(2.0, 1.0), 11, i);
+    sum += x, sum2 += x * x;
+  }
+  const double mean = sum / 20000, var = sum2 / 20000 - mean * mean;
+  EXPECT_NEAR(mean, 1.0, 0.05);
+  EXPECT_NEAR(var, 4.0, 0.2);
+}
+
+TEST(OpDefs, ShapeSizesAreLookedUpByName) {
+  EXPECT_EQ(kGdnOneBlock["len"], 64);
+  EXPECT_EQ(kGdnOneBlock.label(), "batch 1, len 64, heads 1, value_tile 0");
+  expect_error([] { (void)kGdnOneBlock["rows"]; }, "no size 'rows'");
+  expect_error([] { op_named("gdn_core").pass("sideways"); }, "no pass 'sideways'");
+}
+
+}  // namespace
+}  // namespace stateflow
