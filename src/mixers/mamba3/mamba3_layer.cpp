@@ -7,21 +7,11 @@
 #include "kernels/cpu/norms.h"
 #include "mixers/mamba3/mamba3_core.h"
 #include "mixers/mamba3/mamba3_ops.h"
+#include "mixers/mamba3/mamba3_stash.h"
 
 namespace stateflow {
 
 namespace {
-
-struct Mamba3Stash : Stash {
-  Tensor x;                       // layer input [rows, D]
-  State state_in;                 // what entered the chunk (empty = zeros)
-  Tensor z, xr, Bp, Cp;           // projections: gate, x, B and C before their norms
-  Tensor dd_dt, dd_A, trap, ang;  // projections of the per-head scalars and the angles
-  Tensor rstd_B, rstd_C;          // RMSNorm of B and C
-  Tensor dt, adt, lam, phi;       // gates [rows, H]; cumulative angle [rows, H, NA]
-  Tensor X, b, c;                 // core inputs [rows, H, R, P|N] (b, c rotated)
-  Tensor y, o;                    // core output [rows, H, R, P]; gated output [rows, H*P]
-};
 
 template <class T> T* mut_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 

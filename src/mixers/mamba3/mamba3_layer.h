@@ -39,6 +39,7 @@ class Mamba3Mixer : public MixerLayer<Mamba3Mixer> {
   Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
   State zero_state(int64_t batch, DType dtype) const;  // under MemCategory::BoundaryState
+  State device_state(int64_t batch) const;             // GPU: fp32, uninitialised (CUDA builds)
 
   Mamba3Config cfg_;
   int64_t D_, H_, P_, N_, R_, G_, NA_;

@@ -7,6 +7,7 @@
 #include "mixers/mamba3/mamba3_core_cuda.h"
 #include "mixers/mamba3/mamba3_layer.h"
 #include "mixers/mamba3/mamba3_ops_cuda.h"
+#include "mixers/mamba3/mamba3_stash.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/device_path.h"
 
@@ -14,21 +15,22 @@ namespace stateflow {
 
 namespace {
 
-struct Mamba3CudaStash : Stash {
-  Tensor x;                       // layer input [rows, D]
-  State state_in;                 // what entered the chunk (empty = zeros)
-  Tensor z, xr, Bp, Cp;           // projections: gate, x, B and C before their norms
-  Tensor dd_dt, dd_A, trap, ang;  // projections of the per-head scalars and the angles
-  Tensor rstd_B, rstd_C;          // RMSNorm of B and C
-  Tensor dt, adt, lam, phi;       // gates [rows, H]; cumulative angle [rows, H, NA] (fp32)
-  Tensor X, b, c;                 // core inputs [rows, H, R, P|N] (X is xr for SISO)
-  Tensor y, o;                    // core output [rows, H, R, P]; gated output [rows, H*P]
-};
 
 const float* f32_or_null_param(const Param& p) { return p.value.defined() ? f32_ptr(p.value) : nullptr; }
 float* grad_or_null(Param& p) { return p.grad.defined() ? f32_ptr(p.grad) : nullptr; }
 
 }  // namespace
+
+// The four boundary-state tensors (or their gradients) of `batch` sequences, fp32, to be overwritten.
+State Mamba3Mixer::device_state(int64_t batch) const {
+  CategoryScope boundary(MemCategory::BoundaryState);
+  State s(kStateSize);
+  s[kS] = f32_out({batch, H_, P_, N_});
+  s[kPhi] = f32_out({batch, H_, NA_});
+  s[kBPrev] = f32_out({batch, H_, R_, N_});
+  s[kXPrev] = f32_out({batch, H_, R_, P_});
+  return s;
+}
 
 Tensor Mamba3Mixer::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                                  std::unique_ptr<Stash>& stash) {
@@ -42,7 +44,7 @@ Tensor Mamba3Mixer::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const Sta
   const int64_t HP = H_ * P_, BC = R_ * G_ * N_, bc_rows = rows * R_ * G_;
   const CublasGemm& gemm = cublas_for_thread();
   const cudaStream_t st = gemm.stream();
-  auto s = std::make_unique<Mamba3CudaStash>();
+  auto s = std::make_unique<Mamba3Stash>();
   s->x = x;
   s->state_in = state_in;
   auto proj = [&](const Param& W, int64_t out) {
@@ -57,14 +59,7 @@ Tensor Mamba3Mixer::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const Sta
   mamba3_gates_forward_cuda(bf16_ptr(s->dd_dt), bf16_ptr(s->dd_A), bf16_ptr(s->trap), f32_ptr(dt_bias_.value),
                             f32_ptr(s->dt), f32_ptr(s->adt), f32_ptr(s->lam), rows, H_, kMamba3AFloor, st);
 
-  state_out.assign(kStateSize, Tensor());
-  {
-    CategoryScope boundary(MemCategory::BoundaryState);
-    state_out[kS] = f32_out({B, H_, P_, N_});
-    state_out[kPhi] = f32_out({B, H_, NA_});
-    state_out[kBPrev] = f32_out({B, H_, R_, N_});
-    state_out[kXPrev] = f32_out({B, H_, R_, P_});
-  }
+  state_out = device_state(B);
   s->phi = f32_out({rows, H_, NA_});
   mamba3_angles_forward_cuda(bf16_ptr(s->ang), f32_ptr(s->dt), f32_or_null(state_at(state_in, kPhi)),
                              f32_ptr(s->phi), f32_ptr(state_out[kPhi]), B, L, H_, NA_, st);
@@ -114,7 +109,7 @@ Tensor Mamba3Mixer::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const
                                   State& dstate_in, Stash& stash) {
   SF_CHECK(dstate_out.empty() || dstate_out.size() == kStateSize, "mamba3: boundary-state gradient has ",
            dstate_out.size(), " tensors, expected ", int(kStateSize));
-  auto& s = static_cast<Mamba3CudaStash&>(stash);
+  auto& s = static_cast<Mamba3Stash&>(stash);
   const int64_t rows = dout.dim(0), B = ctx.batch, L = rows / B;
   const int64_t HP = H_ * P_, BC = R_ * G_ * N_, bc_rows = rows * R_ * G_;
   const CublasGemm& gemm = cublas_for_thread();
@@ -134,14 +129,7 @@ Tensor Mamba3Mixer::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const
   }
 
   // core: gradients of its inputs and of the edge that entered the chunk; dD added to D's gradient
-  dstate_in.assign(kStateSize, Tensor());
-  {
-    CategoryScope boundary(MemCategory::BoundaryState);
-    dstate_in[kS] = f32_out({B, H_, P_, N_});
-    dstate_in[kPhi] = f32_out({B, H_, NA_});
-    dstate_in[kBPrev] = f32_out({B, H_, R_, N_});
-    dstate_in[kXPrev] = f32_out({B, H_, R_, P_});
-  }
+  dstate_in = device_state(B);
   const Mamba3Dims d{B, L, H_, R_, P_, N_, cfg_.block_size};
   Tensor dX = bf16_out({rows, H_, R_, P_}), db = bf16_out({rows, H_, R_, N_}), dc = bf16_out({rows, H_, R_, N_});
   Tensor dadt = f32_out({rows, H_}), ddt = f32_out({rows, H_}), dlam = f32_out({rows, H_});
