@@ -5,7 +5,8 @@
 // to back; a host that issues more slowly than the device works starves the GPU by the
 // difference. On the CPU the work is done when the call returns: the device time is the
 // host time. Profiling synchronises after every layer: use it for a breakdown, not for timing
-// a step.
+// a step. On a GPU it also times the named parts of each layer call (core/op_scope.h), so the
+// breakdown goes down to the GEMMs and kernels.
 #pragma once
 #include <functional>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "core/device.h"
+#include "core/op_scope.h"
 
 namespace stateflow {
 
@@ -32,7 +34,16 @@ struct LayerTiming {
   int host_waits = 0;
 };
 
-class LayerProfile {
+// One named part (OpScope) of one pass, summed over every layer call that ran it. A layer
+// kind's "<kind>.(rest)" entry is its calls' device time outside any outermost part.
+struct OpTiming {
+  std::string name;
+  Pass pass = Pass::Forward;
+  int calls = 0;
+  double device_s = 0;
+};
+
+class LayerProfile final : public OpTimer {
  public:
   // device: where the stage's layers run (a GPU profile keeps a clock of its own).
   explicit LayerProfile(Device device);
@@ -40,10 +51,24 @@ class LayerProfile {
   void time(int layer, const std::string& kind, Pass pass, const std::function<void()>& fn);
   // One entry per (layer, pass) timed, in order of first call.
   const std::vector<LayerTiming>& timings() const { return timings_; }
+  // Per (part, pass), in order of first call; empty on the CPU.
+  const std::vector<OpTiming>& op_timings() const { return op_timings_; }
+
+  void begin(const char* name) override;
+  void end() override;
 
  private:
+  struct Part {
+    const char* name;
+    int start, end, depth;
+  };
+  void add_op(const std::string& name, Pass pass, double device_s);
+
   std::unique_ptr<DeviceClock> clock_;  // nullptr on the CPU
   std::vector<LayerTiming> timings_;
+  std::vector<OpTiming> op_timings_;
+  std::vector<Part> parts_;  // of the layer call in progress
+  std::vector<size_t> open_;  // indices into parts_ of the parts begun and not ended
 };
 
 }  // namespace stateflow

@@ -98,8 +98,10 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
       pipe->zero_grads();
       pipe->forward_backward(batches.back());
       row.layer_timings.assign(pc.stages, {});
+      row.op_timings.assign(pc.stages, {});
       for (Stage* s : pipe->stages()) {
         row.layer_timings[s->rank()] = s->executor().profile()->timings();
+        row.op_timings[s->rank()] = s->executor().profile()->op_timings();
         s->executor().set_profile(nullptr);
       }
       row.units_per_stage = pc.microbatches * row.chunks();
@@ -256,6 +258,25 @@ static std::vector<KindTiming> by_kind(const std::vector<LayerTiming>& timings) 
   return out;
 }
 
+// Device ms per step by named part, largest first within each pass: which kernels the time of
+// a chunking goes to (compare the rows of a chunk sweep).
+static void print_op_breakdown(const BenchRow& row, std::vector<OpTiming> ops, std::ostream& os) {
+  if (ops.empty()) return;
+  std::stable_sort(ops.begin(), ops.end(), [](const OpTiming& a, const OpTiming& b) {
+    return a.pass != b.pass ? a.pass < b.pass : a.device_s > b.device_s;
+  });
+  char line[256];
+  os << "  parts of the layers' device work, " << row.schedule << " N=" << row.chunks()
+     << " (ms per step; calls per step; an outer part includes its inner ones)\n";
+  std::snprintf(line, sizeof line, "    %-28s %-9s %8s %10s %10s\n", "part", "pass", "calls", "device ms", "us/call");
+  os << line;
+  for (const OpTiming& t : ops) {
+    std::snprintf(line, sizeof line, "    %-28s %-9s %8d %10.3f %10.1f\n", t.name.c_str(), pass_name(t.pass), t.calls,
+                  t.device_s * 1e3, t.calls ? t.device_s * 1e6 / t.calls : 0.0);
+    os << line;
+  }
+}
+
 void print_layer_breakdown(const BenchResult& r, std::ostream& os) {
   if (!r.report) return;
   char line[256];
@@ -283,6 +304,7 @@ void print_layer_breakdown(const BenchResult& r, std::ostream& os) {
                       host[p] * per_unit, device[p] * per_unit, (host[p] - device[p]) * per_unit);
         os << line;
       }
+      if (stage < row.op_timings.size()) print_op_breakdown(row, row.op_timings[stage], os);
     }
 }
 
@@ -328,6 +350,10 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
         jr["layer_breakdown"].push_back({{"stage", stage}, {"layer", t.layer}, {"kind", t.kind},
                                          {"pass", pass_name(t.pass)}, {"calls", t.calls}, {"host_s", t.host_s},
                                          {"device_s", t.device_s}, {"host_waits", t.host_waits}});
+    for (size_t stage = 0; stage < row.op_timings.size(); ++stage)
+      for (const OpTiming& t : row.op_timings[stage])
+        jr["op_breakdown"].push_back({{"stage", stage}, {"part", t.name}, {"pass", pass_name(t.pass)},
+                                      {"calls", t.calls}, {"device_s", t.device_s}});
     jr["measured_costs"] = {{"forward_s", row.costs.forward_time},
                             {"backward_s", row.costs.backward_time},
                             {"send_s", row.costs.send_time}};

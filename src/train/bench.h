@@ -68,6 +68,7 @@ struct BenchRow {
   std::vector<int64_t> gpu_used_bytes;       // driver, per GPU: most seen after a step (empty on CPU)
   CostTable costs;                           // measured per-action times (mean per stage and chunk)
   std::vector<std::vector<LayerTiming>> layer_timings;  // --breakdown: per stage run here (else empty)
+  std::vector<std::vector<OpTiming>> op_timings;        // --breakdown on a GPU: per stage, named parts
   int units_per_stage = 0;                              // units (microbatch, chunk) of a step
   int64_t peak_bytes() const;                // the allocator's peak total, most over stages
 };
@@ -81,7 +82,8 @@ BenchResult run_bench(const BenchOptions& opts);
 // The 1f1b row when it ran (not OOM), else nullptr: the ratios' denominator.
 const BenchRow* baseline(const BenchResult& r);
 void print_bench(const BenchResult& r, const BenchOptions& opts, std::ostream& os);
-// --breakdown's tables: per row and stage, host and device ms per unit by layer kind and pass.
+// --breakdown's tables: per row and stage, host and device ms per unit by layer kind and pass,
+// then (GPU) device ms per step by named part of the layers' work (GEMMs, kernels).
 void print_layer_breakdown(const BenchResult& r, std::ostream& os);
 nlohmann::json bench_json(const BenchResult& r, const BenchOptions& opts);
 // The inverse of bench_json: a recorded run (e.g. from the GPU machine) as its result and the

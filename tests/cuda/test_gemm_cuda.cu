@@ -83,20 +83,23 @@ TYPED_TEST(GemmCuda, LinearHelpersMatchTheCpuLayers) {
   const Vec dy = rounded<In>(normal_vec(rng, rows * out));
   Vec dx0 = rounded<Out>(normal_vec(rng, rows * in)), dW0 = rounded<float>(normal_vec(rng, in * out));
   Dev<In> d_x(x), d_W(W), d_dy(dy);
-  Dev<Out> d_y(size_t(rows * out)), d_dx(dx0);
+  Dev<Out> d_y(size_t(rows * out)), d_dx(dx0), d_dx_new(size_t(rows * in));
   Dev<float> d_dW(dW0);
-  d_y.poison();
+  d_y.poison(), d_dx_new.poison();
   linear_forward_cuda<In, Out>(g, d_x.p, d_W.p, d_y.p, rows, in, out);
   linear_backward_data_cuda<In, Out>(g, d_dy.p, d_W.p, d_dx.p, rows, in, out);
+  linear_backward_data_cuda<In, Out>(g, d_dy.p, d_W.p, d_dx_new.p, rows, in, out, /*accumulate=*/false);
   linear_backward_weight_cuda<In>(g, d_x.p, d_dy.p, d_dW.p, rows, in, out, batch);
   sync_ok();
-  Vec y(rows * out), dx = dx0, dW = dW0;
+  Vec y(rows * out), dx = dx0, dx_new(rows * in, 0.0), dW = dW0;
   linear_forward<double>(x.data(), W.data(), y.data(), rows, in, out);
   linear_backward_data<double>(dy.data(), W.data(), dx.data(), rows, in, out);
+  linear_backward_data<double>(dy.data(), W.data(), dx_new.data(), rows, in, out);
   linear_backward_weight<double>(x.data(), dy.data(), dW.data(), rows, in, out);
   const double tol = band<In, Out>();
   EXPECT_LE(rel_err(d_y.get(), y), tol) << "y";
   EXPECT_LE(rel_err(d_dx.get(), dx), tol) << "dx";
+  EXPECT_LE(rel_err(d_dx_new.get(), dx_new), tol) << "dx overwritten (accumulate = false)";
   EXPECT_LE(rel_err(d_dW.get(), dW), (band<In, float>())) << "dW";
 }
 

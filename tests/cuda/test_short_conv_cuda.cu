@@ -1,5 +1,6 @@
 // Short conv on the GPU: a forward run split into chunks (prefix_out -> prefix) gives bitwise
-// the unsplit outputs, and so does the backward over chunks at multiples of 64; unsupported
+// the unsplit outputs (also where the pieces run shorter tiles than the whole), and so does
+// the backward over chunks at multiples of 64; unsupported
 // shapes are refused. The kernel against its float64 reference (with and without a carried
 // prefix, chunks shorter than K-1, several row tiles, K from 1 to 8) is its op's test
 // (kernels/ops/short_conv_op.cpp, tests/cuda/test_op_defs_cuda.cpp).
@@ -19,14 +20,14 @@ class ShortConvCuda : public ::testing::Test {};
 using ActTypes = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(ShortConvCuda, ActTypes);
 
-// MATH.md section 8: conv outputs do not depend on where the sequence is cut.
-TYPED_TEST(ShortConvCuda, SplitForwardIsBitwiseTheWhole) {
-  SKIP_WITHOUT_GPU();
-  using A = TypeParam;
+// MATH.md section 8: conv outputs do not depend on where the sequence is cut. Runs x[len, ch]
+// whole and cut at `cuts` (the last is len), carrying the prefix.
+template <class A>
+void check_split_forward(int64_t len, int64_t ch, const std::vector<int64_t>& cuts) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", len " + std::to_string(len));
   Rng rng(seed);
-  const int64_t len = 301, ch = 32, K = 4, P = K - 1;
+  const int64_t K = 4, P = K - 1;
   const Vec x = normal_vec(rng, len * ch), w = normal_vec(rng, ch * K, 0.5);
   Dev<A> d_x(x), d_y(len * ch), d_pout(P * ch);
   Dev<float> d_w(w);
@@ -37,16 +38,29 @@ TYPED_TEST(ShortConvCuda, SplitForwardIsBitwiseTheWhole) {
   Dev<A> carry_a(P * ch), carry_b(P * ch);
   const A* prefix = nullptr;
   int64_t t0 = 0;
-  for (int64_t cut : {int64_t(2), int64_t(130), len}) {  // a piece shorter than K - 1 first
+  for (int64_t cut : cuts) {
     const int64_t n = cut - t0;
     Dev<A> y(n * ch);
     A* out = prefix == carry_a.p ? carry_b.p : carry_a.p;
     short_conv_forward_cuda<A>(d_x.p + t0 * ch, prefix, d_w.p, y.p, out, 1, n, ch, K, nullptr);
     sync_ok();
-    for (A v : y.raw()) pieces.push_back(v);
+    const std::vector<A> part = y.raw();
+    pieces.insert(pieces.end(), part.begin(), part.end());
     prefix = out, t0 = cut;
   }
   EXPECT_TRUE(bitwise_equal(pieces, whole));
+}
+
+TYPED_TEST(ShortConvCuda, SplitForwardIsBitwiseTheWhole) {
+  SKIP_WITHOUT_GPU();
+  check_split_forward<TypeParam>(301, 32, {2, 130, 301});  // a piece shorter than K - 1 first
+}
+
+// The forward's tile shrinks for short chunks: the 32K-row whole runs 64-row tiles, the
+// pieces 8- to 32-row ones, and every output row is still the same.
+TYPED_TEST(ShortConvCuda, ForwardTilesOfAnyLengthGiveTheSameRows) {
+  SKIP_WITHOUT_GPU();
+  check_split_forward<TypeParam>(32768, 2048, {1024, 3000, 32768});
 }
 
 // The backward over chunks cut at multiples of 64, run last chunk first with the prefix

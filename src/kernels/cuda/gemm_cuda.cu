@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 
 namespace stateflow {
@@ -51,8 +52,10 @@ struct LtProblem {
 
 namespace {
 
-// The row count the pinned algorithm is chosen for: a long chunk, where speed matters.
-constexpr int64_t kRepresentativeRows = 16384;
+// The row count the pinned algorithm is chosen for: the 2K-token chunks of a pipeline cut fine
+// (a tile that fills the GPU there; a long chunk is many waves of any tile). Before the
+// chunk-tax work it was a 16K-row chunk (STATEFLOW_LEVERS_OFF=gemm_rows, kernels/cuda/levers.h).
+constexpr int64_t kRepresentativeRows = 2048, kOldRepresentativeRows = 16384;
 
 // The largest power of two up to 16 that divides every pointer's address.
 uint32_t common_alignment(std::initializer_list<const void*> ptrs) {
@@ -133,7 +136,8 @@ void gemm_cuda(const CublasGemm& g, bool ta, bool tb, int64_t M, int64_t N, int6
   auto it = pinned.find(key);
   if (it == pinned.end()) {
     // A fixed M, not this call's: the choice must not depend on which chunk length came first.
-    const LtProblem rep(ta, tb, ta ? M : kRepresentativeRows, N, K, lda, ldb, ldc, in, out);
+    const int64_t rep_rows = lever_off("gemm_rows") ? kOldRepresentativeRows : kRepresentativeRows;
+    const LtProblem rep(ta, tb, ta ? M : rep_rows, N, K, lda, ldb, ldc, in, out);
     it = pinned.emplace(key, CublasGemm::Pinned{heuristic_algo(g, rep, align), {}}).first;
   }
   auto run = it->second.runs.find(M);
@@ -159,8 +163,8 @@ void linear_forward_cuda(const CublasGemm& g, const In* x, const In* W, Out* y, 
 
 template <class In, class Out>
 void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, Out* dx, int64_t rows, int64_t in,
-                               int64_t out) {
-  gemm_cuda<In, Out>(g, false, true, rows, in, out, 1.f, dy, out, W, out, 1.f, dx, in);
+                               int64_t out, bool accumulate) {
+  gemm_cuda<In, Out>(g, false, true, rows, in, out, 1.f, dy, out, W, out, accumulate ? 1.f : 0.f, dx, in);
 }
 
 template <class In>
@@ -186,7 +190,7 @@ void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStre
   template void linear_forward_cuda<In, Out>(const CublasGemm&, const In*, const In*, Out*, int64_t, int64_t,  \
                                              int64_t);                                                          \
   template void linear_backward_data_cuda<In, Out>(const CublasGemm&, const In*, const In*, Out*, int64_t,     \
-                                                   int64_t, int64_t);
+                                                   int64_t, int64_t, bool);
 SF_INSTANTIATE(float, float)
 SF_INSTANTIATE(__nv_bfloat16, float)
 SF_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)

@@ -74,7 +74,8 @@ void gemm_cuda(const CublasGemm& g, bool trans_a, bool trans_b, int64_t M, int64
 
 // Dense layers on row-major x[rows, in], W[in, out], as in kernels/cpu/gemm.h:
 //   linear_forward_cuda:         y  = x W      (y overwritten)
-//   linear_backward_data_cuda:   dx += dy W^T
+//   linear_backward_data_cuda:   dx += dy W^T  (dx = dy W^T with accumulate = false: no zero-fill
+//                                needed for the first product into dx)
 //   linear_backward_weight_cuda: dW += x^T dy  (dW is the fp32 gradient; the rows are batch
 //                                sequences of rows / batch tokens: weight_grad_cuda's order)
 template <class In, class Out>
@@ -82,7 +83,7 @@ void linear_forward_cuda(const CublasGemm& g, const In* x, const In* W, Out* y, 
                          int64_t out);
 template <class In, class Out>
 void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, Out* dx, int64_t rows, int64_t in,
-                               int64_t out);
+                               int64_t out, bool accumulate = true);
 template <class In>
 void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy, float* dW, int64_t rows,
                                  int64_t in, int64_t out, int64_t batch);

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/reduce_cuda.h"
 
 namespace stateflow {
@@ -15,9 +16,13 @@ using cuda::bf16;
 enum class Norm { Rms, GatedRms, L2 };
 
 constexpr int kWarpsPerBlock = 4;
-// Rows one lane team walks in the backward: at 32K tokens, 2K warps for a row per token, 16K
-// half warps for 16 rows (heads) per token; ~16 MiB of dw partials at D = 2048 either way.
-constexpr int64_t kRowsPerTeam = 16;
+// Rows one lane team walks in the backward, one after another: few, so that a 1-2K-token
+// chunk still has hundreds of warps (at 2K tokens and a row per token, 512 warps; with 16
+// longer walks the chunk tax was mostly this kernel). At 32K tokens and D = 2048 the dw
+// partials are 64 MiB.
+constexpr int64_t kRowsPerTeam = 4;
+// Before this lever (STATEFLOW_LEVERS_OFF=norm_rows, kernels/cuda/levers.h).
+constexpr int64_t kOldRowsPerTeam = 16;
 
 template <class A>
 struct NormArgs {
@@ -93,7 +98,8 @@ struct TeamRows {
   TeamRows(int64_t rows, const TokenRows& t, bool per_row) {
     seq_rows = t.batch > 0 ? rows / t.batch : 0;
     block_rows = per_row ? 1 : kTokenBlock * t.rows_per_token;
-    segs = per_row ? 1 : (block_rows + kRowsPerTeam - 1) / kRowsPerTeam;
+    const int64_t team_rows = lever_off("norm_rows") ? kOldRowsPerTeam : kRowsPerTeam;
+    segs = per_row ? 1 : (block_rows + team_rows - 1) / team_rows;
     seg_rows = (block_rows + segs - 1) / segs;
     blocks = (seq_rows + block_rows - 1) / block_rows;
     teams = t.batch * blocks * segs;

@@ -5,6 +5,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/reduce_cuda.h"
 
 namespace stateflow {
@@ -12,9 +13,18 @@ namespace {
 
 using cuda::bf16;
 
-// Rows one thread walks: one token block, so the dw partials are per token block (tiles start
-// at multiples of kTokenBlock of the chunk, hence of the sequence when the cuts are).
-constexpr int kTileRows = int(kTokenBlock);
+// Rows one backward thread walks, and so the rows of one dw partial: tiles start at multiples
+// of kBackwardTileRows of the chunk, hence of the sequence when the cuts are (kTokenBlock and
+// kWeightGradTokens are multiples). Short, so that a 1-2K-token chunk still has tens of
+// thousands of threads: each thread walks its rows one after another.
+constexpr int kBackwardTileRows = 16;
+static_assert(kTokenBlock % kBackwardTileRows == 0, "cuts at token blocks must fall on tile starts");
+// Both passes' tiles before this lever (STATEFLOW_LEVERS_OFF=conv_tiles, kernels/cuda/levers.h).
+constexpr int kOldTileRows = int(kTokenBlock);
+// The forward has no reduction, so its tile can be anything: the longest of these that still
+// gives the launch kMinForwardThreads threads (fewer, longer walks re-read fewer window rows).
+constexpr int kMaxForwardTileRows = 64, kMinForwardTileRows = 8;
+constexpr int64_t kMinForwardThreads = int64_t(1) << 17;
 constexpr int kThreads = 128;   // channel vectors per block
 // Rows whose loads a thread issues together before using them: the walk down the rows is
 // sequential, so without this each row would wait out a full memory latency.
@@ -27,12 +37,14 @@ struct ConvArgs {
   A *y, *prefix_out, *dx;
   float *dprefix_in, *partial;
   int64_t len, ch;
+  int64_t tile_rows;
 };
 
-// Thread (vector v of 8 channels, tile, batch b) of the launch grid.
+// Thread (tile, vector v of 8 channels, batch b) of the launch grid: tiles along x, which has
+// room for any sequence length.
 struct Slot {
   int64_t c, b, tile;
-  __device__ Slot() : c((int64_t(blockIdx.x) * blockDim.x + threadIdx.x) * 8), b(blockIdx.z), tile(blockIdx.y) {}
+  __device__ Slot() : c((int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8), b(blockIdx.z), tile(blockIdx.x) {}
 };
 
 // Row e of this sequence's extended input xe = [prefix; x] for 8 channels (CPU ExtendedInput),
@@ -85,7 +97,7 @@ __global__ void short_conv_forward_kernel(ConvArgs<A> a) {
   if (s.c >= a.ch) return;
   float wv[K][8], xw[K][8];
   load_weights<K>(a.w, s.c, wv);
-  const int64_t t0 = s.tile * kTileRows, t1 = min(a.len, t0 + kTileRows);
+  const int64_t t0 = s.tile * a.tile_rows, t1 = min(a.len, t0 + a.tile_rows);
 #pragma unroll
   for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, t0 + j, xw[j]);
   for (int64_t t = t0; t < t1; t += kForwardAhead) {
@@ -120,7 +132,7 @@ __global__ void short_conv_backward_kernel(ConvArgs<A> a, int64_t tiles) {
   if (s.c >= a.ch) return;
   float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {};
   load_weights<K>(a.w, s.c, wv);
-  const int64_t i0 = s.tile * kTileRows, i1 = min(a.len + P, i0 + kTileRows);
+  const int64_t i0 = s.tile * a.tile_rows, i1 = min(a.len + P, i0 + a.tile_rows);
 #pragma unroll
   for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, i0 - P + j, xw[j]);
   for (int64_t t0 = i0 - P; t0 < i1; t0 += kBackwardAhead) {
@@ -193,14 +205,27 @@ void dispatch_conv_size(const char* name, int64_t K, Fn&& fn) {
 void check_shape(const char* name, int64_t batch, int64_t len, int64_t ch, int64_t K) {
   SF_CHECK(K >= 1 && K <= 8, name, ": conv kernel size K = ", K, " is not supported on the GPU (1..8); use conv_size <= 8");
   SF_CHECK(ch > 0 && ch % 8 == 0, name, ": ch = ", ch, " must be a positive multiple of 8 on the GPU");
-  SF_CHECK(batch >= 0 && batch <= 65535 && len >= 0 && len + K <= int64_t(65535) * kTileRows, name, ": batch = ",
-           batch, " must be <= 65535 and len = ", len, " below 8 M rows");
+  SF_CHECK(batch >= 0 && batch <= 65535 && len >= 0 && len + K <= (int64_t(1) << 31), name, ": batch = ", batch,
+           " must be <= 65535 and len = ", len, " below 2^31 rows");
 }
 
-int64_t backward_tiles(int64_t len, int64_t K) { return (len + K - 1 + kTileRows - 1) / kTileRows; }
+int64_t backward_tile_rows() { return lever_off("conv_tiles") ? kOldTileRows : kBackwardTileRows; }
+
+// Tiles of the backward: rows of [dprefix_in; dx], K - 1 more than the chunk's.
+int64_t backward_tiles(int64_t len, int64_t K) {
+  const int64_t rows = backward_tile_rows();
+  return (len + K - 1 + rows - 1) / rows;
+}
 
 dim3 grid_for(int64_t ch, int64_t tiles, int64_t batch) {
-  return dim3(unsigned((ch / 8 + kThreads - 1) / kThreads), unsigned(tiles), unsigned(batch));
+  return dim3(unsigned(tiles), unsigned((ch / 8 + kThreads - 1) / kThreads), unsigned(batch));
+}
+
+int64_t forward_tile_rows(int64_t batch, int64_t len, int64_t ch) {
+  int64_t rows = kMaxForwardTileRows;
+  if (lever_off("conv_tiles")) return kOldTileRows;
+  while (rows > kMinForwardTileRows && batch * ((len + rows - 1) / rows) * (ch / 8) < kMinForwardThreads) rows /= 2;
+  return rows;
 }
 
 }  // namespace
@@ -216,9 +241,10 @@ void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, 
                         static_cast<const void*>(prefix_out)})
     if (p) check_aligned16(p, name, "x, prefix, y and prefix_out");
   if (batch == 0) return;
-  const ConvArgs<A> a{x, prefix, nullptr, w, nullptr, y, prefix_out, nullptr, nullptr, nullptr, len, ch};
+  const int64_t rows = forward_tile_rows(batch, len, ch);
+  const ConvArgs<A> a{x, prefix, nullptr, w, nullptr, y, prefix_out, nullptr, nullptr, nullptr, len, ch, rows};
   // At least one tile, so that prefix_out is written also for len = 0.
-  const int64_t tiles = std::max<int64_t>(1, (len + kTileRows - 1) / kTileRows);
+  const int64_t tiles = std::max<int64_t>(1, (len + rows - 1) / rows);
   dispatch_conv_size(name, K, [&](auto k) {
     short_conv_forward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a);
     cuda_check_launch("short_conv_forward_kernel");
@@ -244,14 +270,15 @@ void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const
   SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate short_conv_backward_workspace_bytes()");
   const int64_t tiles = backward_tiles(len, K);
   const ConvArgs<A> a{x, prefix, dy, w, dprefix_out, nullptr, nullptr, dx, dprefix_in,
-                      static_cast<float*>(workspace), len, ch};
+                      static_cast<float*>(workspace), len, ch, backward_tile_rows()};
   if (tiles == 0) return;  // K = 1 and len = 0: nothing to do
   dispatch_conv_size(name, K, [&](auto k) {
     short_conv_backward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a, tiles);
     cuda_check_launch("short_conv_backward_kernel");
   });
-  // Tiles past token_blocks(len) hold only prefix-gradient rows: their partials are not dw terms.
-  add_token_block_partials_cuda(a.partial, batch, token_blocks(len), tiles, 1, ch * K, dw, stream);
+  // Tiles past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
+  const int64_t dw_tiles = (len + a.tile_rows - 1) / a.tile_rows;
+  add_token_block_partials_cuda(a.partial, batch, dw_tiles, tiles, 1, ch * K, dw, stream);
 }
 
 #define SF_INSTANTIATE(A)                                                                                       \

@@ -12,6 +12,7 @@
 #include "model/cuda/layer_cuda.h"
 #include "mixers/gdn/gdn_layer.h"
 #include "model/device_path.h"
+#include "core/op_scope.h"
 
 namespace stateflow {
 
@@ -46,16 +47,23 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
     linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
     return y;
   };
-  s->qp = proj(Wq_, HK), s->kp = proj(Wk_, HK), s->vp = proj(Wv_, HV);
-  s->a = proj(Wa_, H_), s->b = proj(Wb_, H_), s->z = proj(Wg_, HV);
+  {
+    OpScope part("gdn.in_proj");
+    s->qp = proj(Wq_, HK), s->kp = proj(Wk_, HK), s->vp = proj(Wv_, HV), s->z = proj(Wg_, HV);
+  }
+  {
+    OpScope part("gdn.gate_proj");
+    s->a = proj(Wa_, H_), s->b = proj(Wb_, H_);
+  }
 
   state_out.assign(kStateSize, Tensor());
   {
     CategoryScope boundary(MemCategory::BoundaryState);
     state_out[kS] = f32_out({B, H_, dv_, dk_});
-    state_out[kPrefixQ] = bf16_zeros({B, K_ - 1, HK});
-    state_out[kPrefixK] = bf16_zeros({B, K_ - 1, HK});
-    state_out[kPrefixV] = bf16_zeros({B, K_ - 1, HV});
+    // the conv writes every row of its prefix_out
+    state_out[kPrefixQ] = bf16_out({B, K_ - 1, HK});
+    state_out[kPrefixK] = bf16_out({B, K_ - 1, HK});
+    state_out[kPrefixV] = bf16_out({B, K_ - 1, HV});
   }
   Tensor qc = bf16_out({rows, HK}), kc = bf16_out({rows, HK});
   s->v = bf16_out({rows, HV});
@@ -63,30 +71,47 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
     short_conv_forward_cuda<bf16>(bf16_ptr(in), bf16_or_null(state_at(state_in, i)), f32_ptr(w.value), bf16_ptr(out),
                                   bf16_ptr(state_out[i]), B, L, ch, K_, st);
   };
-  conv(s->qp, kPrefixQ, conv_q_, qc, HK), conv(s->kp, kPrefixK, conv_k_, kc, HK), conv(s->vp, kPrefixV, conv_v_, s->v, HV);
+  {
+    OpScope part("gdn.conv");
+    conv(s->qp, kPrefixQ, conv_q_, qc, HK), conv(s->kp, kPrefixK, conv_k_, kc, HK);
+    conv(s->vp, kPrefixV, conv_v_, s->v, HV);
+  }
 
   s->q = bf16_out({rows, HK}), s->k = bf16_out({rows, HK});
   s->rq = f32_out({rows * H_}), s->rk = f32_out({rows * H_});
-  l2norm_forward_cuda<bf16>(bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq), rows * H_, dk_, kL2Eps, st);
-  l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
+  {
+    OpScope part("gdn.l2norm");
+    l2norm_forward_cuda<bf16>(bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq), rows * H_, dk_, kL2Eps, st);
+    l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
+  }
 
   s->g = f32_out({rows, H_}), s->beta = f32_out({rows, H_});
-  gdn_gates_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
-                               f32_ptr(s->g), f32_ptr(s->beta), rows, H_, st);
+  {
+    OpScope part("gdn.gates");
+    gdn_gates_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
+                                 f32_ptr(s->g), f32_ptr(s->beta), rows, H_, st);
+  }
 
   const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   s->o = bf16_out({rows, HV});
   {
+    OpScope part("gdn.core");
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
                            f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
   }
 
   s->rstd_o = f32_out({rows * H_}), s->y = bf16_out({rows, HV});
-  gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), bf16_ptr(s->z), f32_ptr(out_norm_.value), bf16_ptr(s->y),
-                                   f32_ptr(s->rstd_o), rows * H_, dv_, norm_eps_, st);
+  {
+    OpScope part("gdn.out_norm");
+    gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), bf16_ptr(s->z), f32_ptr(out_norm_.value), bf16_ptr(s->y),
+                                     f32_ptr(s->rstd_o), rows * H_, dv_, norm_eps_, st);
+  }
   Tensor out = bf16_out({rows, D_});
-  linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_);
+  {
+    OpScope part("gdn.out_proj");
+    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_);
+  }
   stash = std::move(s);
   return out;
 }
@@ -102,11 +127,19 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   const cudaStream_t st = gemm.stream();
 
   // output projection and gated norm
-  linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_, B);
-  Tensor dy = bf16_zeros({rows, HV});
-  linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV, D_);
+  {
+    OpScope part("gdn.out_proj.wgrad");
+    linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_, B);
+  }
+  Tensor dy = bf16_out({rows, HV});
+  {
+    OpScope part("gdn.out_proj.dgrad");
+    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV,
+                                          D_, /*accumulate=*/false);
+  }
   Tensor do_ = bf16_out({rows, HV}), dz = bf16_out({rows, HV});
   {
+    OpScope part("gdn.out_norm");
     const TokenRows per_head{B, H_};  // one norm row per token and head
     DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * H_, dv_, per_head));
     gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), bf16_ptr(s.z), f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
@@ -127,6 +160,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   Tensor dq = bf16_out({rows, HK}), dk = bf16_out({rows, HK}), dv = bf16_out({rows, HV});
   Tensor dbeta = f32_out({rows, H_}), dg = f32_out({rows, H_});
   {
+    OpScope part("gdn.core");
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_backward_cuda(d, bf16_ptr(s.q), bf16_ptr(s.k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
                             f32_or_null(state_at(s.state_in, kS)), bf16_ptr(do_), f32_or_null(state_at(dstate_out, kS)),
@@ -137,6 +171,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   // gates
   Tensor da = bf16_out({rows, H_}), db = bf16_out({rows, H_});
   {
+    OpScope part("gdn.gates");
     DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, H_, B));
     gdn_gates_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
                                   f32_ptr(dg), f32_ptr(dbeta), bf16_ptr(da), bf16_ptr(db), f32_ptr(A_log_.grad),
@@ -145,8 +180,11 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
 
   // L2 norms, then the convs (which also route the next chunk's prefix gradient)
   Tensor dqc = bf16_out({rows, HK}), dkc = bf16_out({rows, HK});
-  l2norm_backward_cuda<bf16>(bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc), rows * H_, dk_, st);
-  l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
+  {
+    OpScope part("gdn.l2norm");
+    l2norm_backward_cuda<bf16>(bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc), rows * H_, dk_, st);
+    l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
+  }
   Tensor dqp = bf16_out({rows, HK}), dkp = bf16_out({rows, HK}), dvp = bf16_out({rows, HV});
   auto conv_back = [&](const Tensor& in, int i, Param& w, const Tensor& dconv, const Tensor& dinput, int64_t ch) {
     DeviceBuffer ws = cuda_scratch(short_conv_backward_workspace_bytes(B, L, ch, K_));
@@ -154,18 +192,42 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
                                    bf16_ptr(dconv), f32_or_null(state_at(dstate_out, i)), bf16_ptr(dinput),
                                    f32_ptr(dstate_in[i]), f32_ptr(w.grad), B, L, ch, K_, ws.get(), st);
   };
-  conv_back(s.qp, kPrefixQ, conv_q_, dqc, dqp, HK);
-  conv_back(s.kp, kPrefixK, conv_k_, dkc, dkp, HK);
-  conv_back(s.vp, kPrefixV, conv_v_, dv, dvp, HV);
+  {
+    OpScope part("gdn.conv");
+    conv_back(s.qp, kPrefixQ, conv_q_, dqc, dqp, HK);
+    conv_back(s.kp, kPrefixK, conv_k_, dkc, dkp, HK);
+    conv_back(s.vp, kPrefixV, conv_v_, dv, dvp, HV);
+  }
 
   // input projections
-  Tensor dx = bf16_zeros({rows, D_});
-  auto proj_back = [&](Param& W, const Tensor& dY, int64_t out) {
+  Tensor dx = bf16_out({rows, D_});  // the first product overwrites it
+  auto wgrad = [&](Param& W, const Tensor& dY, int64_t out) {
     linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
-    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out);
   };
-  proj_back(Wq_, dqp, HK), proj_back(Wk_, dkp, HK), proj_back(Wv_, dvp, HV);
-  proj_back(Wa_, da, H_), proj_back(Wb_, db, H_), proj_back(Wg_, dz, HV);
+  auto dgrad = [&](Param& W, const Tensor& dY, int64_t out, bool accumulate = true) {
+    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out,
+                                          accumulate);
+  };
+  {
+    OpScope part("gdn.in_proj.wgrad");
+    wgrad(Wq_, dqp, HK), wgrad(Wk_, dkp, HK), wgrad(Wv_, dvp, HV), wgrad(Wg_, dz, HV);
+  }
+  {
+    OpScope part("gdn.gate_proj.wgrad");
+    wgrad(Wa_, da, H_), wgrad(Wb_, db, H_);
+  }
+  {  // dx sums the six products in the order q, k, v, a, b, z (bf16 adds: the order is the result)
+    OpScope part("gdn.in_proj.dgrad");
+    dgrad(Wq_, dqp, HK, /*accumulate=*/false), dgrad(Wk_, dkp, HK), dgrad(Wv_, dvp, HV);
+  }
+  {
+    OpScope part("gdn.gate_proj.dgrad");
+    dgrad(Wa_, da, H_), dgrad(Wb_, db, H_);
+  }
+  {
+    OpScope part("gdn.in_proj.dgrad");
+    dgrad(Wg_, dz, HV);
+  }
   return dx;
 }
 

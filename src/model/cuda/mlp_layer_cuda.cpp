@@ -5,6 +5,7 @@
 #include "model/cuda/layer_cuda.h"
 #include "model/mlp_layer.h"
 #include "model/device_path.h"
+#include "core/op_scope.h"
 
 namespace stateflow {
 
@@ -21,10 +22,19 @@ Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, S
   s->x = x;
   s->a = bf16_out({rows, F}), s->b = bf16_out({rows, F}), s->h = bf16_out({rows, F});
   Tensor y = bf16_out({rows, D});
-  linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, F);
-  linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w3_.value_bf16), bf16_ptr(s->b), rows, D, F);
-  swiglu_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), bf16_ptr(s->h), rows * F, g.stream());
-  linear_forward_cuda<bf16, bf16>(g, bf16_ptr(s->h), bf16_ptr(w2_.value_bf16), bf16_ptr(y), rows, F, D);
+  {
+    OpScope part("mlp.up_proj");
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, F);
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w3_.value_bf16), bf16_ptr(s->b), rows, D, F);
+  }
+  {
+    OpScope part("mlp.swiglu");
+    swiglu_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), bf16_ptr(s->h), rows * F, g.stream());
+  }
+  {
+    OpScope part("mlp.down_proj");
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(s->h), bf16_ptr(w2_.value_bf16), bf16_ptr(y), rows, F, D);
+  }
   stash = std::move(s);
   return y;
 }
@@ -33,16 +43,34 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
   auto& s = static_cast<MlpCudaStash&>(stash);
   const int64_t rows = dy.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
-  Tensor dh = bf16_zeros({rows, F}), da = bf16_out({rows, F}), db = bf16_out({rows, F});
-  Tensor dx = bf16_zeros({rows, D});
-  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.h), bf16_ptr(dy), f32_ptr(w2_.grad), rows, F, D, ctx.batch);
-  linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D);
-  swiglu_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), bf16_ptr(dh), bf16_ptr(da), bf16_ptr(db), rows * F,
-                             g.stream());
-  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(da), f32_ptr(w1_.grad), rows, D, F, ctx.batch);
-  linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(db), f32_ptr(w3_.grad), rows, D, F, ctx.batch);
-  linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, F);
-  linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
+  // dh and dx: their first product overwrites them (no zero-fill)
+  Tensor dh = bf16_out({rows, F}), da = bf16_out({rows, F}), db = bf16_out({rows, F});
+  Tensor dx = bf16_out({rows, D});
+  {
+    OpScope part("mlp.down_proj.wgrad");
+    linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.h), bf16_ptr(dy), f32_ptr(w2_.grad), rows, F, D, ctx.batch);
+  }
+  {
+    OpScope part("mlp.down_proj.dgrad");
+    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D,
+                                          /*accumulate=*/false);
+  }
+  {
+    OpScope part("mlp.swiglu");
+    swiglu_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), bf16_ptr(dh), bf16_ptr(da), bf16_ptr(db), rows * F,
+                               g.stream());
+  }
+  {
+    OpScope part("mlp.up_proj.wgrad");
+    linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(da), f32_ptr(w1_.grad), rows, D, F, ctx.batch);
+    linear_backward_weight_cuda<bf16>(g, bf16_ptr(s.x), bf16_ptr(db), f32_ptr(w3_.grad), rows, D, F, ctx.batch);
+  }
+  {
+    OpScope part("mlp.up_proj.dgrad");
+    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, F,
+                                          /*accumulate=*/false);
+    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
+  }
   return dx;
 }
 

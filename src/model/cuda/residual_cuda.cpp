@@ -4,6 +4,7 @@
 #include "model/cuda/layer_cuda.h"
 #include "model/residual.h"
 #include "model/device_path.h"
+#include "core/op_scope.h"
 
 namespace stateflow {
 
@@ -21,10 +22,16 @@ Tensor PreNormResidual::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const
   s->x = x;
   s->rstd = f32_out({rows});
   Tensor h = bf16_out({rows, D});
-  rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(h), f32_ptr(s->rstd), rows, D, eps_,
-                             layer_stream());
+  {
+    OpScope part("block.rmsnorm");
+    rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(h), f32_ptr(s->rstd), rows, D, eps_,
+                               layer_stream());
+  }
   Tensor y = inner_->forward(ctx, h, state_in, state_out, s->inner);
-  add_inplace_cuda<bf16>(bf16_ptr(y), bf16_ptr(x), y.numel(), layer_stream());
+  {
+    OpScope part("block.residual_add");
+    add_inplace_cuda<bf16>(bf16_ptr(y), bf16_ptr(x), y.numel(), layer_stream());
+  }
   stash = std::move(s);
   return y;
 }
@@ -37,10 +44,16 @@ Tensor PreNormResidual::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, con
   const int64_t rows = dy.dim(0), D = dy.dim(1);
   Tensor dx = bf16_out({rows, D});
   const TokenRows tokens{ctx.batch, 1};
-  DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
-  rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dh), bf16_ptr(dx),
-                              f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream());
-  add_inplace_cuda<bf16>(bf16_ptr(dx), bf16_ptr(dy), dx.numel(), layer_stream());
+  {
+    OpScope part("block.rmsnorm");
+    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
+    rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dh), bf16_ptr(dx),
+                                f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream());
+  }
+  {
+    OpScope part("block.residual_add");
+    add_inplace_cuda<bf16>(bf16_ptr(dx), bf16_ptr(dy), dx.numel(), layer_stream());
+  }
   return dx;
 }
 
