@@ -71,14 +71,19 @@ State Mamba3Mixer::zero_state(int64_t batch, DType dt) const {
   return s;
 }
 
+void Mamba3Mixer::check_input(const ChunkCtx& ctx, const Tensor& x, const State& state_in) const {
+  SF_CHECK(state_in.empty() || state_in.size() == kStateSize, "mamba3: boundary state has ", state_in.size(),
+           " tensors, expected ", int(kStateSize));
+  const int64_t rows = x.dim(0), B = ctx.batch;
+  SF_CHECK(B >= 1 && rows % B == 0 && rows / B == ctx.len, "mamba3: input has ", rows, " rows, expected batch ", B,
+           " x len ", ctx.len);
+}
+
 template <class T>
 Tensor Mamba3Mixer::forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                                  std::unique_ptr<Stash>& stash) {
-  SF_CHECK(state_in.empty() || state_in.size() == kStateSize, "mamba3: boundary state has ", state_in.size(),
-           " tensors, expected ", int(kStateSize));
+  check_input(ctx, x, state_in);
   const int64_t rows = x.dim(0), B = ctx.batch, L = rows / B;
-  SF_CHECK(B * L == rows && L == ctx.len, "mamba3: input has ", rows, " rows, expected batch ", B, " x len ",
-           ctx.len);
   const DType dt = x.dtype();
   const int64_t HP = H_ * P_;
   auto s = std::make_unique<Mamba3Stash>();

@@ -38,6 +38,8 @@ class Mamba3Mixer : public MixerLayer<Mamba3Mixer> {
   template <class T>
   Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
+  // Throws Error unless x is ctx.batch sequences of ctx.len rows and state_in is empty or complete.
+  void check_input(const ChunkCtx& ctx, const Tensor& x, const State& state_in) const;
   State zero_state(int64_t batch, DType dtype) const;  // under MemCategory::BoundaryState
   State device_state(int64_t batch) const;             // GPU: fp32, uninitialised (CUDA builds)
 

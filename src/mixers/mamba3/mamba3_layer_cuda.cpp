@@ -34,11 +34,8 @@ State Mamba3Mixer::device_state(int64_t batch) const {
 
 Tensor Mamba3Mixer::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                                  std::unique_ptr<Stash>& stash) {
-  SF_CHECK(state_in.empty() || state_in.size() == kStateSize, "mamba3: boundary state has ", state_in.size(),
-           " tensors, expected ", int(kStateSize));
+  check_input(ctx, x, state_in);
   const int64_t rows = x.dim(0), B = ctx.batch, L = rows / B;
-  SF_CHECK(B * L == rows && L == ctx.len, "mamba3: input has ", rows, " rows, expected batch ", B, " x len ",
-           ctx.len);
   const Mamba3Dims d{B, L, H_, R_, P_, N_, cfg_.block_size};
   const size_t core_ws = mamba3_cuda_workspace_bytes(d);  // refuses the sizes the GPU core lacks, before any work
   const int64_t HP = H_ * P_, BC = R_ * G_ * N_, bc_rows = rows * R_ * G_;
