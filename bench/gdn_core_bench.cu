@@ -6,7 +6,11 @@
 // the definition the kernel's CUDA test checks (tests/cuda/test_op_defs_cuda.cpp).
 //
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
-//                  [--value-tile 0] [--chunk-len 1024,2048,...] [--json FILE]
+//                  [--value-tile 0] [--split default,off,512,...] [--piece-tile 0]
+//                  [--chunk-len 1024,2048,...] [--json FILE]
+// --split: the sweeps' piece lengths to run, each over every --len: "default" (what the core
+// does unasked: STATEFLOW_GDN_PIECE_LEN, unsplit when unset), "off" (the unsplit sequential
+// sweeps) or tokens per piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).
 // --chunk-len (batch 1): also runs each length cut into chunks of these many tokens, the way
 // the pipeline calls the core (state S and its gradient carried from chunk to chunk, backward
 // last chunk first), one row per chunk length: the whole sequence's time and whether the
@@ -43,6 +47,7 @@ T* dalloc(size_t n, size_t& total) {
 
 struct Result {
   int64_t len, chunk_len;  // chunk_len 0: one call
+  int piece_len;           // 0: unsplit
   float chunked_fwd_ms, chunked_fwdbwd_ms;
   unsigned long long chunked_bytes_differing;  // in o, dq, dk, dv, dbeta, dg, S_out, dS_in
   float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, stage_ms[11];  // Pre ST Out | B1 B2 B3 B4 | same, saved
@@ -51,12 +56,17 @@ struct Result {
 };
 
 // Shape, inputs, FLOPs and the timed launches come from the gdn_core op (mixers/gdn/gdn_core_op.cpp),
-// the definition its CUDA test checks against the float64 recurrence.
-Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t chunk_len) {
+// the definition its CUDA test checks against the float64 recurrence; cfg's tiles and piece
+// length become the shape's.
+Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaConfig& cfg, int64_t chunk_len) {
   const stateflow::OpDef& op = stateflow::op_named("gdn_core");
   stateflow::BenchSizes sizes;
   sizes.batch = B, sizes.heads = H, sizes.tokens = T;
-  const stateflow::OpShape shape = op.bench_shapes(sizes).front().with("value_tile", value_tile);
+  const stateflow::OpShape shape = op.bench_shapes(sizes)
+                                       .front()
+                                       .with("value_tile", cfg.value_tile)
+                                       .with("piece_len", cfg.piece_len)
+                                       .with("piece_tile", cfg.piece_tile);
   GdnDims d;
   d.batch = B, d.heads = H, d.len = T, d.dk = 128, d.dv = 128, d.block = 64, d.scale = 1.0 / std::sqrt(128.0);
   const int64_t nt = B * T * H, nk = nt * 128, ns = B * H * 128 * 128;
@@ -78,14 +88,13 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
   CK(cudaDeviceSynchronize());
   CK(cudaMemGetInfo(&free1, &tot));
 
-  stateflow::GdnCudaConfig cfg;
-  cfg.value_tile = value_tile;
   auto fwd = [&] { buf.run(op.pass("fwd")); };
   auto bwd = [&] { buf.run(op.pass("bwd")); };
   auto bwd_saved = [&] { buf.run(op.pass("bwd saved")); };
   auto time_it = [&](auto&& f) { return median_ms(f, reps); };
   Result r{};
   r.len = T;
+  r.piece_len = stateflow::gdn_cuda_piece_len(d, cfg);
   r.fwd_ms = time_it(fwd);
   r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
   r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd_saved(); });
@@ -172,12 +181,15 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, int value_tile, int64_t ch
   return r;
 }
 
+std::string piece_name(int piece_len) { return piece_len ? std::to_string(piece_len) : "off"; }
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t B = 1, H = 16;
   std::vector<int64_t> lens = {8192, 32768, 131072};
-  int reps = 20, value_tile = 0;
+  int reps = 20, value_tile = 0, piece_tile = 0;
+  std::vector<int> splits = {0};  // piece lengths; 0 = default, GdnCudaConfig::kUnsplit = off
   std::vector<int64_t> chunk_lens;
   const char* json = nullptr;
   for (int i = 1; i + 1 < argc; i += 2) {
@@ -187,6 +199,23 @@ int main(int argc, char** argv) {
     else if (a == "--len") lens = parse_list(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--value-tile") value_tile = std::atoi(argv[i + 1]);
+    else if (a == "--piece-tile") piece_tile = std::atoi(argv[i + 1]);
+    else if (a == "--split") {
+      splits.clear();
+      for (const char* p = argv[i + 1]; *p;) {
+        const char* end = std::strchr(p, ',');
+        const std::string item(p, end ? end : p + std::strlen(p));
+        char* num_end = nullptr;
+        const long len = std::strtol(item.c_str(), &num_end, 10);
+        const bool number = !item.empty() && *num_end == '\0' && len > 0;
+        splits.push_back(item == "default" ? 0 : item == "off" ? stateflow::GdnCudaConfig::kUnsplit : int(len));
+        if (item != "default" && item != "off" && !number) {
+          std::fprintf(stderr, "--split takes default, off or a piece length in tokens, got %s\n", item.c_str());
+          return 2;
+        }
+        p = end ? end + 1 : p + std::strlen(p);
+      }
+    }
     else if (a == "--chunk-len") chunk_lens = parse_list(argv[i + 1]);
     else if (a == "--json") json = argv[i + 1];
     else {
@@ -202,34 +231,38 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("GDN core (CUDA) benchmark on %s (%d SMs): bf16, batch %lld, heads %lld, dk = dv = 128, C = 64, "
-              "value tile %s, median of %d\n",
+              "value tile %s, piece tile %s, median of %d\n",
               prop.name, prop.multiProcessorCount, (long long)B, (long long)H,
-              value_tile ? std::to_string(value_tile).c_str() : "auto", reps);
+              value_tile ? std::to_string(value_tile).c_str() : "auto",
+              piece_tile ? std::to_string(piece_tile).c_str() : "auto", reps);
   std::vector<Result> res;
   try {
-    for (int64_t T : lens) {
-      res.push_back(run(B, H, T, reps, value_tile, 0));
-      for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, value_tile, L));
-    }
+    for (int split : splits)
+      for (int64_t T : lens) {
+        stateflow::GdnCudaConfig cfg;
+        cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
+        res.push_back(run(B, H, T, reps, cfg, 0));
+        for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
+      }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gdn_core_bench: %s\n", e.what());
     return 1;
   }
-  std::printf("\n%8s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "fwd ms",
+  std::printf("\n%8s %6s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "piece", "fwd ms",
               "TFLOP/s", "f+b ms", "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4",
               "sv B2 B3    B4", "wsGiB", "allGiB", "memGiB", "nonfinite");
   for (const Result& r : res) {
     if (r.chunk_len) continue;
-    std::printf("%8lld | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
+    std::printf("%8lld %6s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
                 "%5.3f %5.3f %5.3f | %6.2f %6.2f %6.2f | %llu\n",
-                (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                (long long)r.len, piece_name(r.piece_len).c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                 r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                 r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
                 r.total_gib, r.meminfo_gib, r.nonfinite);
   }
   if (!chunk_lens.empty()) {
     std::printf("\nIn chunks (state carried; backward last chunk first), against one call on the same inputs:\n");
-    std::printf("%8s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call",
+    std::printf("%8s %6s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "piece", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call",
                 "chunks", "bytes differing from one call");
     const Result* whole = nullptr;
     for (const Result& r : res) {
@@ -237,7 +270,8 @@ int main(int argc, char** argv) {
         whole = &r;
         continue;
       }
-      std::printf("%8lld %8lld | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu\n", (long long)r.len, (long long)r.chunk_len,
+      std::printf("%8lld %6s %8lld | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu\n", (long long)r.len,
+                  piece_name(r.piece_len).c_str(), (long long)r.chunk_len,
                   r.chunked_fwd_ms, r.chunked_fwd_ms / whole->fwd_ms, r.chunked_fwdbwd_ms,
                   r.chunked_fwdbwd_ms / whole->fwdbwd_ms, (long long)((r.len + r.chunk_len - 1) / r.chunk_len),
                   r.chunked_bytes_differing);
@@ -254,13 +288,13 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < res.size(); ++i) {
       const Result& r = res[i];
       std::fprintf(f,
-                   "  {\"len\": %lld, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
+                   "  {\"len\": %lld, \"piece_len\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
                    "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, "
                    "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
                    "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f}, "
                    "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu, \"chunk_len\": %lld, "
                    "\"chunked_fwd_ms\": %.4f, \"chunked_fwdbwd_ms\": %.4f, \"chunked_bytes_differing\": %llu}%s\n",
-                   (long long)r.len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                   (long long)r.len, r.piece_len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                    r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                    r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
                    r.total_gib, r.nonfinite, (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwdbwd_ms,

@@ -11,6 +11,7 @@
 #   KERNELS_BENCH_ARGS  extra arguments for kernels_bench (e.g. "--tokens 8192 --reps 50")
 #   TARGETS     build only these ninja targets (e.g. "stateflow_cuda_tests kernels_bench" for a
 #               short lease); steps whose program was not built are skipped
+#   GTEST_FILTER  run only these CUDA tests (googletest reads it; e.g. "GdnCoreCuda*:*OpDef*")
 #   CTEST=0     skip CTest (the CPU tests also run in CI; the CUDA tests ran just before)
 #   CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default "90a-real;80-virtual"; "90a-real" builds faster)
 #   MATRIX=quick  also runs bench/pipeline_matrix.sh --quick (needs 2 GPUs; made by hand, its runs
@@ -107,7 +108,7 @@ for step in build cuda_tests memcheck racecheck ctest bench mamba3_bench attenti
   [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
 done
 grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'
-[[ -f $LOG/bench.log ]] && sed -n '/^ *T |/,$p' "$LOG/bench.log"
+[[ -f $LOG/bench.log ]] && sed -n '/^ *T .*fwd ms/,$p' "$LOG/bench.log"
 [[ -f $LOG/mamba3_bench.log ]] && sed -n '/^ *R  *T |/,$p' "$LOG/mamba3_bench.log"
 [[ -f $LOG/kernels_bench.log ]] && sed -n '/^| kernel |/,$p' "$LOG/kernels_bench.log"
 [[ -f $LOG/bench-matrix.md ]] && cat "$LOG/bench-matrix.md"

@@ -1,7 +1,8 @@
 // Every registered op (kernels/op_def.h) on the GPU: for each activation type and test shape,
 // inputs drawn on the host, every pass launched in order on poisoned outputs and compared,
 // array by array, with its float64 reference under the array's tolerance; then the whole op
-// again on fresh buffers gives every written array bitwise. A new op gets this by registering.
+// again on fresh buffers gives every written array bitwise; no launch writes past the op's
+// workspace. A new op gets this by registering.
 // Also: the device draw (what the benchmarks time on) gives the host draw's values.
 #include <gtest/gtest.h>
 
@@ -54,6 +55,7 @@ TEST_P(OpDefCuda, EveryPassMatchesItsReferenceAndRepeatsBitwise) {
           written.push_back(name);
         }
       }
+      EXPECT_FALSE(dev.workspace_overrun()) << "a pass wrote past the op's workspace_bytes";
       OpBuffers again(op, shape, act);
       again.upload(draw_inputs(op, shape, act, seed));
       again.run_all();

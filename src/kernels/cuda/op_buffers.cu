@@ -13,6 +13,9 @@
 namespace stateflow {
 namespace {
 
+constexpr size_t kGuardBytes = 1 << 16;
+constexpr unsigned char kGuardByte = 0xA5;
+
 template <class T>
 __device__ void store(T* p, int64_t i, double x) {
   if constexpr (std::is_same_v<T, int32_t>)
@@ -66,7 +69,10 @@ OpBuffers::OpBuffers(const OpDef& op, const OpShape& shape, DType act)
   };
   try {
     for (const OpArray& a : arrays_) ptrs_[a.name] = alloc(size_t(a.size) * array_bytes(a.type, act), a.name);
-    workspace_ = alloc(op.workspace_bytes(shape), "the workspace");
+    workspace_bytes_ = op.workspace_bytes(shape);
+    workspace_ = alloc(workspace_bytes_ + kGuardBytes, "the workspace");
+    cuda_check(cudaMemset(static_cast<char*>(workspace_) + workspace_bytes_, kGuardByte, kGuardBytes),
+               "op workspace guard");
   } catch (...) {
     for (auto& [name, p] : ptrs_) cudaFree(p);
     throw;
@@ -155,6 +161,16 @@ OpHost OpBuffers::download() const {
 void OpBuffers::run(const OpPass& pass) {
   SF_CHECK(pass.run, "op '", op_.name, "' pass '", pass.name, "' has no CUDA launch");
   pass.run(OpLaunch{shape_, act_, ptrs_, workspace_, *gemm_});
+}
+
+bool OpBuffers::workspace_overrun() const {
+  std::vector<unsigned char> guard(kGuardBytes);
+  cuda_check(cudaMemcpy(guard.data(), static_cast<char*>(workspace_) + workspace_bytes_, kGuardBytes,
+                        cudaMemcpyDeviceToHost),
+             "op workspace guard");
+  for (unsigned char b : guard)
+    if (b != kGuardByte) return true;
+  return false;
 }
 
 void OpBuffers::run_all() {

@@ -30,6 +30,9 @@ class OpBuffers {
 
   void run(const OpPass& pass);  // launches one pass (asynchronously, default stream)
   void run_all();                // every pass, in order
+  // Whether a launch wrote past the op's workspace_bytes (into a guard band kept after it):
+  // a definition that under-sizes its workspace shows here rather than as a rare crash.
+  bool workspace_overrun() const;
 
   void* ptr(const std::string& name) const;
   void* workspace() const { return workspace_; }
@@ -44,6 +47,7 @@ class OpBuffers {
   std::vector<OpArray> arrays_;
   std::map<std::string, void*> ptrs_;
   void* workspace_ = nullptr;
+  size_t workspace_bytes_ = 0;
   size_t bytes_ = 0;
   std::unique_ptr<CublasGemm> gemm_;
 };

@@ -21,6 +21,8 @@
 #include "mixers/gdn/gdn_core_cuda.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/error.h"
 #include "kernels/cuda/mma_tile.cuh"
@@ -45,6 +47,7 @@ constexpr int BV_BWD = 16;        // dv tile of the backward sweeps (shared memo
 
 struct Args {
   int B, T, H, NS;
+  int SP, NP;  // split core: sub-chunks per piece, pieces per (batch, head); NP = 1 when not split
   float scale;
   const bf16 *q, *k, *v, *dO;
   const float *beta, *g, *S_in, *dS_out;
@@ -52,6 +55,9 @@ struct Args {
   float *S_out, *dbeta, *dg, *dS_in;
   float* G;
   bf16 *W, *U, *Vn, *Hs, *Tm, *dVn, *dHs;
+  // Split core, fp32 [B][H][NP][128][128] each: the pieces' transitions (Ap), their maps of a zero
+  // state (Up: forward state, backward state gradient) and the states the fold hands them (Sp).
+  float *Ap, *Up, *Sp;
 
   // Row index of token (b, t, h) in the [B, T, H, *] tensors.
   __device__ int64_t tok(int b, int t, int h) const { return (int64_t(b) * T + t) * H + h; }
@@ -59,6 +65,8 @@ struct Args {
   __device__ int64_t ws_row(int b, int h, int n) const { return (int64_t(b) * H + h) * NS * C + int64_t(n) * C; }
   // Index of sub-chunk n of (b, h) among all sub-chunks.
   __device__ int64_t ws_sub(int b, int h, int n) const { return (int64_t(b) * H + h) * NS + n; }
+  // Offset of row r of piece p's 128 x 128 matrix of (b, h) in Ap, Up, Sp.
+  __device__ int64_t piece_row(int b, int h, int p, int r) const { return (((int64_t(b) * H + h) * NP + p) * 128 + r) * 128; }
 };
 
 // Stores the rows m0 + r < n_rows of a warp's accumulator tile as bf16 (row stride ld).
@@ -285,15 +293,24 @@ struct FwdSweepSmem {
   static constexpr int bytes = Vne + Tile<C, BV>::bytes;
 };
 
-// Forward sweep (MATH.md ST): writes Vn and the bf16 snapshots Hs of the entering states;
-// S_out when store_state. gt: thread index within the group; bar: its named barrier.
+// What one forward sweep block walks: sub-chunks [n0, n1) of (b, h), rows [row0, row0 + BV)
+// of a 128 x 128 state. The unsplit core walks every sub-chunk from S_in; the split core walks
+// one piece three ways (zero state, identity, the folded state; see "Split core" below).
+struct FwdSpan {
+  int n0, n1, row0;
+  const float* from;  // the tile's starting rows (row stride 128); nullptr: zero, or I when transition
+  float* to;          // where the tile's final rows go, or nullptr
+  bool transition;    // start from rows row0.. of I with U taken as zero: the rows of the span's transition
+  bool write_ws;      // write V_new and the sub-chunk snapshots Hs (only a sweep from the true state)
+};
+
+// Forward sweep (MATH.md ST) over one span. gt: thread index within the group; bar: its named barrier.
 template <int BV, int STAGES, int NW>
-__device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int gt, int bar, bool store_state) {
+__device__ void forward_sweep(const Args& a, int b, int h, const FwdSpan& sp, char* sm, int gt, int bar) {
   using S = FwdSweepSmem<BV, STAGES>;
   constexpr int NT = NW * 32, WN = DK / NW;  // threads; state columns per warp
   constexpr int VN = BV * 4 / NW;            // columns of the C x BV products per warp
-  const int warp = gt >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * VN;
-  const int64_t bh = int64_t(b) * a.H + h;
+  const int warp = gt >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * VN, vt0 = sp.row0;
   auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
   auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
   auto Ut = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::U + s * Tile<C, BV>::bytes); };
@@ -302,29 +319,32 @@ __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int
   auto Vne = tile_at<Tile<C, BV>>(sm, S::Vne);
 
   Frag<BV, WN> st;  // rows v of the tile, columns warp * WN + c
-  if (a.S_in) {
-    const float* src = a.S_in + (bh * DV + vt * BV) * DK + warp * WN;
+  if (sp.from) {
+    const float* src = sp.from + warp * WN;
     st.each([&](int r, int c, float& x) { x = src[r * DK + c]; });
+  } else if (sp.transition) {
+    st.each([&](int r, int c, float& x) { x = vt0 + r == warp * WN + c ? 1.f : 0.f; });
   } else {
     st.fill(0.f);
   }
+  const int steps = sp.n1 - sp.n0;
   auto issue = [&](int n, int s) {
     const int t0 = n * C;
     const int64_t ws0 = a.ws_row(b, h, n);
     cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, gt);
     cuda::load_tile_async<NT>(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0), gt);
-    cuda::load_tile_async<NT>(Ut(s), a.U + ws0 * DV + vt * BV, DV, C, gt);
+    if (!sp.transition) cuda::load_tile_async<NT>(Ut(s), a.U + ws0 * DV + vt0, DV, C, gt);
     cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, gt);
   };
   for (int i = 0; i < STAGES - 1; ++i) {  // one commit group per sub-chunk, empty past the end
-    if (i < a.NS) issue(i, i);
+    if (i < steps) issue(sp.n0 + i, i);
     cuda::cp_async_commit();
   }
-  for (int n = 0; n < a.NS; ++n) {
-    const int s = n % STAGES;
+  for (int i = 0; i < steps; ++i) {
+    const int n = sp.n0 + i, s = i % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
     cuda::group_sync(bar, NT);
-    if (n + STAGES - 1 < a.NS) issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
+    if (i + STAGES - 1 < steps) issue(n + STAGES - 1, (i + STAGES - 1) % STAGES);
     cuda::cp_async_commit();
     // The entering state rounded to bf16: operand of W S^T and the snapshot Out / B4 read.
     st.each_pair([&](int r, int c, float& x0, float& x1) { put2(Ss.at(r, warp * WN + c), x0, x1); });
@@ -339,23 +359,26 @@ __device__ void forward_sweep(const Args& a, int b, int h, int vt, char* sm, int
       vn.each_pair([&](int r, int c, float& x0, float& x1) {
         r += m0, c += n0;
         const bf16* u = Ut(s).at(r, c);
-        const float v0 = bf(u[0]) - x0, v1 = bf(u[1]) - x1, e = expf(GL - G[r]);
-        put2(a.Vn + (ws0 + r) * DV + vt * BV + c, v0, v1);
+        const float u0 = sp.transition ? 0.f : bf(u[0]), u1 = sp.transition ? 0.f : bf(u[1]);
+        const float v0 = u0 - x0, v1 = u1 - x1, e = expf(GL - G[r]);
+        if (sp.write_ws) put2(a.Vn + (ws0 + r) * DV + vt0 + c, v0, v1);
         put2(Vne.at(r, c), v0 * e, v1 * e);
       });
     }
-    bf16* hs = a.Hs + (a.ws_sub(b, h, n) * DV + vt * BV) * DK;
-    for (int i = gt; i < BV * DK / 8; i += NT) {
-      const int r = i / (DK / 8), c = (i % (DK / 8)) * 8;
-      *reinterpret_cast<uint4*>(hs + r * DK + c) = *reinterpret_cast<const uint4*>(Ss.at(r, c));
+    if (sp.write_ws) {
+      bf16* hs = a.Hs + (a.ws_sub(b, h, n) * DV + vt0) * DK;
+      for (int j = gt; j < BV * DK / 8; j += NT) {
+        const int r = j / (DK / 8), c = (j % (DK / 8)) * 8;
+        *reinterpret_cast<uint4*>(hs + r * DK + c) = *reinterpret_cast<const uint4*>(Ss.at(r, c));
+      }
     }
     cuda::group_sync(bar, NT);
     const float gl = expf(GL);
     st.each([&](int, int, float& x) { x *= gl; });
     mma_acc<C, Lay::Col, Lay::Row>(st, Vne, 0, Kt(s), warp * WN);
   }
-  if (store_state && a.S_out) {
-    float* dst = a.S_out + (bh * DV + vt * BV) * DK + warp * WN;
+  if (sp.to) {
+    float* dst = sp.to + warp * WN;
     st.each([&](int r, int c, float& x) { dst[r * DK + c] = x; });
   }
 }
@@ -377,14 +400,23 @@ struct BwdSweepSmem {
 // Reverse sweep B3 (MATH.md 4.4): per sub-chunk, last to first,
 //   dSe = dS;  dV_new = dV_new_local + diag(e) K dS^T;
 //   dS = gamma_L dS + s (diag(gamma) dO)^T Q - dV_new^T W.
-// Writes dV_new over dV_new_local, the bf16 snapshots dHs of dSe, and dS_in.
+// Over sub-chunks [n0, n1) of (b, h), last first, rows [row0, row0 + BV) of the gradient:
+// starts from `from` (the gradient leaving the span; nullptr: zero), ends in `to` (the gradient
+// entering it) when non-null; with write_ws writes dV_new over dV_new_local and the bf16
+// snapshots dHs of dSe (only a sweep from the true gradient).
+struct BwdSpan {
+  int n0, n1, row0;
+  const float* from;
+  float* to;
+  bool write_ws;
+};
+
 template <int BV, int STAGES, int NW>
-__device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, int gt, int bar) {
+__device__ void backward_sweep(const Args& a, int b, int h, const BwdSpan& sp, char* sm, int gt, int bar) {
   using S = BwdSweepSmem<BV, STAGES>;
   constexpr int NT = NW * 32, WN = DK / NW;
   constexpr int VN = BV * 4 / NW;
-  const int warp = gt >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * VN;
-  const int64_t bh = int64_t(b) * a.H + h;
+  const int warp = gt >> 5, m0 = (warp & 3) * 16, n0 = (warp >> 2) * VN, vt0 = sp.row0;
   auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
   auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
   auto Qt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::Q + s * Tile<C, DK>::bytes); };
@@ -396,8 +428,8 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
   auto dOg = tile_at<Tile<C, BV>>(sm, S::dOg);
 
   Frag<BV, WN> ds;
-  if (a.dS_out) {
-    const float* src = a.dS_out + (bh * DV + vt * BV) * DK + warp * WN;
+  if (sp.from) {
+    const float* src = sp.from + warp * WN;
     ds.each([&](int r, int c, float& x) { x = src[r * DK + c]; });
   } else {
     ds.fill(0.f);
@@ -408,19 +440,20 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
     cuda::load_tile_async<NT>(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv, gt);
     cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, gt);
     cuda::load_tile_async<NT>(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv, gt);
-    cuda::load_tile_async<NT>(dOt(s), a.dO + r0 * DV + vt * BV, int64_t(a.H) * DV, nv, gt);
-    cuda::load_tile_async<NT>(dVlt(s), a.dVn + ws0 * DV + vt * BV, DV, C, gt);
+    cuda::load_tile_async<NT>(dOt(s), a.dO + r0 * DV + vt0, int64_t(a.H) * DV, nv, gt);
+    cuda::load_tile_async<NT>(dVlt(s), a.dVn + ws0 * DV + vt0, DV, C, gt);
     cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, gt);
   };
-  for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
-    if (i < a.NS) issue(a.NS - 1 - i, i);
+  const int steps = sp.n1 - sp.n0;
+  for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk n1 - 1 - i
+    if (i < steps) issue(sp.n1 - 1 - i, i);
     cuda::cp_async_commit();
   }
-  for (int i = 0; i < a.NS; ++i) {
-    const int n = a.NS - 1 - i, s = i % STAGES;
+  for (int i = 0; i < steps; ++i) {
+    const int n = sp.n1 - 1 - i, s = i % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
     cuda::group_sync(bar, NT);
-    if (i + STAGES - 1 < a.NS) issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+    if (i + STAGES - 1 < steps) issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
     cuda::cp_async_commit();
     const float* G = Gt(s);
     const float GL = G[C - 1];
@@ -445,36 +478,53 @@ __device__ void backward_sweep(const Args& a, int b, int h, int vt, char* sm, in
         r += m0, c += n0;
         const bf16* l = dVlt(s).at(r, c);
         const float e = expf(GL - G[r]), d0 = bf(l[0]) + e * x0, d1 = bf(l[1]) + e * x1;
-        put2(a.dVn + (ws0 + r) * DV + vt * BV + c, d0, d1);
+        if (sp.write_ws) put2(a.dVn + (ws0 + r) * DV + vt0 + c, d0, d1);
         put2(dVneg.at(r, c), -d0, -d1);
       });
     }
-    bf16* dhs = a.dHs + (a.ws_sub(b, h, n) * DV + vt * BV) * DK;
-    for (int j = gt; j < BV * DK / 8; j += NT) {
-      const int r = j / (DK / 8), c = (j % (DK / 8)) * 8;
-      *reinterpret_cast<uint4*>(dhs + r * DK + c) = *reinterpret_cast<const uint4*>(dSs.at(r, c));
+    if (sp.write_ws) {
+      bf16* dhs = a.dHs + (a.ws_sub(b, h, n) * DV + vt0) * DK;
+      for (int j = gt; j < BV * DK / 8; j += NT) {
+        const int r = j / (DK / 8), c = (j % (DK / 8)) * 8;
+        *reinterpret_cast<uint4*>(dhs + r * DK + c) = *reinterpret_cast<const uint4*>(dSs.at(r, c));
+      }
     }
     cuda::group_sync(bar, NT);
     mma_acc<C, Lay::Col, Lay::Row>(ds, dVneg, 0, Wt(s), warp * WN);
   }
-  float* dst = a.dS_in + (bh * DV + vt * BV) * DK + warp * WN;
-  ds.each([&](int r, int c, float& x) { dst[r * DK + c] = x; });
+  if (sp.to) {
+    float* dst = sp.to + warp * WN;
+    ds.each([&](int r, int c, float& x) { dst[r * DK + c] = x; });
+  }
 }
 
 constexpr int SWEEP_STAGES = 3;  // pipeline depth of a sweep that has its SM to itself
 
 constexpr int SWEEP_WARPS = 8;   // warps of a sweep that has its SM to itself
 
+// The unsplit core's spans: every sub-chunk of (b, h), rows of dv tile vt, from S_in / dS_out.
+__device__ FwdSpan whole_forward(const Args& a, int b, int h, int vt, int bv, bool store_state) {
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + vt * bv) * DK;
+  return {0, a.NS, vt * bv, a.S_in ? a.S_in + tile : nullptr, store_state && a.S_out ? a.S_out + tile : nullptr,
+          false, true};
+}
+__device__ BwdSpan whole_backward(const Args& a, int b, int h, int vt, int bv) {
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + vt * bv) * DK;
+  return {0, a.NS, vt * bv, a.dS_out ? a.dS_out + tile : nullptr, a.dS_in + tile, true};
+}
+
 template <int BV>
 __global__ void __launch_bounds__(SWEEP_WARPS * 32) st_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
-  forward_sweep<BV, SWEEP_STAGES, SWEEP_WARPS>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, true);
+  const FwdSpan sp = whole_forward(a, blockIdx.z, blockIdx.y, blockIdx.x, BV, true);
+  forward_sweep<BV, SWEEP_STAGES, SWEEP_WARPS>(a, blockIdx.z, blockIdx.y, sp, sm, threadIdx.x, 1);
 }
 
 // B3 alone, when the forward's sub-chunk states and V_new are still in the workspace.
 __global__ void __launch_bounds__(SWEEP_WARPS * 32) st_reverse_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
-  backward_sweep<BV_BWD, SWEEP_STAGES, SWEEP_WARPS>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1);
+  const BwdSpan sp = whole_backward(a, blockIdx.z, blockIdx.y, blockIdx.x, BV_BWD);
+  backward_sweep<BV_BWD, SWEEP_STAGES, SWEEP_WARPS>(a, blockIdx.z, blockIdx.y, sp, sm, threadIdx.x, 1);
 }
 
 // B1' + B3 when nothing was kept: warpgroup 0 recomputes the forward sweep (Hs, Vn for B4),
@@ -483,10 +533,156 @@ using FwdSweepBoth = FwdSweepSmem<BV_BWD, 2>;
 using BwdSweepBoth = BwdSweepSmem<BV_BWD, 2>;
 __global__ void __launch_bounds__(256) st_backward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
+  const int b = blockIdx.z, h = blockIdx.y, vt = blockIdx.x;
   if (threadIdx.x < 128)
-    forward_sweep<BV_BWD, 2, 4>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm, threadIdx.x, 1, false);
+    forward_sweep<BV_BWD, 2, 4>(a, b, h, whole_forward(a, b, h, vt, BV_BWD, false), sm, threadIdx.x, 1);
   else
-    backward_sweep<BV_BWD, 2, 4>(a, blockIdx.z, blockIdx.y, blockIdx.x, sm + FwdSweepBoth::bytes, threadIdx.x - 128, 2);
+    backward_sweep<BV_BWD, 2, 4>(a, b, h, whole_backward(a, b, h, vt, BV_BWD), sm + FwdSweepBoth::bytes,
+                                 threadIdx.x - 128, 2);
+}
+
+// ---------------------------------------------------------------------------------------
+// Split core: each (batch, head)'s sub-chunks are cut into NP pieces of SP sub-chunks that are
+// swept in parallel. A sub-chunk maps the state as S <- S M_n + B_n (M_n = gamma_L I - W^T
+// diag(e) K, B_n = U^T diag(e) K), so a piece maps it as S <- S A_p + U_p with A_p the product
+// of its M_n (in order) and U_p its map of a zero state. Forward:
+//   1. piece_maps: per piece, U_p (the sweep from zero, value rows) and A_p (the same sweep
+//      from I with U = 0, key rows); fp32 results, nothing truncated.
+//   2. fold: S_0 = S_in, S_{p+1} = S_p A_p + U_p in fp32, in piece order; S_out = S_NP.
+//   3. piece_sweeps: per piece, the ordinary sweep from S_p (writes V_new and Hs).
+// Backward: the reverse step is dS <- dS M_n^T + (terms without dS), so a piece maps the
+// gradient as dS <- dS A_p^T + V_p: V_p by the reverse sweep from zero, the fold last piece
+// first (dS_in = D_0), then the reverse sweep of each piece from its folded gradient.
+// S_out and dS_in always come from the fold, for every NP, so cutting a call at a multiple of
+// the piece length repeats the uncut call's operations: bitwise neutral.
+// ---------------------------------------------------------------------------------------
+constexpr int PIECE_STAGES = 2;  // pipeline depth of the piece sweeps (two or more blocks per SM)
+
+// Grid (NP * (DV + DK) / BV, H, B): block x = p * tiles + tile; tiles < DV / BV map a zero state
+// (to Up), the rest are rows of the transition (to Ap).
+template <int BV>
+__global__ void __launch_bounds__(SWEEP_WARPS * 32) piece_maps_kernel(Args a) {
+  extern __shared__ __align__(128) char sm[];
+  constexpr int tiles = (DV + DK) / BV;
+  const int p = blockIdx.x / tiles, t = blockIdx.x % tiles, h = blockIdx.y, b = blockIdx.z;
+  const int n0 = p * a.SP, n1 = min(n0 + a.SP, a.NS);
+  const bool transition = t >= DV / BV;
+  const int row0 = (transition ? t - DV / BV : t) * BV;
+  const FwdSpan sp{n0, n1, row0, nullptr, (transition ? a.Ap : a.Up) + a.piece_row(b, h, p, row0), transition, false};
+  forward_sweep<BV, PIECE_STAGES, SWEEP_WARPS>(a, b, h, sp, sm, threadIdx.x, 1);
+}
+
+// Grid (NP * DV / BV, H, B): piece p's sweep from the folded state (S_in for p = 0).
+template <int BV>
+__global__ void __launch_bounds__(SWEEP_WARPS * 32) piece_sweeps_kernel(Args a) {
+  extern __shared__ __align__(128) char sm[];
+  constexpr int tiles = DV / BV;
+  const int p = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * BV, h = blockIdx.y, b = blockIdx.z;
+  const int n0 = p * a.SP, n1 = min(n0 + a.SP, a.NS);
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
+  const float* from = p > 0 ? a.Sp + a.piece_row(b, h, p, row0) : a.S_in ? a.S_in + tile : nullptr;
+  forward_sweep<BV, PIECE_STAGES, SWEEP_WARPS>(a, b, h, {n0, n1, row0, from, nullptr, false, true}, sm, threadIdx.x, 1);
+}
+
+// Grid (NP * DV / BV, H, B): piece p's reverse sweep from a zero gradient (V_p, to Up) or, with
+// write_ws, from the folded gradient leaving it (dS_out for the last piece).
+template <int BV>
+__global__ void __launch_bounds__(SWEEP_WARPS * 32) piece_reverse_kernel(Args a, bool from_fold) {
+  extern __shared__ __align__(128) char sm[];
+  constexpr int tiles = DV / BV;
+  const int p = blockIdx.x / tiles, row0 = (blockIdx.x % tiles) * BV, h = blockIdx.y, b = blockIdx.z;
+  const int n0 = p * a.SP, n1 = min(n0 + a.SP, a.NS);
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
+  BwdSpan sp{n0, n1, row0, nullptr, a.Up + a.piece_row(b, h, p, row0), false};
+  if (from_fold) {
+    sp.from = p + 1 < a.NP ? a.Sp + a.piece_row(b, h, p, row0) : a.dS_out ? a.dS_out + tile : nullptr;
+    sp.to = nullptr, sp.write_ws = true;
+  }
+  backward_sweep<BV, PIECE_STAGES, SWEEP_WARPS>(a, b, h, sp, sm, threadIdx.x, 1);
+}
+
+constexpr int FOLD_ROWS = 16;    // state rows per fold block: DV / 16 blocks per (batch, head)
+constexpr int FOLD_LD = DK + 1;  // padded rows of A_p: A[k][j] and A[j][k] reads are both conflict-free
+
+struct FoldSmem {
+  static constexpr int A = 0;                               // A_p, two buffers, fp32 [128][FOLD_LD]
+  static constexpr int U = A + 2 * DK * FOLD_LD * 4;        // U_p's rows, two buffers, fp32 [FOLD_ROWS][128]
+  static constexpr int X = U + 2 * FOLD_ROWS * DK * 4;      // the running rows, fp32 [FOLD_ROWS][128]
+  static constexpr int bytes = X + FOLD_ROWS * DK * 4;
+};
+
+// The fold in fp32, one block per FOLD_ROWS state rows of one (batch, head), 256 threads
+// (thread: column j, rows i0..i0+7); A_{p+1} and U_{p+1} load (cp.async) while step p computes.
+// Forward: X_0 = S_in, X_{p+1} = X_p A_p + U_p, Sp[p] = X_p (p >= 1), S_out = X_NP.
+// Backward (TRANSPOSED): X_NP = dS_out, X_p = X_{p+1} A_p^T + V_p (V_p in Up), Sp[p] = X_{p+1}
+// (p < NP - 1), dS_in = X_0. A null start is zero and its first step is X = U exactly. Each
+// sum starts from U and adds k = 0..127 in order: deterministic.
+template <bool TRANSPOSED>
+__global__ void __launch_bounds__(256) fold_kernel(Args a) {
+  extern __shared__ __align__(16) char sm[];
+  using S = FoldSmem;
+  float* X = reinterpret_cast<float*>(sm + S::X);
+  const int r0 = blockIdx.x * FOLD_ROWS, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int j = tid & (DK - 1), i0 = (tid >> 7) * 8;
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + r0) * DK;
+  const float* start = TRANSPOSED ? a.dS_out : a.S_in;
+  float* end = TRANSPOSED ? a.dS_in : a.S_out;
+  auto piece = [&](int step) { return TRANSPOSED ? a.NP - 1 - step : step; };
+  auto fetch = [&](int step) {
+    const int p = piece(step), buf = step & 1;
+    const float* Am = a.Ap + a.piece_row(b, h, p, 0);
+    const float* Um = a.Up + a.piece_row(b, h, p, r0);
+    float* As = reinterpret_cast<float*>(sm + S::A) + buf * DK * FOLD_LD;
+    float* Us = reinterpret_cast<float*>(sm + S::U) + buf * FOLD_ROWS * DK;
+    for (int e = tid; e < DK * DK; e += 256) cuda::cp_async4(As + (e / DK) * FOLD_LD + e % DK, Am + e);
+    for (int e = tid; e < FOLD_ROWS * DK; e += 256) cuda::cp_async4(Us + e, Um + e);
+  };
+  bool zero = start == nullptr;
+#pragma unroll
+  for (int i = 0; i < 8; ++i) X[(i0 + i) * DK + j] = zero ? 0.f : start[tile + (i0 + i) * DK + j];
+  fetch(0);
+  cuda::cp_async_commit();
+  for (int step = 0; step < a.NP; ++step) {
+    const int p = piece(step);
+    if (step + 1 < a.NP) fetch(step + 1);
+    cuda::cp_async_commit();
+    cuda::cp_async_wait<1>();
+    __syncthreads();  // A_p and U_p have landed; X holds the last step's rows
+    if (step > 0) {   // the state the fold hands piece p's sweep
+      float* dst = a.Sp + a.piece_row(b, h, p, r0);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) dst[(i0 + i) * DK + j] = X[(i0 + i) * DK + j];
+    }
+    const float* As = reinterpret_cast<const float*>(sm + S::A) + (step & 1) * DK * FOLD_LD;
+    const float* Us = reinterpret_cast<const float*>(sm + S::U) + (step & 1) * FOLD_ROWS * DK;
+    float acc[8];
+#pragma unroll
+    for (int i = 0; i < 8; ++i) acc[i] = Us[(i0 + i) * DK + j];
+    if (!zero) {
+      for (int k = 0; k < DK; k += 4) {
+        float4 x[8];
+#pragma unroll
+        for (int i = 0; i < 8; ++i) x[i] = *reinterpret_cast<const float4*>(X + (i0 + i) * DK + k);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const float m = TRANSPOSED ? As[j * FOLD_LD + k + kk] : As[(k + kk) * FOLD_LD + j];
+#pragma unroll
+          for (int i = 0; i < 8; ++i) {
+            const float xv = kk == 0 ? x[i].x : kk == 1 ? x[i].y : kk == 2 ? x[i].z : x[i].w;
+            acc[i] = fmaf(xv, m, acc[i]);
+          }
+        }
+      }
+    }
+    __syncthreads();  // every thread is done reading X and this step's buffers
+#pragma unroll
+    for (int i = 0; i < 8; ++i) X[(i0 + i) * DK + j] = acc[i];
+    zero = false;
+  }
+  if (end) {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) end[tile + (i0 + i) * DK + j] = X[(i0 + i) * DK + j];
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -753,9 +949,27 @@ void cuda_check(cudaError_t e, const char* what) {
   SF_CHECK(e == cudaSuccess, "GDN CUDA core: ", what, " failed: ", cudaGetErrorString(e));
 }
 
+// Sub-chunks per piece of the split core for these dims (the whole sequence when not split).
+// Depends on batch x heads and the config only, never on len: the piece grid of a call is then
+// the same as that of any longer call it was cut from at a multiple of the piece length.
+// The config's piece length in tokens (0 resolved through the environment), or kUnsplit.
+int piece_len_of(const GdnCudaConfig& cfg) {
+  const int len = cfg.piece_len == 0 ? gdn_cuda_default_piece_len() : cfg.piece_len;
+  SF_CHECK(len == GdnCudaConfig::kUnsplit || (len >= C && len % C == 0), "GDN CUDA core: piece_len must be a ",
+           "positive multiple of ", C, " tokens, 0 (STATEFLOW_GDN_PIECE_LEN) or GdnCudaConfig::kUnsplit, got ",
+           cfg.piece_len);
+  return len;
+}
+
+bool is_split(const GdnCudaConfig& cfg) { return piece_len_of(cfg) != GdnCudaConfig::kUnsplit; }
+
+int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
+  return is_split(cfg) ? piece_len_of(cfg) / C : int((d.len + C - 1) / C);
+}
+
 struct WsLayout {
-  size_t G, W, U, Vn, Hs, Tm, dVn, dHs, total;
-  explicit WsLayout(const GdnDims& d) {
+  size_t G, W, U, Vn, Hs, Tm, dVn, dHs, Ap, Up, Sp, total;
+  WsLayout(const GdnDims& d, const GdnCudaConfig& cfg) {
     const size_t bh = size_t(d.batch) * d.heads, ns = size_t((d.len + C - 1) / C), tp = ns * C;
     size_t off = 0;
     auto take = [&](size_t bytes) {
@@ -771,6 +985,10 @@ struct WsLayout {
     Tm = take(bh * ns * C * C * 2);
     dVn = take(bh * tp * DV * 2);
     dHs = take(bh * ns * DV * DK * 2);
+    const size_t sp = size_t(sub_chunks_per_piece(d, cfg)), np = is_split(cfg) ? (ns + sp - 1) / sp : 0;
+    Ap = take(bh * np * DK * DK * 4);
+    Up = take(bh * np * DV * DK * 4);
+    Sp = take(bh * np * DV * DK * 4);
     total = off;
   }
 };
@@ -785,12 +1003,14 @@ void check_dims(const GdnDims& d) {
            "GDN CUDA core: batch and heads must be <= 65535 and len < 2^31");
 }
 
-Args make_args(const GdnDims& d, void* workspace) {
-  SF_CHECK(workspace != nullptr, "GDN CUDA core: workspace is null; allocate gdn_cuda_workspace_bytes(dims) bytes");
-  const WsLayout L(d);
+Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
+  SF_CHECK(workspace != nullptr,
+           "GDN CUDA core: workspace is null; allocate gdn_cuda_workspace_bytes(dims, config) bytes");
+  const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
   a.B = int(d.batch), a.T = int(d.len), a.H = int(d.heads), a.NS = int((d.len + C - 1) / C);
+  a.SP = sub_chunks_per_piece(d, cfg), a.NP = (a.NS + a.SP - 1) / a.SP;
   a.scale = float(d.scale);
   a.G = reinterpret_cast<float*>(w + L.G);
   a.W = reinterpret_cast<bf16*>(w + L.W);
@@ -800,14 +1020,17 @@ Args make_args(const GdnDims& d, void* workspace) {
   a.Tm = reinterpret_cast<bf16*>(w + L.Tm);
   a.dVn = reinterpret_cast<bf16*>(w + L.dVn);
   a.dHs = reinterpret_cast<bf16*>(w + L.dHs);
+  a.Ap = reinterpret_cast<float*>(w + L.Ap);
+  a.Up = reinterpret_cast<float*>(w + L.Up);
+  a.Sp = reinterpret_cast<float*>(w + L.Sp);
   return a;
 }
 
-template <class Kernel>
-void launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, const Args& a) {
+template <class Kernel, class... More>
+void launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, const Args& a, More... more) {
   cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "raising the shared-memory limit");
-  kernel<<<grid, threads, smem, stream>>>(a);
+  kernel<<<grid, threads, smem, stream>>>(a, more...);
   cuda_check(cudaGetLastError(), "kernel launch");
 }
 
@@ -850,11 +1073,65 @@ int pick_value_tile(const GdnDims& d, int requested) {
   return 16;
 }
 
+int pick_piece_tile(int requested) {
+  SF_CHECK(requested == 0 || requested == 32 || requested == 64 || requested == 128,
+           "GDN CUDA core: piece_tile must be 32, 64 or 128 (or 0 for automatic), got ", requested);
+  return requested ? requested : 64;
+}
+
+// Split core, forward sweeps (steps 1-3 above); S_out (when a.S_out) comes from the fold.
+template <int BV>
+void split_forward_sweeps(const Args& a, cudaStream_t stream) {
+  using Smem = FwdSweepSmem<BV, PIECE_STAGES>;
+  launch(piece_maps_kernel<BV>, dim3(a.NP * (DV + DK) / BV, a.H, a.B), SWEEP_WARPS * 32, Smem::bytes, stream, a);
+  launch(fold_kernel<false>, dim3(DV / FOLD_ROWS, a.H, a.B), 256, FoldSmem::bytes, stream, a);
+  launch(piece_sweeps_kernel<BV>, dim3(a.NP * DV / BV, a.H, a.B), SWEEP_WARPS * 32, Smem::bytes, stream, a);
+}
+
+// Split core, reverse sweeps: V_p, the transposed fold (dS_in), the sweeps from the fold.
+template <int BV>
+void split_reverse_sweeps(const Args& a, cudaStream_t stream) {
+  using Smem = BwdSweepSmem<BV, PIECE_STAGES>;
+  const dim3 grid(a.NP * DV / BV, a.H, a.B);
+  launch(piece_reverse_kernel<BV>, grid, SWEEP_WARPS * 32, Smem::bytes, stream, a, false);
+  launch(fold_kernel<true>, dim3(DV / FOLD_ROWS, a.H, a.B), 256, FoldSmem::bytes, stream, a);
+  launch(piece_reverse_kernel<BV>, grid, SWEEP_WARPS * 32, Smem::bytes, stream, a, true);
+}
+
+// The reverse sweep's shared memory holds at most 64-row tiles.
+void split_sweeps(bool reverse, int tile, const Args& a, cudaStream_t stream) {
+  if (reverse) return tile == 32 ? split_reverse_sweeps<32>(a, stream) : split_reverse_sweeps<64>(a, stream);
+  switch (tile) {
+    case 32: split_forward_sweeps<32>(a, stream); break;
+    case 64: split_forward_sweeps<64>(a, stream); break;
+    default: split_forward_sweeps<128>(a, stream);
+  }
+}
+
 }  // namespace
 
-size_t gdn_cuda_workspace_bytes(const GdnDims& d) {
+int gdn_cuda_default_piece_len() {
+  // Unsplit unless asked: the layer calls the core once per pipeline chunk (2048 tokens by
+  // default), where three sweeps' work over a chunk's few pieces costs more than one sweep at
+  // every batch x heads measured (docs/benchmarks.md).
+  const char* env = std::getenv("STATEFLOW_GDN_PIECE_LEN");
+  if (env == nullptr || std::strcmp(env, "off") == 0) return GdnCudaConfig::kUnsplit;
+  char* end = nullptr;
+  const long len = std::strtol(env, &end, 10);
+  SF_CHECK(*env != '\0' && *end == '\0' && len >= C && len <= 2048 && 2048 % len == 0,
+           "STATEFLOW_GDN_PIECE_LEN must be off or a piece length in tokens that divides 2048 and is a multiple of ",
+           C, " (64, 128, 256, 512, 1024 or 2048, so that chunk cuts at 2048-token multiples stay bitwise), got '",
+           env, "'");
+  return int(len);
+}
+
+int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {
+  return is_split(cfg) ? sub_chunks_per_piece(d, cfg) * C : 0;
+}
+
+size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
   check_dims(d);
-  return WsLayout(d).total;
+  return WsLayout(d, cfg).total;
 }
 
 void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
@@ -862,13 +1139,14 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
                             __nv_bfloat16* o, float* S_out, void* workspace, cudaStream_t stream,
                             const GdnCudaConfig& cfg) {
   check_dims(d);
-  Args a = make_args(d, workspace);
+  Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
-  switch (pick_value_tile(d, cfg.value_tile)) {
+  if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
+  else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
     default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<64, SWEEP_STAGES>::bytes, stream, a);
@@ -884,7 +1162,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
                              __nv_bfloat16* dv, float* dbeta, float* dg, float* dS_in, void* workspace,
                              cudaStream_t stream, const GdnCudaConfig& cfg) {
   check_dims(d);
-  Args a = make_args(d, workspace);
+  Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.dO = dO, a.dS_out = dS_out;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
   const dim3 subs(a.NS, a.H, a.B);
@@ -894,7 +1172,15 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   timer.mark();
   launch(dvloc_kernel, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
-  if (cfg.saved_forward)
+  if (is_split(cfg)) {
+    const int tile = pick_piece_tile(cfg.piece_tile);
+    if (!cfg.saved_forward) {  // V_new and Hs for B4, and the transitions A_p (S_out not needed)
+      Args fwd = a;
+      fwd.S_out = nullptr;
+      split_sweeps(false, tile, fwd, stream);
+    }
+    split_sweeps(true, tile, a, stream);
+  } else if (cfg.saved_forward)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);

@@ -24,13 +24,22 @@
 //             B3  the reverse dS sweep (sequential like ST); when nothing was kept a second
 //                 warpgroup per block re-runs the forward sweep (B1') beside it
 //             B4  all remaining gradients (parallel)
+// Split core (GdnCudaConfig::piece_len or STATEFLOW_GDN_PIECE_LEN; off by default): ST and B3 cut each
+// sequence into pieces of piece_len tokens swept in parallel from a zero state, plus each
+// piece's state transition (fp32, exact: no truncation), folded in piece order in fp32; then
+// each piece is swept again from its true entering state (three sweeps' work spread over
+// pieces instead of one sweep in sequence; the backward reuses the forward's transitions,
+// transposed). S_out and dS_in always come from the fold, so a split of the sequence at a
+// multiple of piece_len (not merely of C) is bitwise neutral. Without saved_forward the
+// backward recomputes the forward's piece sweeps before the reverse ones.
 // Forward leaves in the workspace, per sub-chunk: G (fp32), T, W, U, V_new and the entering
 // state (bf16). Backward either recomputes all of it (default: the workspace may have been
 // reused in between; only the inputs and S_in are needed, MATH.md 4.1) or, with
 // GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'.
 // Workspace: gdn_cuda_workspace_bytes() bytes of global memory,
 // 4 dk dv / C + 2 dk + 6 dv + 2 C + 4 bytes per token and head (2180 at dk = dv = 128:
-// 1.06 GiB for 32K tokens x 16 heads).
+// 1.06 GiB for 32K tokens x 16 heads), plus 3 x 64 KiB per piece and head when split
+// (384 bytes per token and head at piece_len 512).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -48,13 +57,27 @@ struct GdnCudaConfig {
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;
+  // Split core: tokens per piece, a multiple of 64; 0 takes gdn_cuda_default_piece_len();
+  // kUnsplit runs the sequential sweeps. Splits of a sequence are bitwise neutral at multiples
+  // of the piece length (of 64 when unsplit), so keep it fixed across a model's calls.
+  static constexpr int kUnsplit = -1;
+  int piece_len = 0;
+  // Split core: rows per block of the piece sweeps (32, 64 or 128; 0 = 64). The reverse sweeps
+  // use at most 64.
+  int piece_tile = 0;
   // When non-null: synchronises after each stage and writes its time in ms here (forward:
   // 3 entries Pre, ST, Out; backward: 4 entries B1 (0 when skipped), B2, B3, B4). For benchmarks.
   float* stage_ms = nullptr;
 };
 
 // Bytes of device workspace both calls need for dims d (the backward need; forward uses part).
-size_t gdn_cuda_workspace_bytes(const GdnDims& d);
+size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg = {});
+
+// What piece_len = 0 means: the environment variable STATEFLOW_GDN_PIECE_LEN, "off" (kUnsplit,
+// also when unset) or tokens per piece dividing 2048 (anything else is an error naming it).
+int gdn_cuda_default_piece_len();
+// The piece length a call with these dims and config uses (0 when not split).
+int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});
 
 void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
                             const __nv_bfloat16* v, const float* beta, const float* g, const float* S_in,

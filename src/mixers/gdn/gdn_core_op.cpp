@@ -55,9 +55,13 @@ void reference_backward(const OpShape& s, DType, OpHost& h) {
 #ifdef STATEFLOW_HAVE_CUDA
 using bf16 = __nv_bfloat16;
 
-GdnCudaConfig config_of(const OpLaunch& l, bool saved_forward) {
+// The shape's kernel settings: value_tile, and piece_len / piece_tile of the split core
+// (piece_len 0: STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit).
+GdnCudaConfig config_of(const OpShape& s, bool saved_forward = false) {
   GdnCudaConfig cfg;
-  cfg.value_tile = int(l["value_tile"]);
+  cfg.value_tile = int(s["value_tile"]);
+  cfg.piece_len = int(s["piece_len"]);
+  cfg.piece_tile = int(s["piece_tile"]);
   cfg.saved_forward = saved_forward;
   return cfg;
 }
@@ -65,14 +69,14 @@ GdnCudaConfig config_of(const OpLaunch& l, bool saved_forward) {
 void run_forward(const OpLaunch& l) {
   gdn_chunk_forward_cuda(dims_of(l.shape), l.at<bf16>("q"), l.at<bf16>("k"), l.at<bf16>("v"), l.at<float>("beta"),
                          l.at<float>("g"), l.at<float>("S_in"), l.at<bf16>("o"), l.at<float>("S_out"), l.workspace,
-                         nullptr, config_of(l, false));
+                         nullptr, config_of(l.shape));
 }
 
 void run_backward(const OpLaunch& l, bool saved_forward) {
   gdn_chunk_backward_cuda(dims_of(l.shape), l.at<bf16>("q"), l.at<bf16>("k"), l.at<bf16>("v"), l.at<float>("beta"),
                           l.at<float>("g"), l.at<float>("S_in"), l.at<bf16>("dO"), l.at<float>("dS_out"),
                           l.at<bf16>("dq"), l.at<bf16>("dk"), l.at<bf16>("dv"), l.at<float>("dbeta"),
-                          l.at<float>("dg"), l.at<float>("dS_in"), l.workspace, nullptr, config_of(l, saved_forward));
+                          l.at<float>("dg"), l.at<float>("dS_in"), l.workspace, nullptr, config_of(l.shape, saved_forward));
 }
 #endif
 
@@ -82,11 +86,16 @@ OpDef make_gdn_core_op() {
   op.label = "gdn core";
   op.bench = "gdn_core_bench";
   op.acts = {DType::BF16};  // the kernel's storage is fixed: bf16 vectors, fp32 scalars and states
-  // Short last sub-chunks (150 = 2 x 64 + 22, 200 = 3 x 64 + 8), a fixed and the automatic value tile.
-  op.test_shapes = {{{{"batch", 1}, {"len", 150}, {"heads", 2}, {"value_tile", 16}}},
-                    {{{"batch", 2}, {"len", 200}, {"heads", 3}, {"value_tile", 0}}}};
+  // Short last sub-chunks (150 = 2 x 64 + 22, 200 = 3 x 64 + 8), a fixed and the automatic value
+  // tile, and the split core with pieces of 64 and 128 tokens (the last one short).
+  op.test_shapes = {
+      {{{"batch", 1}, {"len", 150}, {"heads", 2}, {"value_tile", 16}, {"piece_len", -1}, {"piece_tile", 0}}},
+      {{{"batch", 2}, {"len", 200}, {"heads", 3}, {"value_tile", 0}, {"piece_len", -1}, {"piece_tile", 0}}},
+      {{{"batch", 2}, {"len", 200}, {"heads", 3}, {"value_tile", 0}, {"piece_len", 64}, {"piece_tile", 32}}},
+      {{{"batch", 1}, {"len", 333}, {"heads", 2}, {"value_tile", 0}, {"piece_len", 128}, {"piece_tile", 128}}}};
   op.bench_shapes = [](const BenchSizes& b) {
-    return std::vector<OpShape>{{{{"batch", b.batch}, {"len", b.tokens}, {"heads", b.heads}, {"value_tile", 0}}}};
+    return std::vector<OpShape>{{{{"batch", b.batch}, {"len", b.tokens}, {"heads", b.heads}, {"value_tile", 0},
+                                  {"piece_len", 0}, {"piece_tile", 0}}}};
   };
   op.arrays = [](const OpShape& s) {
     const int64_t nt = int64_t(head_tokens(s)), nk = int64_t(vectors(s)), ns = int64_t(states(s));
@@ -128,7 +137,7 @@ OpDef make_gdn_core_op() {
   };
 #ifdef STATEFLOW_HAVE_CUDA
   op.workspace_bytes = [](const OpShape& s) {
-    return gdn_cuda_workspace_bytes(dims_of(s));
+    return gdn_cuda_workspace_bytes(dims_of(s), config_of(s));
   };
   op.passes[0].run = run_forward;
   op.passes[1].run = [](const OpLaunch& l) { run_backward(l, false); };
