@@ -66,7 +66,9 @@ struct Args {
   // Index of sub-chunk n of (b, h) among all sub-chunks.
   __device__ int64_t ws_sub(int b, int h, int n) const { return (int64_t(b) * H + h) * NS + n; }
   // Offset of row r of piece p's 128 x 128 matrix of (b, h) in Ap, Up, Sp.
-  __device__ int64_t piece_row(int b, int h, int p, int r) const { return (((int64_t(b) * H + h) * NP + p) * 128 + r) * 128; }
+  __device__ int64_t piece_row(int b, int h, int p, int r) const {
+    return (((int64_t(b) * H + h) * NP + p) * 128 + r) * 128;
+  }
 };
 
 // Stores the rows m0 + r < n_rows of a warp's accumulator tile as bf16 (row stride ld).
@@ -952,19 +954,19 @@ void cuda_check(cudaError_t e, const char* what) {
 // Sub-chunks per piece of the split core for these dims (the whole sequence when not split).
 // Depends on batch x heads and the config only, never on len: the piece grid of a call is then
 // the same as that of any longer call it was cut from at a multiple of the piece length.
-int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
-  const int ns = int((d.len + C - 1) / C);
-  int len = cfg.piece_len;
-  if (len == 0) len = gdn_cuda_default_piece_len();
-  if (len == GdnCudaConfig::kUnsplit) return ns;
-  SF_CHECK(len >= C && len % C == 0, "GDN CUDA core: piece_len must be a positive multiple of ", C,
-           " tokens, 0 (automatic) or GdnCudaConfig::kUnsplit, got ", cfg.piece_len);
-  return len / C;
+// The config's piece length in tokens (0 resolved through the environment), or kUnsplit.
+int piece_len_of(const GdnCudaConfig& cfg) {
+  const int len = cfg.piece_len == 0 ? gdn_cuda_default_piece_len() : cfg.piece_len;
+  SF_CHECK(len == GdnCudaConfig::kUnsplit || (len >= C && len % C == 0), "GDN CUDA core: piece_len must be a ",
+           "positive multiple of ", C, " tokens, 0 (STATEFLOW_GDN_PIECE_LEN) or GdnCudaConfig::kUnsplit, got ",
+           cfg.piece_len);
+  return len;
 }
 
-bool is_split(const GdnCudaConfig& cfg, const GdnDims& d) {
-  return cfg.piece_len != GdnCudaConfig::kUnsplit &&
-         (cfg.piece_len != 0 || gdn_cuda_default_piece_len() != GdnCudaConfig::kUnsplit);
+bool is_split(const GdnCudaConfig& cfg) { return piece_len_of(cfg) != GdnCudaConfig::kUnsplit; }
+
+int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
+  return is_split(cfg) ? piece_len_of(cfg) / C : int((d.len + C - 1) / C);
 }
 
 struct WsLayout {
@@ -985,7 +987,7 @@ struct WsLayout {
     Tm = take(bh * ns * C * C * 2);
     dVn = take(bh * tp * DV * 2);
     dHs = take(bh * ns * DV * DK * 2);
-    const size_t sp = size_t(sub_chunks_per_piece(d, cfg)), np = is_split(cfg, d) ? (ns + sp - 1) / sp : 0;
+    const size_t sp = size_t(sub_chunks_per_piece(d, cfg)), np = is_split(cfg) ? (ns + sp - 1) / sp : 0;
     Ap = take(bh * np * DK * DK * 4);
     Up = take(bh * np * DV * DK * 4);
     Sp = take(bh * np * DV * DK * 4);
@@ -1126,7 +1128,7 @@ int gdn_cuda_default_piece_len() {
 }
 
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {
-  return is_split(cfg, d) ? sub_chunks_per_piece(d, cfg) * C : 0;
+  return is_split(cfg) ? sub_chunks_per_piece(d, cfg) * C : 0;
 }
 
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
@@ -1145,7 +1147,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   StageTimer timer(stream, cfg.stage_ms);
   launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
-  if (is_split(cfg, d)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
+  if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -1172,7 +1174,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   timer.mark();
   launch(dvloc_kernel, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
-  if (is_split(cfg, d)) {
+  if (is_split(cfg)) {
     const int tile = pick_piece_tile(cfg.piece_tile);
     if (!cfg.saved_forward) {  // V_new and Hs for B4, and the transitions A_p (S_out not needed)
       Args fwd = a;

@@ -21,6 +21,9 @@ struct Mamba3Config {
   int64_t angles() const { return int64_t(double(state_size) * rope_fraction / 2); }
 };
 
+// A = min(-softplus(dd_A), -kMamba3AFloor): every head keeps forgetting a little (MATH.md 6.1).
+constexpr double kMamba3AFloor = 1e-4;
+
 // The checked section of cfg; throws Error naming the field ("mamba3.heads = 0 is out of range ...").
 Mamba3Config mamba3_config(const ModelConfig& cfg);
 

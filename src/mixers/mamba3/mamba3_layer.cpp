@@ -7,24 +7,11 @@
 #include "kernels/cpu/norms.h"
 #include "mixers/mamba3/mamba3_core.h"
 #include "mixers/mamba3/mamba3_ops.h"
+#include "mixers/mamba3/mamba3_stash.h"
 
 namespace stateflow {
 
 namespace {
-
-// A = min(-softplus(dd_A), -kAFloor): every head keeps forgetting a little (MATH.md 6.1).
-constexpr double kAFloor = 1e-4;
-
-struct Mamba3Stash : Stash {
-  Tensor x;                       // layer input [rows, D]
-  State state_in;                 // what entered the chunk (empty = zeros)
-  Tensor z, xr, Bp, Cp;           // projections: gate, x, B and C before their norms
-  Tensor dd_dt, dd_A, trap, ang;  // projections of the per-head scalars and the angles
-  Tensor rstd_B, rstd_C;          // RMSNorm of B and C
-  Tensor dt, adt, lam, phi;       // gates [rows, H]; cumulative angle [rows, H, NA]
-  Tensor X, b, c;                 // core inputs [rows, H, R, P|N] (b, c rotated)
-  Tensor y, o;                    // core output [rows, H, R, P]; gated output [rows, H*P]
-};
 
 template <class T> T* mut_or_null(Tensor& t) { return t.defined() ? t.data<T>() : nullptr; }
 
@@ -84,14 +71,19 @@ State Mamba3Mixer::zero_state(int64_t batch, DType dt) const {
   return s;
 }
 
+void Mamba3Mixer::check_input(const ChunkCtx& ctx, const Tensor& x, const State& state_in) const {
+  SF_CHECK(state_in.empty() || state_in.size() == kStateSize, "mamba3: boundary state has ", state_in.size(),
+           " tensors, expected ", int(kStateSize));
+  const int64_t rows = x.dim(0), B = ctx.batch;
+  SF_CHECK(B >= 1 && rows % B == 0 && rows / B == ctx.len, "mamba3: input has ", rows, " rows, expected batch ", B,
+           " x len ", ctx.len);
+}
+
 template <class T>
 Tensor Mamba3Mixer::forward_impl(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                                  std::unique_ptr<Stash>& stash) {
-  SF_CHECK(state_in.empty() || state_in.size() == kStateSize, "mamba3: boundary state has ", state_in.size(),
-           " tensors, expected ", int(kStateSize));
+  check_input(ctx, x, state_in);
   const int64_t rows = x.dim(0), B = ctx.batch, L = rows / B;
-  SF_CHECK(B * L == rows && L == ctx.len, "mamba3: input has ", rows, " rows, expected batch ", B, " x len ",
-           ctx.len);
   const DType dt = x.dtype();
   const int64_t HP = H_ * P_;
   auto s = std::make_unique<Mamba3Stash>();
@@ -107,7 +99,7 @@ Tensor Mamba3Mixer::forward_impl(const ChunkCtx& ctx, const Tensor& x, const Sta
 
   s->dt = Tensor::zeros({rows, H_}, dt), s->adt = Tensor::zeros({rows, H_}, dt), s->lam = Tensor::zeros({rows, H_}, dt);
   mamba3_gates_forward<T>(s->dd_dt.data<T>(), s->dd_A.data<T>(), s->trap.data<T>(), dt_bias_.value.data<T>(),
-                          s->dt.data<T>(), s->adt.data<T>(), s->lam.data<T>(), rows, H_, kAFloor);
+                          s->dt.data<T>(), s->adt.data<T>(), s->lam.data<T>(), rows, H_, kMamba3AFloor);
 
   state_out = zero_state(B, dt);
   s->phi = Tensor::zeros({rows, H_, NA_}, dt);
@@ -208,7 +200,7 @@ Tensor Mamba3Mixer::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const
   Tensor d_dd_dt = zeros({rows, H_}), d_dd_A = zeros({rows, H_}), dtrap = zeros({rows, H_});
   mamba3_gates_backward<T>(s.dd_dt.data<T>(), s.dd_A.data<T>(), s.trap.data<T>(), dt_bias_.value.data<T>(),
                            ddt.data<T>(), dadt.data<T>(), dlam.data<T>(), d_dd_dt.data<T>(), d_dd_A.data<T>(),
-                           dtrap.data<T>(), dt_bias_.grad.data<T>(), rows, H_, kAFloor);
+                           dtrap.data<T>(), dt_bias_.grad.data<T>(), rows, H_, kMamba3AFloor);
 
   // input projections
   Tensor dx = zeros({rows, D_});

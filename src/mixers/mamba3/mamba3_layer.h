@@ -4,7 +4,7 @@
 //   ->  rank-R inputs x * mimo_x  ->  chunked core (carried S, x_prev, b_prev) with D skip
 //   ->  silu(z) gate and rank combination  ->  output projection.
 // Boundary state: {S [batch, H, P, N], phi [batch, H, NA], b_prev [batch, H, R, N],
-// x_prev [batch, H, R, P]}. CPU only for now: no GPU path is registered for it.
+// x_prev [batch, H, R, P]}, all fp32 on the GPU too.
 #pragma once
 #include "mixers/mamba3/mamba3_config.h"
 #include "model/mixer_layer.h"
@@ -23,6 +23,13 @@ class Mamba3Mixer : public MixerLayer<Mamba3Mixer> {
   // Indices into the boundary State.
   enum StateIndex { kS = 0, kPhi = 1, kBPrev = 2, kXPrev = 3, kStateSize = 4 };
 
+  // GPU path (mamba3_layer_cuda.cpp, CUDA builds only; called through device_path("mamba3")):
+  // bf16 activations and GEMMs, fp32 gates, angles, boundary state and its gradients.
+  Tensor forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
+                      std::unique_ptr<Stash>& stash);
+  Tensor backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
+                       Stash& stash);
+
  private:
   friend class MixerLayer<Mamba3Mixer>;
   template <class T>
@@ -31,7 +38,10 @@ class Mamba3Mixer : public MixerLayer<Mamba3Mixer> {
   template <class T>
   Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
+  // Throws Error unless x is ctx.batch sequences of ctx.len rows and state_in is empty or complete.
+  void check_input(const ChunkCtx& ctx, const Tensor& x, const State& state_in) const;
   State zero_state(int64_t batch, DType dtype) const;  // under MemCategory::BoundaryState
+  State device_state(int64_t batch) const;             // GPU: fp32, uninitialised (CUDA builds)
 
   Mamba3Config cfg_;
   int64_t D_, H_, P_, N_, R_, G_, NA_;
