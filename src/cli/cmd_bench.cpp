@@ -103,13 +103,13 @@ static void print_calibrated(const BenchResult& r, const AutoChunks& a, std::ost
   os << cat("calibrated on the first run (", r.rows.front().label, "): costs refitted, ",
             calibration.space().message_s * 1e3, " ms per message between stages\n");
   char line[256];
-  std::snprintf(line, sizeof line, "%-22s %4s %10s %10s %9s\n", "run", "N", "step s", "cal.pred", "meas/pred");
+  std::snprintf(line, sizeof line, "%-32s %4s %10s %10s %9s\n", "run", "N", "step s", "cal.pred", "meas/pred");
   os << line;
   for (const BenchRow& row : r.rows) {
     if (row.oom) continue;
     Plan p = plan_of(row);
     calibration.predict(p);
-    std::snprintf(line, sizeof line, "%-22s %4d %10.4f %10.4f %9.3f\n", row.label.c_str(), row.chunks(), row.step_s,
+    std::snprintf(line, sizeof line, "%-32s %4d %10.4f %10.4f %9.3f\n", row.label.c_str(), row.chunks(), row.step_s,
                   p.step_s, row.step_s / p.step_s);
     os << line;
   }
