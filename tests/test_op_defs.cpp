@@ -24,7 +24,7 @@ TEST(OpDefs, RegistryHoldsEveryBenchmarkedKernelOnceSortedByName) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   // Every kernel gdn_core_bench and kernels_bench time.
   for (const char* expected : {"adamw", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
-                               "lm_head_ce", "rmsnorm", "short_conv", "swiglu"})
+                               "lm_head_ce", "mamba3_core", "rmsnorm", "short_conv", "swiglu"})
     EXPECT_NO_THROW(op_named(expected)) << expected;
   expect_error([] { op_named("no_such_op"); }, "registered: ");
 }
@@ -75,6 +75,23 @@ TEST(OpDefs, GdnCoreFlopsAndBytesMatchAHandCount) {
   // bwd reads q, k, v, dO, beta, g, S_in, dS_out and writes dq, dk, dv, dbeta, dg, dS_in:
   // 4 x 16384 + 512 + 2 x 65536 + 3 x 16384 + 512 + 65536.
   EXPECT_EQ(op.pass("bwd").bytes(kGdnOneBlock), 312320.0);
+}
+
+// One sub-chunk of 64 tokens, one head, P = 64, N = 128, rank 1 (MATH.md section 9): forward
+// per token 4 R N P + 2 C R^2 (N + P) = 32768 + 24576, backward 10 R N P + 2 C R^2 (3N + 2P) =
+// 81920 + 65536.
+TEST(OpDefs, Mamba3CoreFlopsAndBytesMatchAHandCount) {
+  const OpShape one{{{"batch", 1}, {"len", 64}, {"heads", 1}, {"rank", 1}}};
+  const OpDef& op = op_named("mamba3_core");
+  EXPECT_EQ(op.pass("fwd").flops(one), 64 * 57344.0);
+  EXPECT_EQ(op.pass("bwd").flops(one), 64 * 147456.0);
+  // fwd reads x (64 x 64 bf16 = 8192 bytes), b, c (64 x 128 bf16, 16384 each), adt, dt, lam
+  // (768), D (4) and the edge S, x_prev, b_prev (32768 + 256 + 512 = 33536); writes y (8192)
+  // and the edge out (33536).
+  EXPECT_EQ(op.pass("fwd").bytes(one), 8192 + 32768 + 768 + 4 + 33536 + 33536 + 8192.0);
+  // bwd reads x, dy, b, c, the scalars, D, the edge and its gradient; writes dx, db, dc, the
+  // scalar gradients and the edge's gradient; reads and writes dD.
+  EXPECT_EQ(op.pass("bwd").bytes(one), 3 * 8192 + 4 * 16384 + 6 * 256 + 4 + 8 + 3 * 33536.0);
 }
 
 // 4 rows of 8 (bf16 activations): rmsnorm reads x and writes y (2 x 2 x 32 bytes) and rstd
