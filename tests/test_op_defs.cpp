@@ -24,7 +24,7 @@ TEST(OpDefs, RegistryHoldsEveryBenchmarkedKernelOnceSortedByName) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   // Every kernel gdn_core_bench and kernels_bench time.
   for (const char* expected : {"adamw", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
-                               "lm_head_ce", "mamba3_core", "rmsnorm", "short_conv", "swiglu"})
+                               "lm_head_ce", "mamba3_core", "prefix_attention", "rmsnorm", "short_conv", "swiglu"})
     EXPECT_NO_THROW(op_named(expected)) << expected;
   expect_error([] { op_named("no_such_op"); }, "registered: ");
 }
@@ -92,6 +92,24 @@ TEST(OpDefs, Mamba3CoreFlopsAndBytesMatchAHandCount) {
   // bwd reads x, dy, b, c, the scalars, D, the edge and its gradient; writes dx, db, dc, the
   // scalar gradients and the edge's gradient; reads and writes dD.
   EXPECT_EQ(op.pass("bwd").bytes(one), 3 * 8192 + 4 * 16384 + 6 * 256 + 4 + 8 + 3 * 33536.0);
+}
+
+// One sequence of 64 tokens, one head of 128: 64 x 65 / 2 = 2080 (query, key) pairs under the
+// causal mask, 4 x 128 FLOPs each forward, 2.5 times that backward.
+TEST(OpDefs, PrefixAttentionFlopsAndBytesMatchAHandCount) {
+  const OpShape one{{{"batch", 1}, {"len", 64}, {"offset", 0}, {"kv_rows", 64}, {"q_heads", 1}, {"kv_heads", 1},
+                     {"head_dim", 128}}};
+  const OpDef& op = op_named("prefix_attention");
+  EXPECT_EQ(op.pass("fwd").flops(one), 4 * 128 * 2080.0);
+  EXPECT_EQ(op.pass("bwd").flops(one), 2.5 * 4 * 128 * 2080.0);
+  // fwd reads q, k, v and writes o (64 x 128 bf16 = 16384 bytes each) and lse (64 fp32).
+  EXPECT_EQ(op.pass("fwd").bytes(one), 4 * 16384 + 256.0);
+  // bwd reads q, o, dout, k, v and lse, writes dq, reads and writes dk and dv (fp32, 32768 each).
+  EXPECT_EQ(op.pass("bwd").bytes(one), 6 * 16384 + 256 + 4 * 32768.0);
+  // A chunk of 64 after 64 others sees 64 x 64 more pairs and reads twice the K/V rows.
+  const OpShape later = one.with("offset", 64).with("kv_rows", 128);
+  EXPECT_EQ(op.pass("fwd").flops(later), 4 * 128 * (2080 + 4096.0));
+  EXPECT_EQ(op.pass("fwd").bytes(later), 4 * 16384 + 2 * 16384 + 256.0);
 }
 
 // 4 rows of 8 (bf16 activations): rmsnorm reads x and writes y (2 x 2 x 32 bytes) and rstd
