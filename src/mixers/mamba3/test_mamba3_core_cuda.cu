@@ -35,11 +35,14 @@ struct Problem {
 };
 
 // The op's input arrays and where a Problem keeps them.
-const std::pair<const char*, Vec Problem::*> kInputs[] = {
-    {"x", &Problem::x},         {"b", &Problem::b},         {"c", &Problem::c},           {"adt", &Problem::adt},
-    {"dt", &Problem::dt},       {"lam", &Problem::lam},     {"D", &Problem::D},           {"S_in", &Problem::S_in},
-    {"xp_in", &Problem::xp_in}, {"bp_in", &Problem::bp_in}, {"dy", &Problem::dy},         {"dS_out", &Problem::dS_out},
-    {"dxp_out", &Problem::dxp_out}, {"dbp_out", &Problem::dbp_out}};
+const std::vector<std::pair<const char*, Vec Problem::*>>& inputs() {
+  static const std::vector<std::pair<const char*, Vec Problem::*>> members = {
+      {"x", &Problem::x},         {"b", &Problem::b},         {"c", &Problem::c},   {"adt", &Problem::adt},
+      {"dt", &Problem::dt},       {"lam", &Problem::lam},     {"D", &Problem::D},   {"S_in", &Problem::S_in},
+      {"xp_in", &Problem::xp_in}, {"bp_in", &Problem::bp_in}, {"dy", &Problem::dy}, {"dS_out", &Problem::dS_out},
+      {"dxp_out", &Problem::dxp_out}, {"dbp_out", &Problem::dbp_out}};
+  return members;
+}
 
 const OpDef& core_op() { return op_named("mamba3_core"); }
 
@@ -51,10 +54,7 @@ Problem make_problem(uint64_t seed, int64_t B, int64_t T, int64_t H, int64_t R) 
   Problem p;
   p.d.batch = B, p.d.len = T, p.d.heads = H, p.d.rank = R, p.d.P = P, p.d.N = N;
   OpHost h = draw_inputs(core_op(), shape_of(p.d), DType::BF16, seed);
-  for (auto [name, v] : {std::pair{"x", &p.x}, {"b", &p.b}, {"c", &p.c}, {"adt", &p.adt}, {"dt", &p.dt},
-                         {"lam", &p.lam}, {"D", &p.D}, {"S_in", &p.S_in}, {"xp_in", &p.xp_in}, {"bp_in", &p.bp_in},
-                         {"dy", &p.dy}, {"dS_out", &p.dS_out}, {"dxp_out", &p.dxp_out}, {"dbp_out", &p.dbp_out}})
-    *v = std::move(h.at(name));
+  for (const auto& [name, member] : inputs()) p.*member = std::move(h.at(name));
   return p;
 }
 
@@ -87,12 +87,9 @@ const char* const kNames[] = {"y", "S_out", "xp_out", "bp_out", "dx", "db", "dc"
 Out reference(const Problem& p) {
   const OpDef& op = core_op();
   const OpShape shape = shape_of(p.d);
-  OpHost h = draw_inputs(op, shape, DType::BF16, 0);  // every array at its size; the inputs are p's
-  for (auto [name, v] : {std::pair{"x", &p.x}, {"b", &p.b}, {"c", &p.c}, {"adt", &p.adt}, {"dt", &p.dt},
-                         {"lam", &p.lam}, {"D", &p.D}, {"S_in", &p.S_in}, {"xp_in", &p.xp_in}, {"bp_in", &p.bp_in},
-                         {"dy", &p.dy}, {"dS_out", &p.dS_out}, {"dxp_out", &p.dxp_out}, {"dbp_out", &p.dbp_out}})
-    h.at(name) = *v;
-  std::fill(h.at("dD").begin(), h.at("dD").end(), 0.0);
+  OpHost h;  // every array at its size, zero (dD too); the inputs are p's
+  for (const OpArray& a : op.arrays(shape)) h[a.name].assign(size_t(a.size), 0.0);
+  for (const auto& [name, member] : inputs()) h.at(name) = p.*member;
   for (const OpPass& pass : op.passes) pass.reference(shape, DType::BF16, h);
   Out o;
   for (const char* n : kNames) o[n] = h.at(n);
