@@ -24,7 +24,8 @@ TEST(OpDefs, RegistryHoldsEveryBenchmarkedKernelOnceSortedByName) {
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   // Every kernel gdn_core_bench and kernels_bench time.
   for (const char* expected : {"adamw", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
-                               "lm_head_ce", "mamba3_core", "prefix_attention", "rmsnorm", "short_conv", "swiglu"})
+                               "lm_head_ce", "mamba3_angles", "mamba3_core", "mamba3_expand_x", "mamba3_gates",
+                               "mamba3_output_gate", "mamba3_rotary_bc", "prefix_attention", "rmsnorm", "short_conv", "swiglu"})
     EXPECT_NO_THROW(op_named(expected)) << expected;
   expect_error([] { op_named("no_such_op"); }, "registered: ");
 }
@@ -92,6 +93,30 @@ TEST(OpDefs, Mamba3CoreFlopsAndBytesMatchAHandCount) {
   // bwd reads x, dy, b, c, the scalars, D, the edge and its gradient; writes dx, db, dc, the
   // scalar gradients and the edge's gradient; reads and writes dD.
   EXPECT_EQ(op.pass("bwd").bytes(one), 3 * 8192 + 4 * 16384 + 6 * 256 + 4 + 8 + 3 * 33536.0);
+}
+
+// The Mamba-3 per-token ops are memory-bound: bytes only.
+TEST(OpDefs, Mamba3OpBytesMatchAHandCount) {
+  // Gates, 4 rows of 2 heads: fwd reads dd_dt, dd_A, trap (3 x 8 bf16) and dt_bias (2 fp32),
+  // writes dt, adt, lam (3 x 8 fp32); bwd also reads ddt, dadt, dlam (fp32), writes three bf16
+  // gradients, reads and writes d_dt_bias.
+  const OpShape gates{{{"rows", 4}, {"heads", 2}, {"batch", 1}}};
+  EXPECT_EQ(op_named("mamba3_gates").pass("fwd").bytes(gates), 48 + 8 + 96.0);
+  EXPECT_EQ(op_named("mamba3_gates").pass("bwd").bytes(gates), 48 + 8 + 96 + 48 + 16.0);
+  EXPECT_EQ(op_named("mamba3_gates").pass("bwd").flops(gates), 0.0);
+  // Output gate, 2 rows of 1 head of P = 4 at rank 2: y (16 bf16), z and out (8 bf16 each),
+  // mimo_z and mimo_o (8 fp32 each); SISO (rank 1) reads no rank parameters.
+  const OpShape gate{{{"rows", 2}, {"heads", 1}, {"rank", 2}, {"P", 4}, {"batch", 1}}};
+  const OpDef& out = op_named("mamba3_output_gate");
+  EXPECT_EQ(out.pass("fwd").bytes(gate), 32 + 32 + 64.0);
+  EXPECT_EQ(out.pass("fwd").bytes(gate.with("rank", 1)), 16 + 32.0);
+  // bwd: y, dy (16 bf16 each), z, dout, dz (8 bf16 each), the parameters read and their
+  // gradients read and written.
+  EXPECT_EQ(out.pass("bwd").bytes(gate), 64 + 48 + 64 + 128.0);
+  // Angles, one sequence of 3 tokens, 2 heads, 4 angles: fwd reads ang (12 bf16), dt (6 fp32),
+  // phi_in (8 fp32), writes phi (24 fp32) and phi_out (8 fp32).
+  const OpShape angles{{{"batch", 1}, {"len", 3}, {"heads", 2}, {"angles", 4}}};
+  EXPECT_EQ(op_named("mamba3_angles").pass("fwd").bytes(angles), 24 + 24 + 32 + 96 + 32.0);
 }
 
 // One sequence of 64 tokens, one head of 128: 64 x 65 / 2 = 2080 (query, key) pairs under the
