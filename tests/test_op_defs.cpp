@@ -23,7 +23,7 @@ TEST(OpDefs, RegistryHoldsEveryBenchmarkedKernelOnceSortedByName) {
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   // Every kernel gdn_core_bench and kernels_bench time.
-  for (const char* expected : {"adamw", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
+  for (const char* expected : {"adamw", "attention_prefix_rows", "attention_rope", "attention_sigmoid_gate", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
                                "lm_head_ce", "mamba3_angles", "mamba3_core", "mamba3_expand_x", "mamba3_gates",
                                "mamba3_output_gate", "mamba3_rotary_bc", "prefix_attention", "rmsnorm", "short_conv", "swiglu"})
     EXPECT_NO_THROW(op_named(expected)) << expected;
@@ -117,6 +117,22 @@ TEST(OpDefs, Mamba3OpBytesMatchAHandCount) {
   // phi_in (8 fp32), writes phi (24 fp32) and phi_out (8 fp32).
   const OpShape angles{{{"batch", 1}, {"len", 3}, {"heads", 2}, {"angles", 4}}};
   EXPECT_EQ(op_named("mamba3_angles").pass("fwd").bytes(angles), 24 + 24 + 32 + 96 + 32.0);
+}
+
+// Attention's element-wise ops move bytes only: RoPE reads and writes x in place; the gate
+// reads o, g (and dy) and writes y (d_o, dg); a chunk of 2 x 5 rows of 24 moves 240 elements:
+// bf16 in and out, or fp32 read and zeroed and bf16 written.
+TEST(OpDefs, AttentionElementwiseBytesMatchAHandCount) {
+  const OpShape rope{{{"batch", 1}, {"len", 3}, {"offset", 9}, {"heads", 2}, {"head_dim", 8}, {"rotary_dim", 4},
+                      {"theta", 10000}}};
+  EXPECT_EQ(op_named("attention_rope").pass("fwd").bytes(rope), 2 * 2 * 48.0);
+  EXPECT_EQ(op_named("attention_rope").pass("bwd").flops(rope), 0.0);
+  const OpShape gate{{{"n", 10}}};
+  EXPECT_EQ(op_named("attention_sigmoid_gate").pass("fwd").bytes(gate), 60.0);
+  EXPECT_EQ(op_named("attention_sigmoid_gate").pass("bwd").bytes(gate), 100.0);
+  const OpShape rows{{{"batch", 2}, {"seq_len", 20}, {"offset", 7}, {"len", 5}, {"width", 24}}};
+  EXPECT_EQ(op_named("attention_prefix_rows").pass("write").bytes(rows), 4 * 240.0);
+  EXPECT_EQ(op_named("attention_prefix_rows").pass("take").bytes(rows), 10 * 240.0);
 }
 
 // One sequence of 64 tokens, one head of 128: 64 x 65 / 2 = 2080 (query, key) pairs under the
