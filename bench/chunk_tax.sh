@@ -5,7 +5,8 @@
 #   1. every lever on, 2. every lever off (the code before them), both with --breakdown (layer
 #      and named-part device times per N: each lever's kernels on and off, side by side)
 #   3. with --single LIST: each lever off alone, at those N
-# The tax is step(N) / step(1) of the same process. Logs: one file per bench in --out.
+# The tax is step(N) / step(first N, 1 by default) of the same process, printed per run. Logs:
+# one file per bench in --out.
 #
 #   usage: bench/chunk_tax.sh [--bin PATH] [--out DIR] [--sweep LIST] [--single LIST]
 #            [--levers LIST] [--dry-run]
@@ -39,7 +40,9 @@ run() {  # run NAME LEVERS_OFF ARGS...
   echo "== $name: STATEFLOW_LEVERS_OFF=$off $bin ${common[*]} $*"
   ((dry)) && return 0
   STATEFLOW_LEVERS_OFF=$off "$bin" "${common[@]}" "$@" >"$out/$name.log" 2>&1 || echo "chunk_tax.sh: $name failed"
-  grep -E '^stateflow +[0-9]' "$out/$name.log" || true
+  # N, step seconds and the tax step(N) / step(first N) of this process
+  awk '/^stateflow +[0-9]/ { if (!base) base = $5; printf "  N=%-3s step %s s  tax %.3f\n", $2, $5, $5 / base }' \
+    "$out/$name.log"
 }
 
 run all-on "" --chunk-sweep "$sweep" --breakdown

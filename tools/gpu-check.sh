@@ -14,6 +14,10 @@
 #   GTEST_FILTER  run only these CUDA tests (googletest reads it; e.g. "GdnCoreCuda*:*OpDef*")
 #   CTEST=0     skip CTest (the CPU tests also run in CI; the CUDA tests ran just before)
 #   CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default "90a-real;80-virtual"; "90a-real" builds faster)
+#   PREBUILT=DIR  run the programs in DIR instead of configuring and building (a short lease:
+#               build them with the same CUDA toolkit elsewhere, e.g. `cmake -DSTATEFLOW_CUDA=ON
+#               -DCMAKE_CUDA_ARCHITECTURES=90a-real`, and carry them); their libraries are
+#               found as a build's would be (.deps, the NCCL wheel); CTest is skipped
 #   MATRIX=quick  also runs bench/pipeline_matrix.sh --quick (needs 2 GPUs; made by hand, its runs
 #               took about 5 min): rows in $LOG/bench-matrix.md, each run's log and JSON in $LOG/matrix/
 # Where the Debian dev packages the CPU build needs are missing (a bare GPU image), .deb files
@@ -49,9 +53,16 @@ if [[ -z ${NCCL_ROOT:-} && ! -f /usr/include/nccl.h && ! -f /usr/local/cuda/incl
     echo "gpu-check: NCCL from $NCCL_ROOT"
 fi
 
-# shellcheck disable=SC2086
-{ cmake "${cmake_args[@]}" && ninja -C "$BUILD" -j "$(nproc)" ${TARGETS:-}; } 2>&1 | tee "$LOG/build.log"
-status[build]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+if [[ -n ${PREBUILT:-} ]]; then
+  BUILD=$PREBUILT CTEST=0
+  [[ -n ${NCCL_ROOT:-} ]] && export LD_LIBRARY_PATH=$NCCL_ROOT/lib:${LD_LIBRARY_PATH:-}
+  ls -l "$BUILD" | tee "$LOG/build.log"
+  status[build]=$([[ -x $BUILD/stateflow_cuda_tests || -x $BUILD/stateflow ]] && echo ok || echo FAILED)
+else
+  # shellcheck disable=SC2086
+  { cmake "${cmake_args[@]}" && ninja -C "$BUILD" -j "$(nproc)" ${TARGETS:-}; } 2>&1 | tee "$LOG/build.log"
+  status[build]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+fi
 
 if [[ ${status[build]} == ok && -x $BUILD/stateflow_cuda_tests ]]; then  # not built with other TARGETS
   timeout 300 "$BUILD/stateflow_cuda_tests" 2>&1 | tee "$LOG/cuda_tests.log"

@@ -47,6 +47,8 @@ class LayerProfile final : public OpTimer {
  public:
   // device: where the stage's layers run (a GPU profile keeps a clock of its own).
   explicit LayerProfile(Device device);
+  // With the given clock (tests: a clock of their own); nullptr times on the host as on the CPU.
+  explicit LayerProfile(std::unique_ptr<DeviceClock> clock) : clock_(std::move(clock)) {}
   // Runs fn, one layer's forward or backward of one unit, and adds its times to that layer's.
   void time(int layer, const std::string& kind, Pass pass, const std::function<void()>& fn);
   // One entry per (layer, pass) timed, in order of first call.

@@ -66,7 +66,9 @@ struct Args {
   // Index of sub-chunk n of (b, h) among all sub-chunks.
   __device__ int64_t ws_sub(int b, int h, int n) const { return (int64_t(b) * H + h) * NS + n; }
   // Offset of row r of piece p's 128 x 128 matrix of (b, h) in Ap, Up, Sp.
-  __device__ int64_t piece_row(int b, int h, int p, int r) const { return (((int64_t(b) * H + h) * NP + p) * 128 + r) * 128; }
+  __device__ int64_t piece_row(int b, int h, int p, int r) const {
+    return (((int64_t(b) * H + h) * NP + p) * 128 + r) * 128;
+  }
 };
 
 // Stores the rows m0 + r < n_rows of a warp's accumulator tile as bf16 (row stride ld).

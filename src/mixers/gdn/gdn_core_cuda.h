@@ -24,8 +24,8 @@
 //             B3  the reverse dS sweep (sequential like ST); when nothing was kept a second
 //                 warpgroup per block re-runs the forward sweep (B1') beside it
 //             B4  all remaining gradients (parallel)
-// Split core (GdnCudaConfig::piece_len or STATEFLOW_GDN_PIECE_LEN; off by default): ST and B3 cut each
-// sequence into pieces of piece_len tokens swept in parallel from a zero state, plus each
+// Split core (GdnCudaConfig::piece_len or STATEFLOW_GDN_PIECE_LEN; off by default): ST and B3
+// cut each sequence into pieces of piece_len tokens swept in parallel from a zero state, plus each
 // piece's state transition (fp32, exact: no truncation), folded in piece order in fp32; then
 // each piece is swept again from its true entering state (three sweeps' work spread over
 // pieces instead of one sweep in sequence; the backward reuses the forward's transitions,
