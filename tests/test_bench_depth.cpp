@@ -140,8 +140,29 @@ TEST(BenchDepth, ImpossibleTargetsAreRefusedBeforeAnythingRuns) {
                                    "--simulate-stages 4: model tiny has only 2 blocks");
   o.simulate_models = {o.model};  // 8 blocks
   EXPECT_NO_THROW(check_depth_targets(o));
-  o.stages = 1;
-  stateflow::testing::expect_error([&] { check_depth_targets(o); }, "a measured run of at least 2 stages");
+  o.stages = 1;  // one stage predicts too: its time is split between blocks and head by FLOPs
+  EXPECT_NO_THROW(check_depth_targets(o));
+}
+
+// One stage on one device predicts deeper pipelines: at P = 1 the prediction is the measured
+// stage itself (blocks and head add back up to it), and deeper ones spread its blocks.
+TEST(BenchDepth, OneMeasuredStagePredicts) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = options(seed);
+  o.stages = 1, o.microbatches = 1, o.schedules = {"stateflow"}, o.chunk_sweep = {4};
+  o.simulate_stages = {1, 2, 4};
+  BenchResult r = run_bench(o);
+  DepthPredictions d = predict_depths(r, o, o.model);
+  ASSERT_EQ(d.rows.size(), 3u);
+  const BenchRow& run = r.rows[0];
+  double measured = 0;
+  for (int c = 0; c < run.chunks(); ++c) measured += run.costs.forward_time[0][c] + run.costs.backward_time[0][c];
+  EXPECT_NEAR(d.rows[0].step_s, measured, 1e-9 * measured);
+  EXPECT_NEAR(double(d.rows[0].peak_bytes), double(run.peak_bytes()), 0.02 * double(run.peak_bytes()));
+  // Deeper: the work is spread, so a step takes less than the one stage's.
+  EXPECT_LT(d.rows[2].step_s, d.rows[0].step_s);
+  EXPECT_EQ(d.rows[2].stage_peak_bytes.size(), 4u);
 }
 
 // A run recorded with --json predicts, read back anywhere (--predict-from), exactly what it

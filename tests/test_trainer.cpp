@@ -17,6 +17,7 @@
 #include "temp_dir.h"
 #include "train/checkpoint.h"
 #include "train/stop_signal.h"
+#include "train/planner.h"
 #include "train/trainer.h"
 
 using namespace stateflow;
@@ -267,4 +268,50 @@ TEST(Trainer, TraceIsTraceEventJson) {
   EXPECT_EQ(slices["backward"], 2 * units);
   EXPECT_EQ(slices["send"], 2 * units) << "activations up, gradients down";
   EXPECT_EQ(slices["recv"], 2 * units);
+}
+
+// --chunks auto's online tuning switches the partition (and chunk count) between steps on
+// measured times; every partition is exact, so the run's losses and weights are those of a
+// run that never switched, to float64 rounding.
+TEST(Trainer, ChunkTuningSwitchesBetweenStepsAndStaysExact) {
+  uint64_t seed = fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  Rng rng(seed);
+  TrainOptions o = tiny_options(rng, DType::F64);
+  o.model = resolve_model_config("tiny", "", "GA|AG");
+  o.model.seed = rng.next_u64();
+  o.steps = 4, o.seq_len = 48, o.chunk_lengths = {10, 30, 8};  // no alpha of the grid cuts so
+  Trainer fixed(o);
+  std::ostringstream quiet;
+  const std::vector<StepReport> reference = fixed.run(quiet);
+
+  AutoChunks chosen;
+  for (const char* kind : {"embedding", "gdn_block", "mlp_block", "attention_block", "lm_head"})
+    chosen.costs.kinds[kind] = {{1e-5, 1e-7, 0}, {2e-5, 2e-7, 0}, 64};
+  chosen.costs.kinds["attention_block"].forward.per_pair = 1e-8;
+  chosen.costs.resident_bytes_per_parameter = 32;
+  chosen.space.model = o.model, chosen.space.dtype = o.dtype, chosen.space.stages = 2;
+  chosen.space.batch = o.batch, chosen.space.seq_len = o.seq_len, chosen.space.schedules = {"stateflow"};
+  chosen.space.microbatches = {o.microbatches}, chosen.space.recompute = {false}, chosen.space.multiple = 1;
+  chosen.plan.microbatches = o.microbatches, chosen.plan.chunk_lengths = o.chunk_lengths;
+  chosen.plan.chunks = 3;
+  Trainer tuned(o);
+  tuned.enable_chunk_tuning(chosen, 3, -1.0);  // any other partition is taken
+  std::vector<StepReport> steps;
+  for (int i = 0; i < 4; ++i) steps.push_back(tuned.step());
+  EXPECT_TRUE(steps[0].tuning.empty());  // the warm-up step is not measured
+  EXPECT_NE(steps[1].tuning.find("switching to N "), std::string::npos) << steps[1].tuning;
+  EXPECT_NE(tuned.pipeline().config().chunk_lengths, o.chunk_lengths);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(steps[size_t(i)].loss, reference[size_t(i)].loss, 1e-10 * reference[size_t(i)].loss);
+  const auto a = snapshot(fixed), b = snapshot(tuned);
+  for (const auto& [name, tensors] : a) {
+    const Tensor& x = tensors[0];
+    const Tensor& y = b.at(name)[0];
+    double num = 0, den = 0;
+    for (int64_t k = 0; k < x.numel(); ++k) {
+      num = std::max(num, std::abs(x.data<double>()[k] - y.data<double>()[k]));
+      den = std::max(den, std::abs(x.data<double>()[k]));
+    }
+    EXPECT_LE(num, 1e-10 * den) << name;
+  }
 }

@@ -8,6 +8,8 @@
 #include "cli/common.h"
 #include "train/bench.h"
 #include "train/bench_depth.h"
+#include "pipeline/chunk_partition.h"
+#include "train/planner.h"
 
 namespace stateflow::cli {
 
@@ -33,6 +35,59 @@ static std::vector<T> comma_list(const std::string& text) {
   return out;
 }
 
+// --chunks auto: stateflow at the planner's N with equal, balanced and the best alpha's chunks,
+// the --schedules baselines at this --microbatches and --recompute, and the best that the
+// planner finds for each schedule over every M and recompute (the same search for all).
+static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const PipelineOptions& pipe,
+                                            const std::vector<std::string>& schedules, double memory_bytes,
+                                            bool every_alpha) {
+  PlanSpace space = pipe.auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory_bytes);
+  space.schedules = {"stateflow"};
+  const AutoChunks a =
+      choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout);
+  const std::vector<PassCosts> stages = a.costs.stage_costs(o.model, o.stages);
+  std::vector<PlannedRun> runs;
+  auto add = [&](const std::string& label, Plan p) {
+    for (PlannedRun& r : runs)
+      if (r.schedule == p.schedule && r.microbatches == p.microbatches && r.recompute == p.recompute &&
+          r.chunk_lengths == p.chunk_lengths) {
+        r.label += " = " + label;
+        return;
+      }
+    predict_plan(a.costs, stages, space, p);
+    runs.push_back({label, p.schedule, p.microbatches, p.recompute, p.chunk_lengths, p.step_s});
+  };
+  const double b = double(o.batch / o.microbatches);
+  for (auto [label, alpha] : {std::pair<std::string, double>{"equal", 0.0}, {"balanced", 1.0},
+                              {cat("best alpha ", a.plan.alpha), a.plan.alpha}}) {
+    Plan p = a.plan;
+    p.alpha = alpha;
+    p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
+    if (!p.chunk_lengths.empty()) add(label, p);
+  }
+  // The brute force the choice is judged against: every alpha of the grid at that N.
+  for (double alpha : every_alpha ? partition_alphas() : std::vector<double>{}) {
+    Plan p = a.plan;
+    p.alpha = alpha;
+    p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
+    if (!p.chunk_lengths.empty()) add(cat("alpha ", alpha), p);
+  }
+  for (const std::string& name : schedules) {
+    if (parse_schedule_kind(name) == ScheduleKind::StateFlow) continue;
+    Plan p;
+    p.schedule = name, p.microbatches = o.microbatches, p.recompute = o.recompute, p.chunk_lengths = {o.seq_len};
+    add(name, p);
+    space.schedules.push_back(name);
+  }
+  // Every schedule tuned over the same space: M, recompute, and stateflow's N and alpha.
+  space.microbatches.clear(), space.recompute = {false, true};
+  const std::vector<Plan> ranked = search_plans(a.costs, space);
+  print_plans(ranked, space, 10, std::cout);
+  for (const std::string& name : space.schedules)
+    if (const Plan* best = best_plan(ranked, name)) add("tuned " + name, *best);
+  return runs;
+}
+
 void add_bench_command(CLI::App& root) {
   auto* app = root.add_subcommand(
       "bench",
@@ -50,6 +105,7 @@ void add_bench_command(CLI::App& root) {
   auto gpu_memory_gib = std::make_shared<double>(141);
   auto json = std::make_shared<std::string>();
   auto predict_from = std::make_shared<std::string>();
+  auto every_alpha = std::make_shared<bool>(false);
   pipe->stages = opts->stages, pipe->microbatches = opts->microbatches, pipe->chunks = 8;
   model->add(*app, "small", "f32");
   data->add(*app);
@@ -68,7 +124,7 @@ void add_bench_command(CLI::App& root) {
   app->add_option("--simulate-stages", *simulate_stages,
                   "Comma-separated stage counts, e.g. 4,8: predict step time, tokens/s, bubble and peak memory per "
                   "stage of every run at these depths with the simulator and this run's measured per-action costs "
-                  "(needs --stages >= 2)");
+                  "(from one stage too: its time is split between the blocks and the LM head by their FLOPs)");
   app->add_option("--simulate-model", *simulate_models,
                   "Comma-separated presets to predict for with --simulate-stages (e.g. gdn-3b,gdn-7b): the measured "
                   "per-block costs are scaled by the FLOP ratio and the activation bytes by the width ratio; "
@@ -80,6 +136,9 @@ void add_bench_command(CLI::App& root) {
                "After each run's timed steps, one more step with every layer call profiled: per layer kind and pass, "
                "the host's time to issue the work (launches, cuBLAS calls, allocations) against the device's time to "
                "run it back to back, in ms per unit (where host > device, the GPU waits for the host)");
+  app->add_flag("--every-alpha", *every_alpha,
+                "With --chunks auto: also run stateflow at the chosen N with every alpha of the planner's grid (the "
+                "brute force its choice is judged against)");
   app->add_option("--json", *json, "Also write the results (and predictions) as JSON to this file");
   app->add_option("--predict-from", *predict_from,
                   "Run nothing: read a run recorded with --json (e.g. on the GPU machine), print it, and predict "
@@ -88,7 +147,15 @@ void add_bench_command(CLI::App& root) {
   app->callback([=]() {
     BenchOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
-    o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
+    if (pipe->chunks_auto) {
+      SF_CHECK(sweep->empty() && predict_from->empty(), "--chunks auto plans its own runs: leave out --chunk-sweep "
+                                                        "and --predict-from");
+      o.planned = planned_runs(o, *pipe, comma_list<std::string>(*schedules),
+                               o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30), *every_alpha);
+      o.chunk_lengths = o.planned.front().chunk_lengths;
+    } else {
+      o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
+    }
     o.schedules = comma_list<std::string>(*schedules);
     o.chunk_sweep = comma_list<int>(*sweep);
     o.simulate_stages = comma_list<int>(*simulate_stages);

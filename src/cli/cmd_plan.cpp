@@ -1,17 +1,21 @@
 // `stateflow plan`
 #include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
 #include "core/allocator.h"
 #include "core/error.h"
+#include "model/device_ops.h"
 #include "model/flops.h"
 #include "model/mixer.h"
 #include "pipeline/check.h"
 #include "pipeline/lower.h"
 #include "pipeline/partition.h"
 #include "pipeline/simulate.h"
+#include "train/cost_profile.h"
+#include "train/planner.h"
 
 namespace stateflow::cli {
 
@@ -51,27 +55,74 @@ CostTable model_costs(const ModelConfig& m, int P, int N, int64_t seq_len) {
   return t;
 }
 
+struct PlanOptions {
+  std::string schedule = "stateflow";
+  int stages = 4, microbatches = 4, chunks = 4;
+  bool dump = false, lowered = false;
+  std::string trace;
+  std::string preset, config_path, pattern;
+  int64_t seq_len = 4096;
+  // --auto
+  bool automatic = false;
+  int64_t batch = 8, multiple = 0;
+  std::string dtype = "f32", device = "cpu", recompute = "both", profile_dir = default_profile_dir(), write_plan;
+  double memory_gib = -1;
+  int top = 15;
+};
+
+// `plan --auto`: profile (or the cached profile), search, print, and say how to run the best.
+void plan_automatically(const PlanOptions& o, const CLI::App& app) {
+  SF_CHECK(o.seq_len >= 1, "--seq-len ", o.seq_len, " must be >= 1");
+  SF_CHECK(o.batch >= 1, "--batch must be at least 1");
+  SF_CHECK(o.recompute == "none" || o.recompute == "full" || o.recompute == "both", "--recompute '", o.recompute,
+           "': use none, full or both");
+  SF_CHECK(o.top >= 1, "--top must be at least 1");
+  PlanSpace space;
+  space.model = resolve_model_config(o.preset.empty() ? "tiny" : o.preset, o.config_path, o.pattern);
+  space.dtype = parse_dtype(o.dtype);
+  space.device = parse_device(o.device);
+  init_device(space.device);
+  space.stages = o.stages, space.batch = o.batch, space.seq_len = o.seq_len;
+  if (app.count("--schedule")) space.schedules = {o.schedule};
+  if (app.count("--microbatches")) space.microbatches = {o.microbatches};
+  if (app.count("--chunks")) space.chunks = {o.chunks};
+  if (o.recompute != "both") space.recompute = {o.recompute == "full"};
+  space.multiple = o.multiple > 0 ? o.multiple : default_chunk_multiple(space.model, space.device);
+  const double gib = o.memory_gib >= 0 ? o.memory_gib : space.device == Device::CPU ? 0 : 141;
+  space.memory_bytes = gib * double(int64_t(1) << 30);
+  const CostModel costs = cached_cost_model(profile_options(space), o.profile_dir, std::cout);
+  const std::vector<Plan> ranked = search_plans(costs, space);
+  print_plans(ranked, space, o.top, std::cout);
+  SF_CHECK(!ranked.empty() && ranked.front().fits, "no configuration fits in ", format_bytes(int64_t(space.memory_bytes)),
+           " per device: more --stages, a shorter --seq-len or a smaller --batch");
+  const Plan& best = ranked.front();
+  const std::string model_args = !o.config_path.empty() ? " --config " + o.config_path
+                                 : " --preset " + (o.preset.empty() ? std::string("tiny") : o.preset);
+  std::cout << "chosen: stateflow train" << model_args << (o.pattern.empty() ? "" : " --pattern \"" + o.pattern + "\"")
+            << " --device " << o.device << " --stages " << o.stages << " --batch " << o.batch << " --seq-len "
+            << o.seq_len << " " << plan_arguments(best) << "\n";
+  if (!o.write_plan.empty()) {
+    std::ofstream f(o.write_plan);
+    SF_CHECK(f.good(), "cannot write the plan file '", o.write_plan, "'");
+    f << plan_json(best, space).dump(2) << "\n";
+    std::cout << "plan written to " << o.write_plan << " (--chunk-lengths " << o.write_plan << " runs its chunks)\n";
+  }
+}
+
 }  // namespace
 
 void add_plan_command(CLI::App& root) {
   auto* app = root.add_subcommand(
       "plan", "Show a schedule and what the simulator predicts for it: equal per-chunk costs, backward = 2x forward; "
               "with a model (--preset, --config or --pattern), each stage's cost from its blocks' FLOPs");
-  struct Opts {
-    std::string schedule = "stateflow";
-    int stages = 4, microbatches = 4, chunks = 4;
-    int64_t seq_len = 4096;
-    bool dump = false, lowered = false;
-    std::string trace;
-    std::string preset, config_path, pattern;
-  };
-  auto o = std::make_shared<Opts>();
+  auto o = std::make_shared<PlanOptions>();
   app->add_option("--schedule", o->schedule, "stateflow, 1f1b or gpipe")->capture_default_str();
   app->add_option("--stages", o->stages, "Pipeline stages P")->capture_default_str();
   app->add_option("--microbatches", o->microbatches, "Microbatches M")->capture_default_str();
   app->add_option("--chunks", o->chunks, "Chunks N per sequence (1f1b needs 1)")->capture_default_str();
   app->add_option("--seq-len", o->seq_len,
-                  "With a model: the sequence length its FLOPs per token are averaged over (attention's grow with it)")
+                  "With a model: the sequence length its FLOPs per token are averaged over (attention's grow with it); "
+                  "with --auto: the tokens per sequence to plan for")
       ->capture_default_str();
   app->add_flag("--dump", o->dump, "Print the schedule's text form (one line per stage)");
   app->add_flag("--lowered", o->lowered, "With --dump: print it with its sends and receives");
@@ -82,7 +133,29 @@ void add_plan_command(CLI::App& root) {
                   "Layer pattern of the model (default preset tiny when no --preset or --config): one letter per "
                   "block, '|' between stages. Letters: " +
                       mixer_letters_help());
-  app->callback([o]() {
+  app->add_flag("--auto", o->automatic,
+                "Search the schedule (stateflow, 1f1b, gpipe), --microbatches, --recompute and stateflow's chunk count "
+                "and partition with the simulator on costs measured on --device (a short profile, cached), under "
+                "the device memory limit, and print them ranked; --schedule, --microbatches, --chunks and "
+                "--recompute, when given, fix that choice");
+  app->add_option("--batch", o->batch, "--auto: sequences per step")->capture_default_str();
+  app->add_option("--dtype", o->dtype, "--auto: f32 or f64 (the CPU's precision; GPUs run f32 master weights)")
+      ->capture_default_str();
+  app->add_option("--device", o->device, "--auto: where to profile and for what to plan: cpu or cuda")
+      ->capture_default_str();
+  app->add_option("--recompute", o->recompute, "--auto: none, full, or both (search it)")->capture_default_str();
+  app->add_option("--memory-gib", o->memory_gib,
+                  "--auto: memory of one device in GiB (default: 141 for cuda (H200), no limit on the cpu)");
+  app->add_option("--chunk-multiple", o->multiple,
+                  "--auto: chunk cuts on multiples of this many tokens (default: 2048 on cuda, which keeps the GPU step "
+                  "bitwise equal to the unchunked one; the mixers' inner block on the cpu; 1: exact lengths)");
+  app->add_option("--profile-dir", o->profile_dir, "--auto: where measured cost profiles are cached")
+      ->capture_default_str();
+  app->add_option("--write-plan", o->write_plan,
+                  "--auto: write the best plan to this JSON file (train and bench take it as --chunk-lengths FILE)");
+  app->add_option("--top", o->top, "--auto: rows of the ranked table")->capture_default_str();
+  app->callback([o, app]() {
+    if (o->automatic) return plan_automatically(*o, *app);
     Schedule s = make_schedule(o->schedule, o->stages, o->microbatches, o->chunks);
     CheckResult check = check_schedule(s);
     SF_CHECK(check.ok, "the schedule failed its check:\n", check.message);

@@ -2,6 +2,7 @@
 #include <filesystem>
 #include <iostream>
 #include <new>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -88,7 +89,17 @@ void add_train_command(CLI::App& root) {
     TrainOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
     o.schedule = pipe->schedule;
-    if (o.resume.empty()) {
+    std::optional<AutoChunks> chosen;
+    if (pipe->chunks_auto) {
+      SF_CHECK(o.resume.empty(), "--chunks auto with --resume: give the resumed run's chunks (--chunks N or "
+                                 "--chunk-lengths; its log names the tuned ones)");
+      SF_CHECK(pipe->chunk_lengths.empty(), "--chunks auto and --chunk-lengths both choose the chunks: give one");
+      const double memory = o.device == Device::CPU ? 0 : 141.0 * double(int64_t(1) << 30);
+      chosen = choose_chunks(
+          pipe->auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory),
+          pipe->profile_dir.empty() ? default_profile_dir() : pipe->profile_dir, std::cout);
+      o.chunk_lengths = chosen->plan.chunk_lengths;
+    } else if (o.resume.empty()) {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
     } else {
       o.chunks = pipe->chunks, o.chunk_lengths = pipe->given_chunk_lengths();
@@ -97,6 +108,7 @@ void add_train_command(CLI::App& root) {
     install_stop_handlers();
     try {
       Trainer trainer(o);
+      if (chosen) trainer.enable_chunk_tuning(*chosen);
       trainer.run(std::cout);
       if (int sig = trainer.stopped_by()) throw ExitCode(128 + sig);
     } catch (const std::bad_alloc&) {

@@ -42,6 +42,8 @@ void add_verify_command(CLI::App& root) {
     VerifyOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
     o.schedule = pipe->schedule;
+    SF_CHECK(!pipe->chunks_auto, "verify --chunks auto: verify compares given chunkings; take the lengths that "
+                                 "plan --auto chose (--chunk-lengths a,b,c or its plan file)");
     if (app->count("--chunks") || app->count("--chunk-lengths"))
       o.chunkings.push_back(pipe->resolve_chunks(o.seq_len));
     VerifyResult r = run_verify(o);

@@ -51,18 +51,34 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
       ->capture_default_str();
   if (with_chunks) {
     // A given value is never replaced by a default: bad ones are refused here.
-    app.add_option("--chunks", chunks, "Chunks N per sequence (nearly equal lengths)")
-        ->capture_default_str()
+    app.add_option_function<std::string>(
+           "--chunks",
+           [this](const std::string& v) {
+             chunks_auto = v == "auto";
+             if (!chunks_auto) chunks = std::stoll(v);
+           },
+           "Chunks N per sequence (nearly equal lengths), or auto: the planner chooses N and uneven lengths from "
+           "costs measured on this device (a short profile, cached) and, in train, tunes them online")
+        ->default_str(std::to_string(chunks))
         ->check([](const std::string& v) {
-          return v.find_first_not_of("0123456789") == std::string::npos && v.find_first_not_of('0') != std::string::npos
+          return v == "auto" || (v.find_first_not_of("0123456789") == std::string::npos &&
+                                 v.find_first_not_of('0') != std::string::npos)
                      ? std::string()
-                     : v + " is not a number of chunks: give a whole number, at least 1";
+                     : v + " is not a number of chunks: give a whole number, at least 1, or auto";
         });
-    app.add_option("--chunk-lengths", chunk_lengths, "Explicit chunk lengths a,b,c,... summing to --seq-len")
+    app.add_option("--chunk-lengths", chunk_lengths,
+                   "Explicit chunk lengths a,b,c,... summing to --seq-len, or a plan file of stateflow plan --auto "
+                   "--write-plan")
         ->check([](const std::string& v) {
           return v.empty() ? std::string("it is empty: give lengths a,b,c,... summing to --seq-len, or leave it out")
                            : std::string();
         });
+    app.add_option("--chunk-multiple", chunk_multiple,
+                   "With --chunks auto: cut on multiples of this many tokens (default: 2048 on cuda, which keeps the "
+                   "GPU step bitwise equal to the unchunked one; the mixers' inner block on the cpu; 1: exact)");
+    app.add_option("--profile-dir", profile_dir,
+                   "With --chunks auto: where measured cost profiles are cached (default: " + default_profile_dir() +
+                       ")");
   }
   app.add_option("--schedule", schedule, "Pipeline schedule: stateflow (chunk-level 1F1B), 1f1b, gpipe")
       ->capture_default_str();
@@ -96,13 +112,29 @@ void PipelineOptions::apply_launch_flags() const {
   set_launch_flags({{rank, world_size, local_rank}, rendezvous});
 }
 
+// A --chunk-lengths value that is not a list of numbers names a plan file.
+static bool names_a_file(const std::string& text) { return text.find_first_not_of("0123456789, ") != std::string::npos; }
+
 std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {
+  SF_CHECK(!(chunks_auto && !chunk_lengths.empty()), "--chunks auto and --chunk-lengths both choose the chunks: give one");
   if (!chunk_lengths.empty()) {
+    if (names_a_file(chunk_lengths)) return chunk_lengths_from_plan_file(chunk_lengths, seq_len);
     std::vector<int64_t> l = parse_chunk_lengths(chunk_lengths);
     validate_chunk_lengths(l, seq_len);
     return l;
   }
   return even_chunk_lengths(seq_len, chunks);
+}
+
+PlanSpace PipelineOptions::auto_chunk_space(const ModelConfig& m, DType dtype, Device device, int64_t batch,
+                                            int64_t seq_len, bool recompute, double memory_bytes) const {
+  PlanSpace space;
+  space.model = m, space.dtype = dtype, space.device = device;
+  space.stages = stages, space.batch = batch, space.seq_len = seq_len;
+  space.schedules = {schedule}, space.microbatches = {microbatches}, space.recompute = {recompute};
+  space.multiple = chunk_multiple > 0 ? chunk_multiple : default_chunk_multiple(m, device);
+  space.memory_bytes = memory_bytes;
+  return space;
 }
 
 void CheckpointOptions::add(CLI::App& app, bool with_device) {
@@ -122,7 +154,8 @@ LoadedModel CheckpointOptions::load() const {
 }
 
 std::vector<int64_t> PipelineOptions::given_chunk_lengths() const {
-  return chunk_lengths.empty() ? std::vector<int64_t>{} : parse_chunk_lengths(chunk_lengths);
+  if (chunk_lengths.empty()) return {};
+  return names_a_file(chunk_lengths) ? chunk_lengths_from_plan_file(chunk_lengths, 0) : parse_chunk_lengths(chunk_lengths);
 }
 
 void add_data_parallel_option(CLI::App& app, int& data_parallel) {

@@ -9,6 +9,7 @@
 #include "model/config.h"
 #include "train/checkpoint.h"
 #include "train/data.h"
+#include "train/planner.h"
 
 namespace stateflow::cli {
 
@@ -31,7 +32,10 @@ struct PipelineOptions {
   int stages = 1;
   int microbatches = 1;
   int64_t chunks = 1;
-  std::string chunk_lengths;
+  bool chunks_auto = false;       // --chunks auto: the planner chooses N and the partition
+  std::string chunk_lengths;      // a,b,c or a plan file
+  int64_t chunk_multiple = 0;     // --chunks auto: cuts on multiples of this (0: the device's default)
+  std::string profile_dir;        // --chunks auto: where cost profiles are cached
   std::string schedule = "stateflow";
   std::string transport = "auto";
   double timeout_s = 120;
@@ -46,6 +50,10 @@ struct PipelineOptions {
   std::vector<int64_t> resolve_chunks(int64_t seq_len) const;
   // The lengths of --chunk-lengths (checked for form, not against a seq_len); empty when not given.
   std::vector<int64_t> given_chunk_lengths() const;
+  // --chunks auto: the planner's space for a run of this shape (its schedule, M and recompute
+  // fixed; N and the partition free).
+  PlanSpace auto_chunk_space(const ModelConfig& m, DType dtype, Device device, int64_t batch, int64_t seq_len,
+                             bool recompute, double memory_bytes) const;
 };
 
 // --data-parallel D (train and verify): replicas of the pipeline, one process per rank.

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "model/flops.h"
+#include "model/mixer.h"
 #include "model/model.h"
 
 namespace stateflow {
@@ -84,6 +85,19 @@ std::vector<std::string> stage_blocks(const ModelConfig& cfg, int P) {
   for (auto [begin, end] : stage_layer_ranges(cfg, P)) {  // layer 2i+1 is block i's mixer
     const int first = std::max(begin - 1, 0) / 2, last = std::min<int>((end - 1) / 2, int(letters.size()));
     out.push_back(letters.substr(size_t(first), size_t(last - first)));
+  }
+  return out;
+}
+
+std::vector<int64_t> stage_parameters(const ModelConfig& cfg, int P) {
+  std::vector<int64_t> out;
+  const std::vector<std::string> blocks = stage_blocks(cfg, P);
+  for (int r = 0; r < P; ++r) {
+    int64_t params = (r == 0 ? cfg.vocab_size * cfg.d_model : 0) +
+                     (r == P - 1 ? cfg.d_model + cfg.d_model * cfg.vocab_size : 0);
+    for (char letter : blocks[size_t(r)])
+      params += mixer_for_letter(letter).num_parameters(cfg) + 3 * cfg.d_model * cfg.mlp_hidden + 2 * cfg.d_model;
+    out.push_back(params);
   }
   return out;
 }

@@ -20,4 +20,7 @@ std::vector<std::pair<int, int>> stage_layer_ranges(const ModelConfig& cfg, int 
 // The block letters each stage owns, in order (stage_layer_ranges read as blocks).
 std::vector<std::string> stage_blocks(const ModelConfig& cfg, int stages);
 
+// The parameters each stage owns (the embedding on the first, the final norm and LM head on the last).
+std::vector<int64_t> stage_parameters(const ModelConfig& cfg, int stages);
+
 }  // namespace stateflow

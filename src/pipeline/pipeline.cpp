@@ -174,6 +174,11 @@ void Pipeline::zero_grads() {
   run_all([&](int i) { stages_[i]->zero_grads(); });
 }
 
+void Pipeline::set_chunk_lengths(const std::vector<int64_t>& lengths) {
+  run_all([&](int i) { stages_[i]->set_chunk_lengths(lengths); });
+  cfg_.chunk_lengths = lengths;
+}
+
 std::vector<Stage*> Pipeline::stages() {
   std::vector<Stage*> out;
   for (auto& s : stages_) out.push_back(s.get());

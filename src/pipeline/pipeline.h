@@ -53,6 +53,10 @@ class Pipeline {
   // Clips to the config's clip given grad_norm()'s result, then every stage's AdamW step.
   void clip_and_update(double lr, double norm);
   void zero_grads();
+  // Between steps: cut sequences at these lengths from now on (another chunk count remakes the
+  // schedule; every process must make the same change). The loss and gradients stay exact
+  // under any partition.
+  void set_chunk_lengths(const std::vector<int64_t>& lengths);
   std::vector<Stage*> stages();
   const PipelineConfig& config() const { return cfg_; }
   bool runs_all_stages() const { return int(stages_.size()) == cfg_.stages; }

@@ -27,11 +27,7 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport, Transpor
     init_device(Device::CUDA);
     device_backend(Device::CUDA).use_device(gpu);  // before anything of the stage is allocated
   }
-  const int N = static_cast<int>(cfg.chunk_lengths.size());
-  Schedule s = make_schedule(cfg.schedule, cfg.stages, cfg.microbatches, N);
-  CheckResult check = check_schedule(s);
-  SF_CHECK(check.ok, "the ", kind_name(cfg.schedule), " schedule failed its check:\n", check.message);
-  lowered_ = lower_schedule(s);
+  make_actions();
   auto [begin, end] = stage_layer_ranges(cfg.model, cfg.stages).at(rank);
   TrackerScope scope(tracker_);
   model_ = std::make_unique<Model>(cfg.model, cfg.dtype, begin, end, cfg.device);
@@ -43,7 +39,15 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport, Transpor
     for (Layer* l : model_->layers()) layer_params.push_back(l->params());
     reducer_ = std::make_unique<GradientReducer>(layer_params, *group, rank, cfg.bucket_bytes);
   }
-  const std::vector<Action>& actions = lowered_.per_stage.at(rank);
+}
+
+void Stage::make_actions() {
+  const int N = static_cast<int>(cfg_.chunk_lengths.size());
+  Schedule s = make_schedule(cfg_.schedule, cfg_.stages, cfg_.microbatches, N);
+  CheckResult check = check_schedule(s);
+  SF_CHECK(check.ok, "the ", kind_name(cfg_.schedule), " schedule failed its check:\n", check.message);
+  lowered_ = lower_schedule(s);
+  const std::vector<Action>& actions = lowered_.per_stage.at(rank_);
   for (size_t i = 0; i < actions.size(); ++i)
     if (actions[i].op == Op::Backward) last_backward_ = i;
 }
@@ -75,6 +79,13 @@ static void take_device_times(DeviceClock& clock, const std::vector<std::pair<in
     if (is_compute(t.action)) r.busy_s += t.end - t.start;
   }
   r.wall_s = clock.seconds_between(0, end_mark);
+}
+
+void Stage::set_chunk_lengths(const std::vector<int64_t>& lengths) {
+  SF_CHECK(executor_->units_in_flight() == 0, "stage ", rank_, ": the chunks change only between steps");
+  const size_t before = cfg_.chunk_lengths.size();
+  cfg_.chunk_lengths = lengths;
+  if (lengths.size() != before) make_actions();
 }
 
 void Stage::zero_grads() {

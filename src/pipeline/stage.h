@@ -74,6 +74,9 @@ class Stage {
   // Clips the grads to cfg.clip given the global norm, then this stage's AdamW step.
   void clip_and_update(double lr, double norm);
   void zero_grads();
+  // Cuts the next steps' sequences at these lengths instead (between steps); a new chunk count
+  // makes the schedule again.
+  void set_chunk_lengths(const std::vector<int64_t>& lengths);
 
   int rank() const { return rank_; }
   Model& model() { return *model_; }
@@ -103,6 +106,8 @@ class Stage {
   std::unique_ptr<DeviceClock> clock_;  // GPU stages: times the actions
   std::unique_ptr<GradientReducer> reducer_;  // data parallelism only
   size_t last_backward_ = 0;                  // index of the step's last backward action
+  // Generates, checks and lowers the schedule for cfg_'s shape (lowered_, last_backward_).
+  void make_actions();
 };
 
 }  // namespace stateflow

@@ -75,6 +75,7 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
   BenchRow row;
   row.schedule = kind_name(pc.schedule);
   row.chunk_lengths = pc.chunk_lengths;
+  row.microbatches = pc.microbatches, row.recompute = pc.recompute;
   try {
     auto pipe = o.make_pipeline(pc, o.transport);
     report = is_reporting_rank(*pipe);
@@ -116,6 +117,7 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
     const std::string what = e.what();
     BenchRow failed;  // nothing measured survives
     failed.schedule = row.schedule, failed.chunk_lengths = row.chunk_lengths;
+    failed.microbatches = row.microbatches, failed.recompute = row.recompute;
     failed.oom = true, failed.oom_message = what.substr(0, what.find('\n'));
     row = std::move(failed);
   }
@@ -145,12 +147,19 @@ BenchResult run_bench(const BenchOptions& o) {
 
   // Every run first (schedule, chunk lengths), so that progress lines can count them.
   std::vector<PipelineConfig> runs;
-  for (const std::string& name : o.schedules) {
-    PipelineConfig pc;
-    pc.model = o.model, pc.dtype = o.dtype, pc.device = o.device, pc.stages = o.stages, pc.microbatches = o.microbatches;
+  PipelineConfig base;
+  base.model = o.model, base.dtype = o.dtype, base.device = o.device, base.stages = o.stages;
+  base.microbatches = o.microbatches, base.timeout_s = o.timeout_s, base.recompute = o.recompute;
+  for (const PlannedRun& p : o.planned) {
+    PipelineConfig pc = base;
+    pc.schedule = parse_schedule_kind(p.schedule);
+    pc.microbatches = p.microbatches, pc.recompute = p.recompute, pc.chunk_lengths = p.chunk_lengths;
+    validate_chunk_lengths(pc.chunk_lengths, o.seq_len);
+    runs.push_back(pc);
+  }
+  for (const std::string& name : o.planned.empty() ? o.schedules : std::vector<std::string>{}) {
+    PipelineConfig pc = base;
     pc.schedule = parse_schedule_kind(name);
-    pc.timeout_s = o.timeout_s;
-    pc.recompute = o.recompute;
     std::vector<std::vector<int64_t>> chunkings{{o.seq_len}};
     if (pc.schedule == ScheduleKind::StateFlow) {
       chunkings = {o.chunk_lengths};
@@ -169,6 +178,10 @@ BenchResult run_bench(const BenchOptions& o) {
   for (const PipelineConfig& pc : runs) {
     const auto run_start = Clock::now();
     result.rows.push_back(run_one(o, pc, batches, result.report));
+    if (!o.planned.empty()) {
+      const PlannedRun& p = o.planned[result.rows.size() - 1];
+      result.rows.back().label = p.label, result.rows.back().predicted_step_s = p.predicted_step_s;
+    }
     const auto end = Clock::now();
     if (result.report)
       print_progress(result.rows.back(), result.rows.size(), runs.size(),
@@ -222,6 +235,21 @@ void print_bench(const BenchResult& r, const BenchOptions& o, std::ostream& os) 
   }
   os << "(x1f1b: ratio to the 1f1b row; peak/stage: the allocator's peak total on the fullest stage; driver/GPU: "
         "cudaMemGetInfo's bytes in use on the fullest GPU, most seen after a timed step)\n";
+  if (!r.rows.empty() && !r.rows.front().label.empty()) {
+    os << "planned runs (--chunks auto): measured against the planner's prediction from the cost profile\n";
+    std::snprintf(line, sizeof line, "%-22s %-10s %3s %4s %4s %11s %10s %10s %9s\n", "run", "schedule", "M", "rec", "N",
+                  "tokens/s", "step s", "pred s", "meas/pred");
+    os << line;
+    for (const BenchRow& row : r.rows) {
+      if (row.oom) continue;
+      std::snprintf(line, sizeof line, "%-22s %-10s %3d %4s %4d %11.0f %10.4f %10.4f %9.3f\n", row.label.c_str(),
+                    row.schedule.c_str(), row.microbatches, row.recompute ? "full" : "-", row.chunks(),
+                    row.tokens_per_s, row.step_s, row.predicted_step_s,
+                    row.predicted_step_s > 0 ? row.step_s / row.predicted_step_s : 0.0);
+      os << line;
+      os << "  chunks " << format_chunk_lengths(row.chunk_lengths) << "\n";
+    }
+  }
   os << "peak bytes per stage by category:\n";
   for (auto& row : r.rows) {
     if (row.oom) continue;
@@ -321,6 +349,11 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
   for (auto& row : r.rows) {
     nlohmann::json jr = {{"schedule", row.schedule}, {"chunks", row.chunks()}, {"chunk_lengths", row.chunk_lengths},
                          {"oom", row.oom}};
+    if (!row.label.empty())
+      jr.update({{"label", row.label},
+                 {"microbatches", row.microbatches},
+                 {"recompute", row.recompute},
+                 {"predicted_step_s", row.predicted_step_s}});
     if (row.oom) {
       jr["oom_message"] = row.oom_message;
       j["results"].push_back(jr);

@@ -26,6 +26,16 @@ namespace stateflow {
 
 using PipelineFactory = std::function<std::unique_ptr<Pipeline>(const PipelineConfig&, const std::string& transport)>;
 
+// One run the planner chose (--chunks auto): what it is and what the simulator predicted.
+struct PlannedRun {
+  std::string label;  // "equal", "balanced", "best alpha", "tuned 1f1b", ...
+  std::string schedule;
+  int microbatches = 1;
+  bool recompute = false;
+  std::vector<int64_t> chunk_lengths;
+  double predicted_step_s = 0;
+};
+
 struct BenchOptions {
   ModelConfig model = model_preset("small");
   DType dtype = DType::F32;
@@ -48,6 +58,8 @@ struct BenchOptions {
   std::vector<int> simulate_stages;
   std::vector<ModelConfig> simulate_models;
   double gpu_memory_bytes = 141.0 * (int64_t(1) << 30);  // H200
+  // Non-empty (--chunks auto): run these instead of the schedules x chunkings above.
+  std::vector<PlannedRun> planned;
   // Builds each run's pipeline; tests substitute one that fails.
   PipelineFactory make_pipeline = stateflow::make_pipeline;
 };
@@ -59,6 +71,10 @@ struct BenchRow {
   bool oom = false;             // the run ran out of memory; nothing below is measured
   std::string oom_message;      // first line of the error
   bool best = false;            // the fastest stateflow row of a chunk sweep
+  std::string label;            // planned runs: which one (PlannedRun::label); else empty
+  int microbatches = 0;
+  bool recompute = false;
+  double predicted_step_s = 0;  // planned runs: the planner's prediction
   double tokens_per_s = 0;
   double step_s = 0;                         // mean wall time of a timed step
   double bubble_measured = 0;                // mean over timed steps

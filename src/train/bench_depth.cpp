@@ -8,6 +8,7 @@
 #include "model/mixer.h"
 #include "model/model.h"
 #include "pipeline/partition.h"
+#include "train/planner.h"
 
 namespace stateflow {
 
@@ -43,44 +44,18 @@ struct StageWeights {
 };
 
 StageWeights stage_weights(const ModelConfig& m, int P, const BlockUnit& unit, int64_t seq_len) {
-  const int64_t embedding = m.vocab_size * m.d_model, head = m.d_model + m.d_model * m.vocab_size;
   const std::vector<std::string> blocks = stage_blocks(m, P);
   StageWeights w;
+  w.params = stage_parameters(m, P);
   for (int r = 0; r < P; ++r) {
     double f = 0, b = 0, width = 0;
-    int64_t params = (r == 0 ? embedding : 0) + (r == P - 1 ? head : 0);
     for (char letter : blocks[r]) {
       const BlockUnit u = block_unit(m, letter, seq_len);
       f += u.forward / unit.forward, b += u.backward / unit.backward, width += u.width / unit.width;
-      params += mixer_for_letter(letter).num_parameters(m) + 3 * m.d_model * m.mlp_hidden + 2 * m.d_model;
     }
-    w.forward.push_back(f), w.backward.push_back(b), w.width.push_back(width), w.params.push_back(params);
+    w.forward.push_back(f), w.backward.push_back(b), w.width.push_back(width);
   }
   return w;
-}
-
-// Each stage's K/V prefixes of one microbatch: the boundary-state tensors that grow with the
-// chunks (model/mixer.h), seq_len rows each, in the state's GPU type on a GPU (its gradient in
-// fp32) and in the run's type on the CPU.
-struct StagePrefixBytes {
-  std::vector<int64_t> prefix, grad;
-};
-
-StagePrefixBytes prefix_bytes_per_stage(const ModelConfig& m, int P, const BenchOptions& o) {
-  const bool gpu = o.device != Device::CPU;
-  const int64_t rows = o.batch / o.microbatches * o.seq_len;
-  StagePrefixBytes b;
-  for (const std::string& blocks : stage_blocks(m, P)) {
-    int64_t prefix = 0, grad = 0;
-    for (char letter : blocks)
-      for (const StateTensorSpec& t : mixer_for_letter(letter).boundary_state(m))
-        if (t.grows_with_chunks) {
-          prefix += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? t.device_dtype : o.dtype));
-          grad += rows * shape_numel(t.shape) * int64_t(dtype_size(gpu ? DType::F32 : o.dtype));
-        }
-    b.prefix.push_back(prefix), b.grad.push_back(grad);
-  }
-  return b;
 }
 
 int64_t resident_of(const MemorySnapshot& m) {
@@ -98,24 +73,35 @@ struct LayerCosts {
 LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
   const int P = o.stages, N = row.chunks(), last = P - 1;
   const ScheduleKind kind = parse_schedule_kind(row.schedule);
-  const StageWeights w = stage_weights(o.model, P, average_block(o.model, o.seq_len), o.seq_len);
+  const BlockUnit unit = average_block(o.model, o.seq_len);
+  const StageWeights w = stage_weights(o.model, P, unit, o.seq_len);
+  const double head_flops = double(o.model.d_model) * double(o.model.vocab_size);  // per token, x2 forward, x4 backward
   auto before_last = [&](const std::vector<double>& per_stage) {
     double sum = 0;
     for (int r = 0; r < last; ++r) sum += per_stage[r];
     return sum;
   };
   LayerCosts l;
+  // One measured stage holds the blocks and the head together: its time is split between them
+  // by their FLOPs (head_share: the head's fraction of the stage's).
   auto split = [&](const std::vector<std::vector<double>>& per_stage, const std::vector<double>& weight,
-                   std::vector<double>& block, std::vector<double>& head) {
+                   double head_share, std::vector<double>& block, std::vector<double>& head) {
     for (int c = 0; c < N; ++c) {
+      if (last == 0) {
+        block.push_back(per_stage[0][c] * (1 - head_share) / weight[0]);
+        head.push_back(per_stage[0][c] * head_share);
+        continue;
+      }
       double time_before_last = 0;
       for (int r = 0; r < last; ++r) time_before_last += per_stage[r][c];
       block.push_back(time_before_last / before_last(weight));
       head.push_back(std::max(0.0, per_stage[last][c] - weight[last] * block.back()));
     }
   };
-  split(row.costs.forward_time, w.forward, l.block_forward, l.head_forward);
-  split(row.costs.backward_time, w.backward, l.block_backward, l.head_backward);
+  split(row.costs.forward_time, w.forward, 2 * head_flops / (2 * head_flops + w.forward[0] * unit.forward),
+        l.block_forward, l.head_forward);
+  split(row.costs.backward_time, w.backward, 4 * head_flops / (4 * head_flops + w.backward[0] * unit.backward),
+        l.block_backward, l.head_backward);
   l.send = row.costs.send_time;
   std::vector<double> unit_stash(P);
   double stash_before_last = 0;
@@ -130,8 +116,13 @@ LayerCosts layer_costs(const BenchRow& row, const BenchOptions& o) {
     if (r < last) l.transient = std::max(l.transient, transient);
     else l.last_transient = transient;
   }
-  l.block_stash = stash_before_last / before_last(w.width);
-  l.head_stash = std::max(0.0, unit_stash[last] - w.width[last] * l.block_stash);
+  if (last == 0) {  // one stage: its stash counted as the blocks', its transient memory for every stage
+    l.block_stash = unit_stash[0] / w.width[0];
+    l.transient = l.last_transient;
+  } else {
+    l.block_stash = stash_before_last / before_last(w.width);
+    l.head_stash = std::max(0.0, unit_stash[last] - w.width[last] * l.block_stash);
+  }
   l.bytes_per_parameter = double(resident) / double(all_params);
   return l;
 }
@@ -160,7 +151,7 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
     t.resident_bytes[s][int(MemCategory::Other)] = int64_t((last ? l.last_transient : l.transient) * d.width_ratio);
   }
   for (double s : l.send) t.send_time.push_back(s * d_ratio);
-  const StagePrefixBytes kv = prefix_bytes_per_stage(target, P, o);
+  const StagePrefixBytes kv = kv_prefix_bytes(target, P, o.batch / o.microbatches * o.seq_len, o.device, o.dtype);
   t.kv_prefix_bytes = kv.prefix, t.kv_grad_bytes = kv.grad;
   const SimResult sim = simulate(make_schedule(parse_schedule_kind(row.schedule), P, o.microbatches, N), t);
   DepthPrediction p{.schedule = row.schedule, .stages = P, .chunks = N, .step_s = sim.makespan,
@@ -177,8 +168,6 @@ DepthPrediction predict(const BenchRow& row, const LayerCosts& l, const DepthPre
 
 void check_depth_targets(const BenchOptions& o) {
   if (o.simulate_stages.empty()) return;
-  SF_CHECK(o.stages >= 2, "--simulate-stages needs a measured run of at least 2 stages (--stages 2) to tell the "
-                          "blocks' costs from the LM head's");
   for (const ModelConfig& m : o.simulate_models)
     for (int P : o.simulate_stages) {
       ModelConfig even = m;
@@ -190,7 +179,6 @@ void check_depth_targets(const BenchOptions& o) {
 }
 
 DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, const ModelConfig& target) {
-  SF_CHECK(o.stages >= 2, "--simulate-stages needs a measured run of at least 2 stages (--stages 2)");
   DepthPredictions d;
   d.model = target;
   d.scaled = target.to_json() != o.model.to_json();

@@ -5,7 +5,9 @@
 // activation width (for a model of equal blocks, a stage weighs its block count). From the
 // measured run, per chunk:
 //   - an average block's forward and backward time: the stages before the last, divided by
-//     their blocks' weight (stage 0's embedding is folded in);
+//     their blocks' weight (stage 0's embedding is folded in); a one-stage run (one device, no
+//     contention from a second stage) splits its stage's time between the blocks and the LM
+//     head by their FLOPs, counts its stash as the blocks' and its transient memory for all;
 //   - the LM head's: what the last stage takes beyond its blocks at that rate (0 if timing
 //     noise makes that negative; otherwise the measured shape reproduces the measured costs);
 //   - a send's time: the mean Send action;
@@ -52,12 +54,12 @@ struct DepthPredictions {
   std::vector<DepthPrediction> rows;  // by stage count, then in the measured rows' order
 };
 
-// Throws Error, before anything runs, when a prediction asked for cannot be made: a measured
-// run of fewer than 2 stages, or a model with fewer blocks than a stage count.
+// Throws Error, before anything runs, when a prediction asked for cannot be made: a model with
+// fewer blocks than a stage count.
 void check_depth_targets(const BenchOptions& o);
 
 // For `target`: one prediction per measured row that ran (not OOM) and per
-// BenchOptions::simulate_stages. Needs a measured run of at least 2 stages.
+// BenchOptions::simulate_stages. A measured run of one stage works too (see the header).
 DepthPredictions predict_depths(const BenchResult& r, const BenchOptions& o, const ModelConfig& target);
 void print_depth_predictions(const DepthPredictions& p, const BenchOptions& o, std::ostream& os);
 nlohmann::json depth_predictions_json(const DepthPredictions& p, const BenchOptions& o);

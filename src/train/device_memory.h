@@ -3,6 +3,7 @@
 // CUDA build's train/cuda/device_memory_cuda.cpp talks to the driver.
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 namespace stateflow {
@@ -11,5 +12,9 @@ namespace stateflow {
 // (cudaMemGetInfo: total - free; every process and context included). Empty when the CUDA
 // backend was not started (CPU runs) or the build has no CUDA.
 std::vector<int64_t> gpu_used_bytes();
+
+// The current GPU's name ("NVIDIA H200"), for keying measured costs; empty when the CUDA
+// backend was not started or the build has no CUDA.
+std::string gpu_name();
 
 }  // namespace stateflow

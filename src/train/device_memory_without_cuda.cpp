@@ -4,5 +4,6 @@
 namespace stateflow {
 
 std::vector<int64_t> gpu_used_bytes() { return {}; }
+std::string gpu_name() { return {}; }
 
 }  // namespace stateflow

@@ -68,6 +68,8 @@ const std::vector<ResumeRule>& resume_rules() {
       {{"--resume"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.resume = g.resume; }},
       // Handed to the launcher, not part of the options.
       {{"--rank", "--world-size", "--local-rank", "--rendezvous"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
+      // --chunks auto's search (refused with --resume; the chosen lengths are what a run keeps).
+      {{"--chunk-multiple", "--profile-dir"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
   };
   return rules;
 }

@@ -51,6 +51,12 @@ Trainer::Trainer(const TrainOptions& opts) : opts_(opts) {
   if (!opts_.resume.empty()) load_checkpoint(opts_.resume);
 }
 
+void Trainer::enable_chunk_tuning(AutoChunks chosen, int rounds, double min_gain) {
+  SF_CHECK(chosen.plan.chunk_lengths == pipeline_->config().chunk_lengths,
+           "chunk tuning starts from the chunks the pipeline runs");
+  tuner_ = std::make_unique<ChunkTuner>(std::move(chosen), rounds, min_gain);
+}
+
 EvalResult Trainer::evaluate_held_out() {
   SF_CHECK(eval_data_, "no held-out data: pass --eval-data KIND --eval-data-path FILE");
   std::vector<Layer*> layers;
@@ -108,6 +114,11 @@ StepReport Trainer::step() {
   r.accuracy = last_.stats.counted ? double(last_.stats.correct) / double(last_.stats.counted) : 0.0;
   r.tokens = batch.batch * batch.seq_len;
   r.bubble_fraction = last_.bubble_fraction;
+  if (tuner_)
+    if (auto d = tuner_->after_step(last_, pipeline_->config().chunk_lengths, *pipeline_)) {
+      r.tuning = d->message;
+      if (d->chunk_lengths) pipeline_->set_chunk_lengths(*d->chunk_lengths);
+    }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   ++step_;
   return r;
@@ -183,6 +194,7 @@ std::vector<StepReport> Trainer::run(std::ostream& log) {
       else metrics << ",,";
       metrics << std::endl;
     }
+    if (report && !r.tuning.empty()) log << "step " << step_ << ": " << r.tuning << "\n" << std::flush;
     if (report && r.skipped)
       log << "warning: skipped " << r.warning << " (" << skipped_ << " skipped so far)\n" << std::flush;
     if (report && (step_ % opts_.log_every == 0 || step_ == opts_.steps)) {

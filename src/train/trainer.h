@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "pipeline/pipeline.h"
+#include "train/chunk_tuner.h"
 #include "train/data.h"
 #include "train/evaluate.h"
 #include "train/train_options.h"
@@ -22,6 +23,7 @@ struct StepReport {
   int64_t tokens = 0;
   bool skipped = false;  // non-finite loss or gradient under --skip-nonfinite: no update
   std::string warning;   // why it was skipped
+  std::string tuning;      // --chunks auto: what the chunk tuner measured and decided after this step
   bool evaluated = false;  // held-out evaluation ran after this step
   EvalResult eval;
 };
@@ -39,6 +41,9 @@ class Trainer {
   // in progress when SIGINT or SIGTERM arrives (see stop_signal.h): saves, then returns
   // with stopped_by() set.
   std::vector<StepReport> run(std::ostream& log);
+
+  // --chunks auto: tune the partition online from the next steps' measured times (chunk_tuner.h).
+  void enable_chunk_tuning(AutoChunks chosen, int rounds = 3, double min_gain = 0.02);
 
   // Loss, perplexity and accuracy on the first opts.eval_tokens of opts.eval_data, chunk by
   // chunk through the stages' layers (run() does it every eval_every steps and at the end).
@@ -63,6 +68,7 @@ class Trainer {
   std::unique_ptr<DataSource> data_;
   std::unique_ptr<DataSource> eval_data_;  // none without opts.eval_data
   std::unique_ptr<Pipeline> pipeline_;
+  std::unique_ptr<ChunkTuner> tuner_;  // --chunks auto only
   PipelineStepResult last_;
   int64_t step_ = 0;
   int64_t skipped_ = 0;

@@ -23,4 +23,13 @@ std::vector<int64_t> gpu_used_bytes() {
   return used;
 }
 
+std::string gpu_name() {
+  if (!device_available(Device::CUDA)) return {};
+  int current = 0;
+  cuda_check(cudaGetDevice(&current), "cudaGetDevice");
+  cudaDeviceProp prop{};
+  cuda_check(cudaGetDeviceProperties(&prop, current), "cudaGetDeviceProperties");
+  return prop.name;
+}
+
 }  // namespace stateflow

@@ -1,0 +1,58 @@
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
+
+#include "core/error.h"
+#include "temp_dir.h"
+#include "test_util.h"
+#include "train/cost_profile.h"
+
+using namespace stateflow;
+using namespace stateflow::testing;
+
+TEST(CostProfile, ChunkingsSpanTheSequence) {
+  for (int64_t T : {int64_t(1), int64_t(100), int64_t(4096), int64_t(131072)})
+    for (const auto& l : profile_chunkings(T, 64)) {
+      EXPECT_EQ(std::accumulate(l.begin(), l.end(), int64_t(0)), T);
+      for (int64_t s : l) EXPECT_GE(s, 1);
+    }
+  // Long chunks early, long chunks late: lengths and prefixes vary independently.
+  const auto c = profile_chunkings(4096, 64);
+  EXPECT_GT(c[0].front(), c[0].back());
+  EXPECT_LT(c[1].front(), c[1].back());
+}
+
+// A real profile of a small hybrid on the CPU: every layer kind is measured and fitted, only
+// attention gets a pair term, and the cache gives it back without measuring again.
+TEST(CostProfile, ProfilesEveryLayerKindAndCaches) {
+  TempDir dir;
+  ProfileOptions o;
+  o.model = resolve_model_config("tiny", "", "GA|AG");
+  o.seq_len = 256, o.batch = 2, o.multiple = 8;
+  std::ostringstream log;
+  const CostModel c = cached_cost_model(o, dir.path.string(), log);
+  for (const char* kind : {"embedding", "gdn_block", "attention_block", "mlp_block", "lm_head"}) {
+    ASSERT_TRUE(c.kinds.count(kind)) << kind;
+    const PassCosts& p = c.kinds.at(kind);
+    EXPECT_GT(p.forward.at(2, 128, 128) + p.backward.at(2, 128, 128), 0) << kind;
+    if (std::string(kind) != "attention_block") {
+      EXPECT_EQ(p.forward.per_pair + p.backward.per_pair, 0) << kind;
+    }
+  }
+  EXPECT_GT(c.kinds.at("gdn_block").stash_bytes_per_token, 0);
+  EXPECT_NEAR(c.resident_bytes_per_parameter, 16, 1e-9);  // f32 weights, grads and two AdamW moments
+  EXPECT_NE(log.str().find("measuring"), std::string::npos) << log.str();
+  std::ostringstream again;
+  const CostModel cached = cached_cost_model(o, dir.path.string(), again);
+  EXPECT_NE(again.str().find("(cached)"), std::string::npos) << again.str();
+  EXPECT_EQ(cost_model_json(cached), cost_model_json(c));
+  // Another shape is another key.
+  o.batch = 1;
+  EXPECT_NE(cost_profile_path(o, "d"), cost_profile_path(ProfileOptions{}, "d"));
+}
+
+TEST(CostProfile, NotACostModelIsAnErrorNamingTheFile) {
+  EXPECT_THROW(cost_model_from_json(nlohmann::json{{"kinds", 3}}, "x.json"), Error);
+}
