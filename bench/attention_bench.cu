@@ -1,13 +1,14 @@
 // Benchmark of the GPU prefix attention kernels (mixers/attention/prefix_attention_cuda.h):
 // causal attention over a whole sequence, then (with --chunk-len) the chunked case, one
 // chunk of queries against the K/V prefix of every chunk before it, per chunk position.
-// CUDA events, median of --reps after warm-ups (bench/bench_util.cuh); random normal inputs.
+// CUDA events, median of --reps after warm-ups (bench/bench_util.cuh). Shapes, inputs (drawn
+// on the device) and FLOPs are the prefix_attention op's (mixers/attention/prefix_attention_op.cpp).
 //
 //   attention_bench [--len 32768] [--heads 16] [--kv-heads 16] [--head-dim 128] [--batch 1]
 //                   [--reps 10] [--chunk-len 0]
 //
-// FLOPs are counted as FlashAttention's papers do: forward 4 x head_dim per (query, key)
-// pair the causal mask lets through, backward 2.5 times that (it recomputes the scores).
+// FLOPs are counted as FlashAttention's papers do (the op's count): forward 4 x head_dim per
+// (query, key) pair the causal mask lets through, backward 2.5 times that (it recomputes the scores).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -19,33 +20,14 @@
 #include <string>
 
 #include "bench_util.cuh"
+#include "kernels/cuda/op_buffers.h"
+#include "kernels/op_def.h"
 #include "mixers/attention/prefix_attention_cuda.h"
 
 namespace {
 
 using bf16 = __nv_bfloat16;
 using namespace stateflow;
-
-template <class T>
-__global__ void fill_normal(T* x, int64_t n, uint64_t seed) {
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    x[i] = T(bench::hash_normal(uint64_t(i), seed));
-}
-
-template <class T>
-T* random_device_array(int64_t n, uint64_t seed) {
-  T* d = nullptr;
-  CK(cudaMalloc(&d, size_t(n) * sizeof(T)));
-  fill_normal<T><<<std::min(bench::blocks(n, 256), 4096u), 256>>>(d, n, seed);
-  CK(cudaGetLastError());
-  return d;
-}
-
-// Forward FLOPs of d: 4 x head_dim per visible (query, key) pair, all heads and sequences.
-double forward_flops(const AttentionDims& d) {
-  const double pairs = double(d.len) * double(d.offset) + double(d.len) * double(d.len + 1) / 2;
-  return 4.0 * double(d.head_dim) * pairs * double(d.q_heads) * double(d.batch);
-}
 
 struct Buffers {
   bf16 *q, *k, *v, *o, *dout, *dq;
@@ -57,6 +39,8 @@ struct Times {
   float fwd, bwd;
 };
 
+// One chunk's queries at d.offset (a whole sequence: offset 0): forward once so the backward
+// reads its o and lse, then each timed.
 Times time_one(const AttentionDims& d, const Buffers& b, int reps) {
   auto fwd = [&] { prefix_attention_forward_cuda(d, b.q, b.k, b.v, b.o, b.lse, nullptr); };
   auto bwd = [&] {
@@ -102,12 +86,18 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attention_bench: %s\n", e.what());
     return 2;
   }
-  const int64_t nq = batch * len * heads * head_dim, nkv = batch * len * kv_heads * head_dim;
-  Buffers b{random_device_array<bf16>(nq, 1), random_device_array<bf16>(nkv, 2), random_device_array<bf16>(nkv, 3),
-            random_device_array<bf16>(nq, 4), random_device_array<bf16>(nq, 5), random_device_array<bf16>(nq, 6),
-            random_device_array<float>(batch * len * heads, 7), random_device_array<float>(nkv, 8),
-            random_device_array<float>(nkv, 9), nullptr};
-  CK(cudaMalloc(&b.ws, prefix_attention_workspace_bytes(whole)));
+  // Shape, inputs and FLOPs are the prefix_attention op's (mixers/attention/prefix_attention_op.cpp),
+  // the definition the kernels' CUDA test checks against float64.
+  const OpDef& op = op_named("prefix_attention");
+  BenchSizes sizes;
+  sizes.batch = batch, sizes.tokens = len, sizes.heads = heads;
+  const OpShape shape = op.bench_shapes(sizes).front().with("kv_heads", kv_heads).with("head_dim", head_dim);
+  OpBuffers buf(op, shape, DType::BF16);
+  buf.draw(1);
+  auto bf = [&](const char* name) { return static_cast<bf16*>(buf.ptr(name)); };
+  auto f32 = [&](const char* name) { return static_cast<float*>(buf.ptr(name)); };
+  const Buffers b{bf("q"), bf("k"), bf("v"),  bf("o"),  bf("dout"), bf("dq"),
+                  f32("lse"), f32("dk"), f32("dv"), buf.workspace()};
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("attention_bench on %s: batch %lld, %lld query heads, %lld K/V heads of %lld, causal, bf16, median of %d\n",
@@ -116,9 +106,9 @@ int main(int argc, char** argv) {
   std::printf("\n| tokens | forward ms | backward ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
   const Times t = time_one(whole, b, reps);
-  const double f = forward_flops(whole);
+  const double f = op.pass("fwd").flops(shape), fb = f + op.pass("bwd").flops(shape);
   std::printf("| %lld | %.3f | %.3f | %.3f | %.1f | %.1f |\n", (long long)len, t.fwd, t.bwd, t.fwd + t.bwd,
-              f / t.fwd * 1e-9, 3.5 * f / (t.fwd + t.bwd) * 1e-9);
+              f / t.fwd * 1e-9, fb / (t.fwd + t.bwd) * 1e-9);
 
   if (chunk_len > 0 && batch == 1) {  // chunk rows are contiguous only for one sequence
     std::printf("\nOne chunk of %lld queries against the prefix (K/V rows 0 .. offset + chunk):\n", (long long)chunk_len);
@@ -133,10 +123,10 @@ int main(int argc, char** argv) {
       bc.q += d.offset * row, bc.o += d.offset * row, bc.dout += d.offset * row, bc.dq += d.offset * row;
       bc.lse += d.offset * heads;
       const Times tc = time_one(d, bc, reps);
-      const double fc = forward_flops(d);
+      const OpShape chunk = shape.with("offset", d.offset).with("len", d.len);
       sum += tc.fwd + tc.bwd;
       std::printf("| %lld | %lld | %.3f | %.3f | %.1f | %.1f |\n", (long long)c, (long long)d.offset, tc.fwd, tc.bwd,
-                  fc / tc.fwd * 1e-9, 2.5 * fc / tc.bwd * 1e-9);
+                  op.pass("fwd").flops(chunk) / tc.fwd * 1e-9, op.pass("bwd").flops(chunk) / tc.bwd * 1e-9);
     }
     std::printf("sum over chunks, fwd+bwd: %.3f ms (whole sequence %.3f ms)\n", sum, t.fwd + t.bwd);
   }

@@ -2,6 +2,9 @@
 // warm-up, median of repeats), TFLOP/s with the registry's FLOP count of the `M` core
 // (mixers/mamba3/mamba3_mixer.cpp, sub-chunk 64 / R tokens), per-stage times and device memory.
 // bf16 vectors, fp32 scalars and states, P = 64, N = 128, edges in and out (all four tensors).
+// Shapes, inputs, FLOPs and the timed launches are the mamba3_core op's
+// (mixers/mamba3/mamba3_core_op.cpp), the definition the kernel's CUDA test checks
+// (tests/cuda/test_op_defs_cuda.cpp).
 //
 //   mamba3_core_bench [--batch 1] [--heads 32] [--len 32768,131072] [--rank 1,4] [--reps 20]
 //                     [--chunk-len 2048,...] [--json FILE]
@@ -21,9 +24,9 @@
 #include <vector>
 
 #include "bench_util.cuh"
+#include "kernels/cuda/op_buffers.h"
+#include "kernels/op_def.h"
 #include "mixers/mamba3/mamba3_core_cuda.h"
-#include "model/flops.h"
-#include "model/mixer.h"
 
 namespace {
 
@@ -33,24 +36,7 @@ using namespace stateflow::bench;
 
 constexpr int64_t P = 64, N = 128;
 
-template <class T>
-__global__ void init_normal(T* x, int64_t n, float scale, uint64_t seed) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = T(scale * hash_normal(i, seed));
-}
-
-// The layer's scalars: dt = softplus(. + dt_bias) with dt_bias per head for dt in [1e-3, 1e-1],
-// A in [-16, -1] per head, lam = sigmoid(.).
-__global__ void init_scalars(float* adt, float* dt, float* lam, int64_t n, int heads, uint64_t seed) {
-  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const int h = int(i % heads);
-  const float A = -(1.f + 15.f * hash_uniform(h, seed + 7)), dt0 = 0.001f + 0.099f * hash_uniform(h, seed + 8);
-  const float d = log1pf(expf(0.5f * hash_normal(i, seed) + logf(expm1f(dt0))));
-  dt[i] = d, adt[i] = A * d, lam[i] = 1.f / (1.f + expf(-hash_normal(i, seed + 1)));
-}
-
-// Device arrays of one run, freed together.
+// Device arrays the chunked run adds to the op's, freed together.
 struct Arena {
   std::vector<void*> ptrs;
   size_t bytes = 0;
@@ -75,7 +61,14 @@ struct Result {
   double fwd_tflops, fwdbwd_tflops, workspace_gib, total_gib, meminfo_gib;
 };
 
+// Shape, inputs, FLOPs and the timed launches come from the mamba3_core op
+// (mixers/mamba3/mamba3_core_op.cpp), the definition its CUDA test checks against the float64
+// recurrence.
 Result run(int64_t B, int64_t H, int64_t T, int64_t R, int reps, int64_t chunk_len) {
+  const stateflow::OpDef& op = stateflow::op_named("mamba3_core");
+  stateflow::BenchSizes sizes;
+  sizes.batch = B, sizes.heads = H, sizes.tokens = T;
+  const stateflow::OpShape shape = op.bench_shapes(sizes).front().with("rank", R);
   Mamba3Dims d;
   d.batch = B, d.heads = H, d.len = T, d.rank = R, d.P = P, d.N = N, d.block = 64 / R;
   const int64_t nt = B * T * H, nx = nt * R * P, nb = nt * R * N, ns = B * H * P * N, nxp = B * H * R * P,
@@ -83,54 +76,40 @@ Result run(int64_t B, int64_t H, int64_t T, int64_t R, int reps, int64_t chunk_l
   size_t free0 = 0, free1 = 0, tot = 0;
   CK(cudaDeviceSynchronize());
   CK(cudaMemGetInfo(&free0, &tot));
+  stateflow::OpBuffers buf(op, shape, stateflow::DType::BF16);
+  buf.draw(1);
   Arena m;
-  bf16 *x = m.alloc<bf16>(nx), *b = m.alloc<bf16>(nb), *c = m.alloc<bf16>(nb), *dy = m.alloc<bf16>(nx);
-  bf16 *y = m.alloc<bf16>(nx), *dx = m.alloc<bf16>(nx), *db = m.alloc<bf16>(nb), *dc = m.alloc<bf16>(nb);
-  float *adt = m.alloc<float>(nt), *dt = m.alloc<float>(nt), *lam = m.alloc<float>(nt), *D = m.alloc<float>(H);
-  float *dadt = m.alloc<float>(nt), *ddt = m.alloc<float>(nt), *dlam = m.alloc<float>(nt), *dD = m.alloc<float>(H);
+  auto bf = [&](const char* name) { return static_cast<bf16*>(buf.ptr(name)); };
+  auto f32 = [&](const char* name) { return static_cast<float*>(buf.ptr(name)); };
+  bf16 *x = bf("x"), *b = bf("b"), *c = bf("c"), *dy = bf("dy"), *y = bf("y"), *dx = bf("dx"), *db = bf("db"),
+       *dc = bf("dc");
+  float *adt = f32("adt"), *dt = f32("dt"), *lam = f32("lam"), *D = f32("D"), *dadt = f32("dadt"), *ddt = f32("ddt"),
+        *dlam = f32("dlam"), *dD = f32("dD");
   // Edges (forward in/out, gradients in/out): S, x_prev, b_prev each.
-  float *S_in = m.alloc<float>(ns), *S_out = m.alloc<float>(ns), *dS_in = m.alloc<float>(ns), *dS_out = m.alloc<float>(ns);
-  float *xp_in = m.alloc<float>(nxp), *xp_out = m.alloc<float>(nxp), *dxp_in = m.alloc<float>(nxp),
-        *dxp_out = m.alloc<float>(nxp);
-  float *bp_in = m.alloc<float>(nbp), *bp_out = m.alloc<float>(nbp), *dbp_in = m.alloc<float>(nbp),
-        *dbp_out = m.alloc<float>(nbp);
-  const size_t ws_bytes = stateflow::mamba3_cuda_workspace_bytes(d);
-  char* ws = m.alloc<char>(ws_bytes);
+  float *S_in = f32("S_in"), *S_out = f32("S_out"), *dS_in = f32("dS_in"), *dS_out = f32("dS_out");
+  float *xp_in = f32("xp_in"), *xp_out = f32("xp_out"), *dxp_in = f32("dxp_in"), *dxp_out = f32("dxp_out");
+  float *bp_in = f32("bp_in"), *bp_out = f32("bp_out"), *dbp_in = f32("dbp_in"), *dbp_out = f32("dbp_out");
+  const size_t ws_bytes = op.workspace_bytes(shape);
+  void* ws = buf.workspace();
   unsigned long long* bad = m.alloc<unsigned long long>(1);
-  init_normal<<<blocks(nx, 256), 256>>>(x, nx, 1.f, 1);
-  init_normal<<<blocks(nb, 256), 256>>>(b, nb, 0.3f, 2);
-  init_normal<<<blocks(nb, 256), 256>>>(c, nb, 0.3f, 3);
-  init_normal<<<blocks(nx, 256), 256>>>(dy, nx, 1.f, 4);
-  init_scalars<<<blocks(nt, 256), 256>>>(adt, dt, lam, nt, int(H), 5);
-  init_normal<<<1, 256>>>(D, H, 1.f, 6);
-  init_normal<<<blocks(ns, 256), 256>>>(S_in, ns, 0.5f, 7);
-  init_normal<<<blocks(ns, 256), 256>>>(dS_out, ns, 1.f, 8);
-  init_normal<<<blocks(nxp, 256), 256>>>(xp_in, nxp, 1.f, 9);
-  init_normal<<<blocks(nbp, 256), 256>>>(bp_in, nbp, 0.3f, 10);
-  init_normal<<<blocks(nxp, 256), 256>>>(dxp_out, nxp, 1.f, 11);
-  init_normal<<<blocks(nbp, 256), 256>>>(dbp_out, nbp, 1.f, 12);
-  CK(cudaGetLastError());
   CK(cudaDeviceSynchronize());
   CK(cudaMemGetInfo(&free1, &tot));
 
   const stateflow::Mamba3CudaInputs in{x, b, c, adt, dt, lam, D};
-  auto fwd = [&](const stateflow::Mamba3CudaConfig& cfg) {
-    stateflow::mamba3_chunk_forward_cuda(d, in, {S_in, xp_in, bp_in}, y, {S_out, xp_out, bp_out}, ws, nullptr, cfg);
-  };
-  auto bwd = [&](const stateflow::Mamba3CudaConfig& cfg) {
-    stateflow::mamba3_chunk_backward_cuda(d, in, {S_in, xp_in, bp_in}, dy, {dS_out, dxp_out, dbp_out},
-                                          {dx, db, dc, dadt, ddt, dlam, dD}, {dS_in, dxp_in, dbp_in}, ws, nullptr, cfg);
-  };
+  auto fwd = [&] { buf.run(op.pass("fwd")); };
+  auto bwd = [&] { buf.run(op.pass("bwd")); };
   auto time_it = [&](auto&& f) { return median_ms(f, reps); };
   Result r{};
   r.rank = R, r.len = T, r.chunk_len = chunk_len;
-  r.fwd_ms = time_it([&] { fwd({}); });
-  r.fwdbwd_ms = time_it([&] { fwd({}), bwd({}); });
-  stateflow::Mamba3CudaConfig timed;  // per-stage times: one synchronised run of each
+  r.fwd_ms = time_it(fwd);
+  r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
+  // Per-stage times: one synchronised run of each (Mamba3CudaConfig::stage_ms, a benchmark-only setting).
+  stateflow::Mamba3CudaConfig timed;
   timed.stage_ms = r.stage_ms;
-  fwd(timed);
+  stateflow::mamba3_chunk_forward_cuda(d, in, {S_in, xp_in, bp_in}, y, {S_out, xp_out, bp_out}, ws, nullptr, timed);
   timed.stage_ms = r.stage_ms + 3;
-  bwd(timed);
+  stateflow::mamba3_chunk_backward_cuda(d, in, {S_in, xp_in, bp_in}, dy, {dS_out, dxp_out, dbp_out},
+                                        {dx, db, dc, dadt, ddt, dlam, dD}, {dS_in, dxp_in, dbp_in}, ws, nullptr, timed);
   CK(cudaMemset(bad, 0, sizeof(*bad)));
   for (auto [p, n] : {std::pair{y, nx}, {dx, nx}, {db, nb}, {dc, nb}}) count_nonfinite<<<blocks(n, 256), 256>>>(p, n, bad);
   CK(cudaMemcpy(&r.nonfinite, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
@@ -189,7 +168,7 @@ Result run(int64_t B, int64_t H, int64_t T, int64_t R, int reps, int64_t chunk_l
                                    {S_out, ns * 4},  {xp_out, nxp * 4}, {bp_out, nbp * 4}, {dS_in, ns * 4},
                                    {dxp_in, nxp * 4}, {dbp_in, nbp * 4}};
     CK(cudaMemset(dD, 0, H * 4));
-    fwd({}), bwd({});
+    fwd(), bwd();
     std::vector<unsigned char*> ref;
     for (const Out& o : outs) {
       ref.push_back(m.alloc<unsigned char>(size_t(o.bytes)));
@@ -204,16 +183,11 @@ Result run(int64_t B, int64_t H, int64_t T, int64_t R, int reps, int64_t chunk_l
     CK(cudaMemcpy(&r.chunked_bytes_differing, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
   }
 
-  // The M row's core count for one head (sub-chunk 64 / R tokens), nt = tokens x heads.
-  stateflow::ModelConfig one_head;
-  one_head.pattern = "M";
-  one_head.mixers["mamba3"] = {{"heads", 1}, {"head_dim", P}, {"state_size", N}, {"rank", R}, {"block_size", 64 / R}};
-  one_head.complete_sections();
-  const stateflow::MixerFlops f = stateflow::mixer_for_letter('M').flops_per_token(one_head);
-  r.fwd_tflops = f.core_forward * nt / (r.fwd_ms * 1e-3) / 1e12;
-  r.fwdbwd_tflops = (f.core_forward + f.core_backward) * nt / (r.fwdbwd_ms * 1e-3) / 1e12;
+  const double f_fwd = op.pass("fwd").flops(shape), f_bwd = op.pass("bwd").flops(shape);
+  r.fwd_tflops = f_fwd / (r.fwd_ms * 1e-3) / 1e12;
+  r.fwdbwd_tflops = (f_fwd + f_bwd) / (r.fwdbwd_ms * 1e-3) / 1e12;
   r.workspace_gib = ws_bytes / double(1 << 30);
-  r.total_gib = m.bytes / double(1 << 30);
+  r.total_gib = (buf.bytes() + m.bytes) / double(1 << 30);
   r.meminfo_gib = (free0 - free1) / double(1 << 30);
   return r;
 }

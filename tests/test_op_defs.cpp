@@ -23,8 +23,9 @@ TEST(OpDefs, RegistryHoldsEveryBenchmarkedKernelOnceSortedByName) {
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   // Every kernel gdn_core_bench and kernels_bench time.
-  for (const char* expected : {"adamw", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
-                               "lm_head_ce", "rmsnorm", "short_conv", "swiglu"})
+  for (const char* expected : {"adamw", "attention_prefix_rows", "attention_rope", "attention_sigmoid_gate", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
+                               "lm_head_ce", "mamba3_angles", "mamba3_core", "mamba3_expand_x", "mamba3_gates",
+                               "mamba3_output_gate", "mamba3_rotary_bc", "prefix_attention", "rmsnorm", "short_conv", "swiglu"})
     EXPECT_NO_THROW(op_named(expected)) << expected;
   expect_error([] { op_named("no_such_op"); }, "registered: ");
 }
@@ -75,6 +76,81 @@ TEST(OpDefs, GdnCoreFlopsAndBytesMatchAHandCount) {
   // bwd reads q, k, v, dO, beta, g, S_in, dS_out and writes dq, dk, dv, dbeta, dg, dS_in:
   // 4 x 16384 + 512 + 2 x 65536 + 3 x 16384 + 512 + 65536.
   EXPECT_EQ(op.pass("bwd").bytes(kGdnOneBlock), 312320.0);
+}
+
+// One sub-chunk of 64 tokens, one head, P = 64, N = 128, rank 1 (MATH.md section 9): forward
+// per token 4 R N P + 2 C R^2 (N + P) = 32768 + 24576, backward 10 R N P + 2 C R^2 (3N + 2P) =
+// 81920 + 65536.
+TEST(OpDefs, Mamba3CoreFlopsAndBytesMatchAHandCount) {
+  const OpShape one{{{"batch", 1}, {"len", 64}, {"heads", 1}, {"rank", 1}}};
+  const OpDef& op = op_named("mamba3_core");
+  EXPECT_EQ(op.pass("fwd").flops(one), 64 * 57344.0);
+  EXPECT_EQ(op.pass("bwd").flops(one), 64 * 147456.0);
+  // fwd reads x (64 x 64 bf16 = 8192 bytes), b, c (64 x 128 bf16, 16384 each), adt, dt, lam
+  // (768), D (4) and the edge S, x_prev, b_prev (32768 + 256 + 512 = 33536); writes y (8192)
+  // and the edge out (33536).
+  EXPECT_EQ(op.pass("fwd").bytes(one), 8192 + 32768 + 768 + 4 + 33536 + 33536 + 8192.0);
+  // bwd reads x, dy, b, c, the scalars, D, the edge and its gradient; writes dx, db, dc, the
+  // scalar gradients and the edge's gradient; reads and writes dD.
+  EXPECT_EQ(op.pass("bwd").bytes(one), 3 * 8192 + 4 * 16384 + 6 * 256 + 4 + 8 + 3 * 33536.0);
+}
+
+// The Mamba-3 per-token ops are memory-bound: bytes only.
+TEST(OpDefs, Mamba3OpBytesMatchAHandCount) {
+  // Gates, 4 rows of 2 heads: fwd reads dd_dt, dd_A, trap (3 x 8 bf16) and dt_bias (2 fp32),
+  // writes dt, adt, lam (3 x 8 fp32); bwd also reads ddt, dadt, dlam (fp32), writes three bf16
+  // gradients, reads and writes d_dt_bias.
+  const OpShape gates{{{"rows", 4}, {"heads", 2}, {"batch", 1}}};
+  EXPECT_EQ(op_named("mamba3_gates").pass("fwd").bytes(gates), 48 + 8 + 96.0);
+  EXPECT_EQ(op_named("mamba3_gates").pass("bwd").bytes(gates), 48 + 8 + 96 + 48 + 16.0);
+  EXPECT_EQ(op_named("mamba3_gates").pass("bwd").flops(gates), 0.0);
+  // Output gate, 2 rows of 1 head of P = 4 at rank 2: y (16 bf16), z and out (8 bf16 each),
+  // mimo_z and mimo_o (8 fp32 each); SISO (rank 1) reads no rank parameters.
+  const OpShape gate{{{"rows", 2}, {"heads", 1}, {"rank", 2}, {"P", 4}, {"batch", 1}}};
+  const OpDef& out = op_named("mamba3_output_gate");
+  EXPECT_EQ(out.pass("fwd").bytes(gate), 32 + 32 + 64.0);
+  EXPECT_EQ(out.pass("fwd").bytes(gate.with("rank", 1)), 16 + 32.0);
+  // bwd: y, dy (16 bf16 each), z, dout, dz (8 bf16 each), the parameters read and their
+  // gradients read and written.
+  EXPECT_EQ(out.pass("bwd").bytes(gate), 64 + 48 + 64 + 128.0);
+  // Angles, one sequence of 3 tokens, 2 heads, 4 angles: fwd reads ang (12 bf16), dt (6 fp32),
+  // phi_in (8 fp32), writes phi (24 fp32) and phi_out (8 fp32).
+  const OpShape angles{{{"batch", 1}, {"len", 3}, {"heads", 2}, {"angles", 4}}};
+  EXPECT_EQ(op_named("mamba3_angles").pass("fwd").bytes(angles), 24 + 24 + 32 + 96 + 32.0);
+}
+
+// Attention's element-wise ops move bytes only: RoPE reads and writes x in place; the gate
+// reads o, g (and dy) and writes y (d_o, dg); a chunk of 2 x 5 rows of 24 moves 240 elements:
+// bf16 in and out, or fp32 read and zeroed and bf16 written.
+TEST(OpDefs, AttentionElementwiseBytesMatchAHandCount) {
+  const OpShape rope{{{"batch", 1}, {"len", 3}, {"offset", 9}, {"heads", 2}, {"head_dim", 8}, {"rotary_dim", 4},
+                      {"theta", 10000}}};
+  EXPECT_EQ(op_named("attention_rope").pass("fwd").bytes(rope), 2 * 2 * 48.0);
+  EXPECT_EQ(op_named("attention_rope").pass("bwd").flops(rope), 0.0);
+  const OpShape gate{{{"n", 10}}};
+  EXPECT_EQ(op_named("attention_sigmoid_gate").pass("fwd").bytes(gate), 60.0);
+  EXPECT_EQ(op_named("attention_sigmoid_gate").pass("bwd").bytes(gate), 100.0);
+  const OpShape rows{{{"batch", 2}, {"seq_len", 20}, {"offset", 7}, {"len", 5}, {"width", 24}}};
+  EXPECT_EQ(op_named("attention_prefix_rows").pass("write").bytes(rows), 4 * 240.0);
+  EXPECT_EQ(op_named("attention_prefix_rows").pass("take").bytes(rows), 10 * 240.0);
+}
+
+// One sequence of 64 tokens, one head of 128: 64 x 65 / 2 = 2080 (query, key) pairs under the
+// causal mask, 4 x 128 FLOPs each forward, 2.5 times that backward.
+TEST(OpDefs, PrefixAttentionFlopsAndBytesMatchAHandCount) {
+  const OpShape one{{{"batch", 1}, {"len", 64}, {"offset", 0}, {"kv_rows", 64}, {"q_heads", 1}, {"kv_heads", 1},
+                     {"head_dim", 128}}};
+  const OpDef& op = op_named("prefix_attention");
+  EXPECT_EQ(op.pass("fwd").flops(one), 4 * 128 * 2080.0);
+  EXPECT_EQ(op.pass("bwd").flops(one), 2.5 * 4 * 128 * 2080.0);
+  // fwd reads q, k, v and writes o (64 x 128 bf16 = 16384 bytes each) and lse (64 fp32).
+  EXPECT_EQ(op.pass("fwd").bytes(one), 4 * 16384 + 256.0);
+  // bwd reads q, o, dout, k, v and lse, writes dq, reads and writes dk and dv (fp32, 32768 each).
+  EXPECT_EQ(op.pass("bwd").bytes(one), 6 * 16384 + 256 + 4 * 32768.0);
+  // A chunk of 64 after 64 others sees 64 x 64 more pairs and reads twice the K/V rows.
+  const OpShape later = one.with("offset", 64).with("kv_rows", 128);
+  EXPECT_EQ(op.pass("fwd").flops(later), 4 * 128 * (2080 + 4096.0));
+  EXPECT_EQ(op.pass("fwd").bytes(later), 4 * 16384 + 2 * 16384 + 256.0);
 }
 
 // 4 rows of 8 (bf16 activations): rmsnorm reads x and writes y (2 x 2 x 32 bytes) and rstd
