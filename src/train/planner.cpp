@@ -227,7 +227,9 @@ nlohmann::json plan_json(const Plan& p, const PlanSpace& space) {
 
 ProfileOptions profile_options(const PlanSpace& space) {
   ProfileOptions po;
-  po.model = space.model, po.dtype = space.dtype, po.device = space.device, po.seq_len = space.seq_len;
+  po.model = space.model, po.dtype = space.dtype, po.device = space.device;
+  // The whole model's stash of one sequence must fit on the one device; the terms price longer ones.
+  po.seq_len = std::min(space.seq_len, kMaxProfileTokens);
   // Units of the run's microbatch when it is fixed (the fixed term is per unit), else of one sequence.
   po.batch = space.microbatches.size() == 1 ? space.batch / space.microbatches.front() : 1;
   po.multiple = std::min<int64_t>(space.multiple, std::max<int64_t>(1, space.seq_len / 32));

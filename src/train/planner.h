@@ -99,7 +99,11 @@ std::string plan_arguments(const Plan& p);
 
 // The plan file (`plan --auto --write-plan FILE`): the space's shape and the plan.
 nlohmann::json plan_json(const Plan& p, const PlanSpace& space);
-// The profile that prices this space: its model, precision and device, units of its microbatch.
+// The longest sequence a profile runs: it holds one sequence's activations of the whole model on
+// one device; its fitted terms price longer sequences (attention's pairs are quadratic exactly).
+constexpr int64_t kMaxProfileTokens = 32768;
+// The profile that prices this space: its model, precision and device, units of its microbatch,
+// sequences of its length up to kMaxProfileTokens.
 ProfileOptions profile_options(const PlanSpace& space);
 
 // `--chunks auto`: the cost model of this run's shape (cached, else profiled now) and the best
