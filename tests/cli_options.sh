@@ -2,7 +2,9 @@
 # Options given on the command line are used or refused, never silently replaced:
 #  * verify: --chunks -3 / 0, an empty --chunk-lengths, --tolerance -1 / 0 / nan are errors
 #    naming the option (they used to run the built-in chunkings and default tolerance);
-#    plan --seq-len 0 likewise;
+#    plan --seq-len 0 likewise; --chunks auto where it cannot run, and a missing plan file;
+#  * plan --auto profiles once and then uses its cache; train runs a plan file's chunks and
+#    --chunks auto says what it chose and tunes;
 #  * train --resume: --recompute and --metrics given again apply (they used to be dropped),
 #    a data option that differs from the checkpoint's is refused saying why, and a bare
 #    relative step directory (`cd RUN && train --resume step-000002`) keeps saving into RUN.
@@ -27,6 +29,30 @@ refused "verify --chunks 0" "--chunks: 0 is not a number of chunks" "$bin" verif
 refused "verify --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" verify --chunk-lengths ""
 refused "train --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" train --chunk-lengths ""
 refused "plan --seq-len 0" "--seq-len 0 must be >= 1" "$bin" plan --preset hybrid-1.3b --stages 2 --seq-len 0
+# --chunks auto and plan files.
+refused "verify --chunks auto" "verify --chunks auto: verify compares given chunkings" "$bin" verify --chunks auto
+refused "train --chunks many" "many is not a number of chunks: give a whole number, at least 1, or auto" \
+  "$bin" train --chunks many
+refused "train --chunks auto --chunk-lengths" "--chunks auto and --chunk-lengths both choose the chunks" \
+  "$bin" train --chunks auto --chunk-lengths 8,8 --seq-len 16
+refused "train --chunks auto --transport mpi" "--chunks auto runs in one process" \
+  "$bin" train --chunks auto --transport mpi
+refused "train --chunk-lengths FILE (missing)" "cannot read the plan file 'nosuch.json'" \
+  "$bin" train --chunk-lengths nosuch.json
+auto=(--preset tiny --pattern "GA|AG" --batch 2 --seq-len 64 --stages 2 --profile-dir "$dir/profiles")
+"$bin" plan --auto "${auto[@]}" --write-plan "$dir/plan.json" >"$dir/plan.log" 2>&1 || fail "plan --auto: $(cat "$dir/plan.log")"
+grep -q "^chosen: stateflow train" "$dir/plan.log" || fail "plan --auto printed no command line: $(cat "$dir/plan.log")"
+grep -q "(cached)" "$dir/plan.log" && fail "plan --auto: a fresh profile directory had a cached profile"
+"$bin" plan --auto "${auto[@]}" >"$dir/plan2.log" 2>&1 || fail "plan --auto again: $(cat "$dir/plan2.log")"
+grep -q "(cached)" "$dir/plan2.log" || fail "plan --auto again did not use the cached profile: $(cat "$dir/plan2.log")"
+"$bin" train --preset tiny --pattern "GA|AG" --batch 2 --seq-len 64 --stages 2 --microbatches 1 --steps 1 \
+  --chunk-lengths "$dir/plan.json" >"$dir/planned.log" 2>&1 || fail "train --chunk-lengths plan.json: $(cat "$dir/planned.log")"
+grep -qF "chunks $(python3 -c 'import json,sys; print(",".join(map(str, json.load(open(sys.argv[1]))["chunk_lengths"])))' "$dir/plan.json")" \
+  "$dir/planned.log" || fail "train --chunk-lengths plan.json did not run the plan's chunks: $(cat "$dir/planned.log")"
+"$bin" train "${auto[@]}" --chunks auto --steps 3 --log-every 1 >"$dir/auto.log" 2>&1 || fail "train --chunks auto: $(cat "$dir/auto.log")"
+grep -q "^--chunks auto: N " "$dir/auto.log" || fail "train --chunks auto said nothing of its choice: $(cat "$dir/auto.log")"
+grep -q "chunk tuning: step measured" "$dir/auto.log" || fail "train --chunks auto did not tune: $(cat "$dir/auto.log")"
+echo "plan --auto, plan files and train --chunks auto run"
 for t in -1 0 nan; do
   refused "verify --tolerance $t" "--tolerance: $t is not a positive, finite relative difference" \
     "$bin" verify --tolerance "$t"

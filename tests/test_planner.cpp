@@ -8,6 +8,7 @@
 #include "pipeline/chunk_partition.h"
 #include "temp_dir.h"
 #include "test_util.h"
+#include "train/cost_calibration.h"
 #include "train/planner.h"
 #include "train/verify.h"
 
@@ -141,4 +142,40 @@ TEST(Planner, GeneratedPartitionsAreExact) {
   const VerifyResult r = run_verify(o);
   EXPECT_TRUE(r.passed());
   EXPECT_LE(r.max_rel_grad_diff, 1e-10);
+}
+
+// A run whose layers take 2x the profile's linear part and 3x its pair part, with 1 ms per
+// message between stages: one measured run recovers all three, and then predicts other
+// partitions as the truth would.
+TEST(CostCalibration, RecoversMeasuredFactorsAndMessageLatency) {
+  const CostModel profiled = hybrid_costs();
+  CostModel truth = profiled;
+  for (auto& [kind, p] : truth.kinds)
+    for (CostTerms* t : {&p.forward, &p.backward}) *t = {2 * t->fixed, 2 * t->per_token, 3 * t->per_pair};
+  PlanSpace space = hybrid_space();
+  PlanSpace true_space = space;
+  true_space.message_s = 1e-3;
+  const std::vector<PassCosts> true_stages = truth.stage_costs(space.model, 2);
+  Plan run;
+  run.microbatches = 2, run.chunk_lengths = std::vector<int64_t>(8, 1024);
+  const CostTable measured = plan_cost_table(truth, true_stages, true_space, run);
+  predict_plan(truth, true_stages, true_space, run);
+
+  CostCalibration calibration(profiled, space);
+  calibration.add(run, measured, run.step_s);
+  const std::vector<PassCosts> fitted = calibration.stages(), before = profiled.stage_costs(space.model, 2);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NEAR(fitted[size_t(r)].forward.per_token, 2 * before[size_t(r)].forward.per_token,
+                1e-9 * before[size_t(r)].forward.per_token);
+    EXPECT_NEAR(fitted[size_t(r)].backward.per_pair, 3 * before[size_t(r)].backward.per_pair,
+                1e-9 * before[size_t(r)].backward.per_pair);
+  }
+  EXPECT_NEAR(calibration.space().message_s, 1e-3, 1e-9);
+  Plan other;
+  other.microbatches = 4, other.recompute = true;
+  other.chunk_lengths = alpha_partition(unit_cost(fitted, true), 1, space.seq_len, 4, 1.0, 64);
+  Plan expected = other;
+  calibration.predict(other);
+  predict_plan(truth, true_stages, true_space, expected);
+  EXPECT_NEAR(other.step_s, expected.step_s, 1e-9 * expected.step_s);
 }

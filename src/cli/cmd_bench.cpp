@@ -6,9 +6,10 @@
 
 #include "cli/commands.h"
 #include "cli/common.h"
+#include "pipeline/chunk_partition.h"
 #include "train/bench.h"
 #include "train/bench_depth.h"
-#include "pipeline/chunk_partition.h"
+#include "train/cost_calibration.h"
 #include "train/planner.h"
 
 namespace stateflow::cli {
@@ -40,11 +41,10 @@ static std::vector<T> comma_list(const std::string& text) {
 // planner finds for each schedule over every M and recompute (the same search for all).
 static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const PipelineOptions& pipe,
                                             const std::vector<std::string>& schedules, double memory_bytes,
-                                            bool every_alpha) {
+                                            bool every_alpha, AutoChunks& a) {
   PlanSpace space = pipe.auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory_bytes);
   space.schedules = {"stateflow"};
-  const AutoChunks a =
-      choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout);
+  a = choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout);
   const std::vector<PassCosts> stages = a.costs.stage_costs(o.model, o.stages);
   std::vector<PlannedRun> runs;
   auto add = [&](const std::string& label, Plan p) {
@@ -88,6 +88,33 @@ static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const Pipelin
   return runs;
 }
 
+// The planned runs' predictions again, on costs calibrated on the first run (its per-chunk times
+// and step time: cost_calibration.h), as the online tuner would see them after one step.
+static void print_calibrated(const BenchResult& r, const AutoChunks& a, std::ostream& os) {
+  if (!r.report || r.rows.empty() || r.rows.front().oom) return;
+  auto plan_of = [](const BenchRow& row) {
+    Plan p;
+    p.schedule = row.schedule, p.microbatches = row.microbatches, p.recompute = row.recompute;
+    p.chunk_lengths = row.chunk_lengths;
+    return p;
+  };
+  CostCalibration calibration(a.costs, a.space);
+  calibration.add(plan_of(r.rows.front()), r.rows.front().costs, r.rows.front().step_s);
+  os << cat("calibrated on the first run (", r.rows.front().label, "): costs refitted, ",
+            calibration.space().message_s * 1e3, " ms per message between stages\n");
+  char line[256];
+  std::snprintf(line, sizeof line, "%-32s %4s %10s %10s %9s\n", "run", "N", "step s", "cal.pred", "meas/pred");
+  os << line;
+  for (const BenchRow& row : r.rows) {
+    if (row.oom) continue;
+    Plan p = plan_of(row);
+    calibration.predict(p);
+    std::snprintf(line, sizeof line, "%-32s %4d %10.4f %10.4f %9.3f\n", row.label.c_str(), row.chunks(), row.step_s,
+                  p.step_s, row.step_s / p.step_s);
+    os << line;
+  }
+}
+
 void add_bench_command(CLI::App& root) {
   auto* app = root.add_subcommand(
       "bench",
@@ -106,6 +133,7 @@ void add_bench_command(CLI::App& root) {
   auto json = std::make_shared<std::string>();
   auto predict_from = std::make_shared<std::string>();
   auto every_alpha = std::make_shared<bool>(false);
+  auto chosen = std::make_shared<AutoChunks>();  // --chunks auto
   pipe->stages = opts->stages, pipe->microbatches = opts->microbatches, pipe->chunks = 8;
   model->add(*app, "small", "f32");
   data->add(*app);
@@ -151,7 +179,8 @@ void add_bench_command(CLI::App& root) {
       SF_CHECK(sweep->empty() && predict_from->empty(), "--chunks auto plans its own runs: leave out --chunk-sweep "
                                                         "and --predict-from");
       o.planned = planned_runs(o, *pipe, comma_list<std::string>(*schedules),
-                               o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30), *every_alpha);
+                               o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30), *every_alpha,
+                               *chosen);
       o.chunk_lengths = o.planned.front().chunk_lengths;
     } else {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
@@ -177,6 +206,7 @@ void add_bench_command(CLI::App& root) {
     check_depth_targets(o);
     if (predict_from->empty()) r = run_bench(o);
     print_bench(r, o, std::cout);
+    if (!o.planned.empty()) print_calibrated(r, *chosen, std::cout);
     print_layer_breakdown(r, std::cout);
     nlohmann::json predictions = nlohmann::json::array();
     for (const ModelConfig& target : o.simulate_stages.empty() ? std::vector<ModelConfig>{} : o.simulate_models) {

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "model/mixer.h"
 #include "pipeline/launch.h"
+#include "pipeline/rank_env.h"
 #include "pipeline/chunking.h"
 #include "model/device_ops.h"
 
@@ -128,6 +129,11 @@ std::vector<int64_t> PipelineOptions::resolve_chunks(int64_t seq_len) const {
 
 PlanSpace PipelineOptions::auto_chunk_space(const ModelConfig& m, DType dtype, Device device, int64_t batch,
                                             int64_t seq_len, bool recompute, double memory_bytes) const {
+  // Every process would profile on its own and could choose other chunks than its peers.
+  const std::optional<RankInfo> launched = detect_rank({rank, world_size, local_rank}, process_environment());
+  SF_CHECK(transport != "mpi" && (!launched || launched->world_size == 1),
+           "--chunks auto runs in one process; with several, plan once (stateflow plan --auto ... --write-plan "
+           "plan.json) and give every rank --chunk-lengths plan.json");
   PlanSpace space;
   space.model = m, space.dtype = dtype, space.device = device;
   space.stages = stages, space.batch = batch, space.seq_len = seq_len;

@@ -51,7 +51,8 @@ struct PipelineOptions {
   // The lengths of --chunk-lengths (checked for form, not against a seq_len); empty when not given.
   std::vector<int64_t> given_chunk_lengths() const;
   // --chunks auto: the planner's space for a run of this shape (its schedule, M and recompute
-  // fixed; N and the partition free).
+  // fixed; N and the partition free). Throws Error in a multi-process launch (each process
+  // would measure, and might choose, on its own).
   PlanSpace auto_chunk_space(const ModelConfig& m, DType dtype, Device device, int64_t batch, int64_t seq_len,
                              bool recompute, double memory_bytes) const;
 };

@@ -237,12 +237,12 @@ void print_bench(const BenchResult& r, const BenchOptions& o, std::ostream& os) 
         "cudaMemGetInfo's bytes in use on the fullest GPU, most seen after a timed step)\n";
   if (!r.rows.empty() && !r.rows.front().label.empty()) {
     os << "planned runs (--chunks auto): measured against the planner's prediction from the cost profile\n";
-    std::snprintf(line, sizeof line, "%-22s %-10s %3s %4s %4s %11s %10s %10s %9s\n", "run", "schedule", "M", "rec", "N",
+    std::snprintf(line, sizeof line, "%-32s %-10s %3s %4s %4s %11s %10s %10s %9s\n", "run", "schedule", "M", "rec", "N",
                   "tokens/s", "step s", "pred s", "meas/pred");
     os << line;
     for (const BenchRow& row : r.rows) {
       if (row.oom) continue;
-      std::snprintf(line, sizeof line, "%-22s %-10s %3d %4s %4d %11.0f %10.4f %10.4f %9.3f\n", row.label.c_str(),
+      std::snprintf(line, sizeof line, "%-32s %-10s %3d %4s %4d %11.0f %10.4f %10.4f %9.3f\n", row.label.c_str(),
                     row.schedule.c_str(), row.microbatches, row.recompute ? "full" : "-", row.chunks(),
                     row.tokens_per_s, row.step_s, row.predicted_step_s,
                     row.predicted_step_s > 0 ? row.step_s / row.predicted_step_s : 0.0);
