@@ -2,7 +2,8 @@
 // causal attention over a whole sequence, then (with --chunk-len) the chunked case, one
 // chunk of queries against the K/V prefix of every chunk before it, per chunk position.
 // CUDA events, median of --reps after warm-ups (bench/bench_util.cuh). Shapes, inputs (drawn
-// on the device) and FLOPs are the prefix_attention op's (mixers/attention/prefix_attention_op.cpp).
+// on the device), the whole sequence's launches and FLOPs are the prefix_attention op's
+// (mixers/attention/prefix_attention_op.cpp).
 //
 //   attention_bench [--len 32768] [--heads 16] [--kv-heads 16] [--head-dim 128] [--batch 1]
 //                   [--reps 10] [--chunk-len 0]
@@ -39,15 +40,21 @@ struct Times {
   float fwd, bwd;
 };
 
-// One chunk's queries at d.offset (a whole sequence: offset 0): forward once so the backward
-// reads its o and lse, then each timed.
-Times time_one(const AttentionDims& d, const Buffers& b, int reps) {
-  auto fwd = [&] { prefix_attention_forward_cuda(d, b.q, b.k, b.v, b.o, b.lse, nullptr); };
-  auto bwd = [&] {
-    prefix_attention_backward_cuda(d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, b.ws, nullptr);
-  };
+// The forward once (the backward reads its o and lse), then each timed.
+template <class Fwd, class Bwd>
+Times time_fwd_bwd(Fwd&& fwd, Bwd&& bwd, int reps) {
   fwd();
   return {bench::median_ms(fwd, reps), bench::median_ms(bwd, reps)};
+}
+
+// One chunk's queries at d.offset against the K/V prefix in b.
+Times time_chunk(const AttentionDims& d, const Buffers& b, int reps) {
+  return time_fwd_bwd([&] { prefix_attention_forward_cuda(d, b.q, b.k, b.v, b.o, b.lse, nullptr); },
+                      [&] {
+                        prefix_attention_backward_cuda(d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, b.ws,
+                                                       nullptr);
+                      },
+                      reps);
 }
 
 }  // namespace
@@ -105,7 +112,8 @@ int main(int argc, char** argv) {
 
   std::printf("\n| tokens | forward ms | backward ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n");
   std::printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  const Times t = time_one(whole, b, reps);
+  // The whole sequence: the op's own launches.
+  const Times t = time_fwd_bwd([&] { buf.run(op.pass("fwd")); }, [&] { buf.run(op.pass("bwd")); }, reps);
   const double f = op.pass("fwd").flops(shape), fb = f + op.pass("bwd").flops(shape);
   std::printf("| %lld | %.3f | %.3f | %.3f | %.1f | %.1f |\n", (long long)len, t.fwd, t.bwd, t.fwd + t.bwd,
               f / t.fwd * 1e-9, fb / (t.fwd + t.bwd) * 1e-9);
@@ -122,7 +130,7 @@ int main(int argc, char** argv) {
       Buffers bc = b;
       bc.q += d.offset * row, bc.o += d.offset * row, bc.dout += d.offset * row, bc.dq += d.offset * row;
       bc.lse += d.offset * heads;
-      const Times tc = time_one(d, bc, reps);
+      const Times tc = time_chunk(d, bc, reps);
       const OpShape chunk = shape.with("offset", d.offset).with("len", d.len);
       sum += tc.fwd + tc.bwd;
       std::printf("| %lld | %lld | %.3f | %.3f | %.1f | %.1f |\n", (long long)c, (long long)d.offset, tc.fwd, tc.bwd,
