@@ -226,6 +226,8 @@ nlohmann::json plan_json(const Plan& p, const PlanSpace& space) {
 }
 
 ProfileOptions profile_options(const PlanSpace& space) {
+  stage_layer_ranges(space.model, space.stages);  // a model that cannot be cut so fails before the profile runs
+  SF_CHECK(space.seq_len >= 1 && space.batch >= 1, "planner: needs --batch and --seq-len of at least 1");
   ProfileOptions po;
   po.model = space.model, po.dtype = space.dtype, po.device = space.device;
   // The whole model's stash of one sequence must fit on the one device; the terms price longer ones.
