@@ -10,12 +10,31 @@
 #include <cstdlib>
 #include <string>
 
+#include "core/error.h"
+
 namespace stateflow {
+
+// The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
+// lever (a typo would otherwise measure a lever "off" that ran on).
+inline std::string parse_levers_off(const std::string& value) {
+  static const std::string known = ",conv_tiles,norm_rows,gemm_rows,";
+  std::string names = ",";
+  for (size_t at = 0; at <= value.size();) {
+    size_t end = value.find(',', at);
+    if (end == std::string::npos) end = value.size();
+    const std::string name = value.substr(at, end - at);
+    SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, "STATEFLOW_LEVERS_OFF names '",
+             name, "', which is no lever; the levers are conv_tiles, norm_rows, gemm_rows");
+    if (!name.empty()) names += name + ",";
+    at = end + 1;
+  }
+  return names;
+}
 
 inline bool lever_off(const std::string& name) {
   static const std::string off = [] {
     const char* v = std::getenv("STATEFLOW_LEVERS_OFF");
-    return "," + std::string(v ? v : "") + ",";
+    return parse_levers_off(v ? v : "");
   }();
   return off.find("," + name + ",") != std::string::npos;
 }

@@ -1,0 +1,29 @@
+// STATEFLOW_LEVERS_OFF parsing (kernels/cuda/levers.h is plain C++: its parser is tested here,
+// without a GPU).
+#include <gtest/gtest.h>
+
+#include "core/error.h"
+#include "kernels/cuda/levers.h"
+
+namespace stateflow {
+namespace {
+
+TEST(Levers, NamesAreCollectedBetweenCommas) {
+  EXPECT_EQ(parse_levers_off(""), ",");
+  EXPECT_EQ(parse_levers_off("conv_tiles"), ",conv_tiles,");
+  EXPECT_EQ(parse_levers_off("conv_tiles,gemm_rows,"), ",conv_tiles,gemm_rows,");
+  EXPECT_EQ(parse_levers_off(",norm_rows"), ",norm_rows,");
+}
+
+TEST(Levers, AnUnknownNameIsRefusedNamingTheLevers) {
+  try {
+    parse_levers_off("conv_tiles,norm_row");
+    FAIL() << "a misspelt lever was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'norm_row'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("conv_tiles, norm_rows, gemm_rows"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace stateflow
