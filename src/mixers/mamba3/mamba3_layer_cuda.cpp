@@ -105,10 +105,16 @@ Tensor Mamba3Mixer::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const Sta
                               ws.get(), st);
   }
 
+  if (cfg_.output_norm) {
+    OpScope part("mamba3.out_norm");
+    s->yn = bf16_out({rows, H_, R_, P_}), s->rstd_y = f32_out({rows * H_ * R_});
+    rmsnorm_forward_cuda<bf16>(bf16_ptr(s->y), f32_ptr(out_norm_.value), bf16_ptr(s->yn), f32_ptr(s->rstd_y),
+                               rows * H_ * R_, P_, norm_eps_, st);
+  }
   {
     OpScope part("mamba3.out_gate");
     s->o = bf16_out({rows, HP});
-    mamba3_output_gate_forward_cuda(bf16_ptr(s->y), bf16_ptr(s->z), f32_or_null_param(mimo_z_),
+    mamba3_output_gate_forward_cuda(bf16_ptr(cfg_.output_norm ? s->yn : s->y), bf16_ptr(s->z), f32_or_null_param(mimo_z_),
                                     f32_or_null_param(mimo_o_), bf16_ptr(s->o), rows, H_, R_, P_, st);
   }
   Tensor out = bf16_out({rows, D_});
@@ -145,9 +151,19 @@ Tensor Mamba3Mixer::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const
     OpScope part("mamba3.out_gate");
     DeviceBuffer ws;  // SISO has no rank parameters to reduce
     if (R_ > 1) ws = cuda_scratch(2 * mamba3_rank_params_workspace_bytes(rows, H_, R_, P_, B));
-    mamba3_output_gate_backward_cuda(bf16_ptr(s.y), bf16_ptr(s.z), f32_or_null_param(mimo_z_),
-                                     f32_or_null_param(mimo_o_), bf16_ptr(d_o), bf16_ptr(dy), bf16_ptr(dz),
-                                     grad_or_null(mimo_z_), grad_or_null(mimo_o_), rows, H_, R_, P_, B, ws.get(), st);
+    mamba3_output_gate_backward_cuda(bf16_ptr(cfg_.output_norm ? s.yn : s.y), bf16_ptr(s.z),
+                                     f32_or_null_param(mimo_z_), f32_or_null_param(mimo_o_), bf16_ptr(d_o),
+                                     bf16_ptr(dy), bf16_ptr(dz), grad_or_null(mimo_z_), grad_or_null(mimo_o_), rows,
+                                     H_, R_, P_, B, ws.get(), st);
+  }
+  if (cfg_.output_norm) {  // dy so far is the normalised output's gradient
+    OpScope part("mamba3.out_norm");
+    Tensor dyn = std::move(dy);
+    dy = bf16_out({rows, H_, R_, P_});
+    const TokenRows per_token{B, H_ * R_};  // H x R norm rows per token
+    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * H_ * R_, P_, per_token));
+    rmsnorm_backward_cuda<bf16>(bf16_ptr(s.y), f32_ptr(out_norm_.value), f32_ptr(s.rstd_y), bf16_ptr(dyn),
+                                bf16_ptr(dy), f32_ptr(out_norm_.grad), rows * H_ * R_, P_, per_token, ws.get(), st);
   }
 
   // core: gradients of its inputs and of the edge that entered the chunk; dD added to D's gradient

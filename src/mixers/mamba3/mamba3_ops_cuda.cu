@@ -85,26 +85,42 @@ __global__ void gates_backward_kernel(const bf16* dd_dt, const bf16* dd_A, const
 }
 
 // ---------------------------------------------------------------------------------------
-// angles: one thread per (sequence, head, angle) walks the tokens; loads run 8 tokens ahead
+// angles: one thread per (sequence, head, angle) walks the tokens. Each walk is a chain of
+// dependent adds, so it is latency-bound: the loads of the next kAhead tokens are issued
+// before the current ones are used, and the wrap skips remainderf where it is the identity.
 // ---------------------------------------------------------------------------------------
-constexpr int kAhead = 8;
+constexpr int kAhead = 16;
+
+// remainderf(v, 2 pi) bit for bit: for |v| <= pi the quotient rounds to 0 (float pi is half of
+// float 2 pi, and the tie goes to the even quotient), so v is the result and the costly call
+// runs only when the angle actually wraps.
+__device__ float wrap_angle(float v) { return fabsf(v) <= kPi ? v : remainderf(v, kTwoPi); }
 
 __global__ void angles_forward_kernel(const bf16* ang, const float* dt, const float* phi_in, float* phi,
                                       float* phi_out, int64_t batch, int64_t len, int64_t H, int64_t NA) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= batch * H * NA) return;
   const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA;
-  float run = phi_in ? phi_in[k] : 0.f;
-  for (int64_t t0 = 0; t0 < len; t0 += kAhead) {
-    float inc[kAhead];
+  float a_next[kAhead], dt_next[kAhead];
+  auto load = [&](int64_t t0) {
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
       const int64_t row = b * len + t0 + j;
-      inc[j] = t0 + j < len ? __fmul_rn(dt[row * H + h], kPi * tanhf(to_f32(ang[row * NA + a]))) : 0.f;
+      a_next[j] = t0 + j < len ? to_f32(ang[row * NA + a]) : 0.f;
+      dt_next[j] = t0 + j < len ? dt[row * H + h] : 0.f;
     }
+  };
+  float run = phi_in ? phi_in[k] : 0.f;
+  load(0);
+  for (int64_t t0 = 0; t0 < len; t0 += kAhead) {
+    float a_cur[kAhead], dt_cur[kAhead];
 #pragma unroll
-    for (int j = 0; j < kAhead && t0 + j < len; ++j) {
-      run = remainderf(__fadd_rn(run, inc[j]), kTwoPi);
+    for (int j = 0; j < kAhead; ++j) a_cur[j] = a_next[j], dt_cur[j] = dt_next[j];
+    load(t0 + kAhead);
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      if (t0 + j >= len) break;
+      run = wrap_angle(__fadd_rn(run, __fmul_rn(dt_cur[j], kPi * tanhf(a_cur[j]))));
       phi[((b * len + t0 + j) * H + h) * NA + a] = run;
     }
   }
@@ -117,16 +133,24 @@ __global__ void angles_suffix_kernel(const float* dphi, const float* dphi_out, f
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= batch * H * NA) return;
   const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA;
-  float s = dphi_out ? dphi_out[k] : 0.f;
-  for (int64_t t1 = len; t1 > 0; t1 -= kAhead) {
-    float d[kAhead];
+  float d_next[kAhead];
+  auto load = [&](int64_t t1) {  // tokens t1 - 1, t1 - 2, ...
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
       const int64_t t = t1 - 1 - j;
-      d[j] = t >= 0 ? dphi[((b * len + t) * H + h) * NA + a] : 0.f;
+      d_next[j] = t >= 0 ? dphi[((b * len + t) * H + h) * NA + a] : 0.f;
     }
+  };
+  float s = dphi_out ? dphi_out[k] : 0.f;
+  load(len);
+  for (int64_t t1 = len; t1 > 0; t1 -= kAhead) {
+    float d[kAhead];
 #pragma unroll
-    for (int j = 0; j < kAhead && t1 - 1 - j >= 0; ++j) {
+    for (int j = 0; j < kAhead; ++j) d[j] = d_next[j];
+    load(t1 - kAhead);
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) {
+      if (t1 - 1 - j < 0) break;
       s += d[j];
       suffix[((b * len + t1 - 1 - j) * H + h) * NA + a] = s;
     }
@@ -184,31 +208,36 @@ __device__ float2 unrotated(const bf16* dout, const float* phi, int64_t row, int
   return make_float2(d0 * c + d1 * s, -d0 * s + d1 * c);
 }
 
-// Block = one token block of one sequence; thread e owns pair j of rank r and group g.
-__global__ void rotary_backward_kernel(const bf16* dout, const float* phi, bf16* dbc, int64_t len, int64_t H,
-                                       int64_t R, int64_t G, int64_t N, int64_t NA, float* partial) {
-  const TokenBlock tb(len);
-  const int64_t half = N / 2, hg = H / G;
-  for (int64_t e = threadIdx.x; e < R * G * half; e += blockDim.x) {
-    const int64_t j = e % half, g = (e / half) % G, r = e / (half * G);
-    for (int64_t row = tb.r0; row < tb.r1; ++row) {  // dbc: the group's heads, in order
-      float2 s = make_float2(0.f, 0.f);
-      for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {
-        const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
-        s.x += u.x, s.y += u.y;
-      }
-      cuda::put2(dbc + ((row * R + r) * G + g) * N + 2 * j, s.x, s.y);
+// dbc: one thread per (row, rank, group, pair) sums the group's heads in order.
+__global__ void rotary_dbc_kernel(const bf16* dout, const float* phi, bf16* dbc, int64_t rows, int64_t H, int64_t R,
+                                  int64_t G, int64_t N, int64_t NA) {
+  const int64_t half = N / 2, hg = H / G, n = rows * R * G * half;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i % half, g = (i / half) % G, r = (i / (half * G)) % R, row = i / (half * G * R);
+    float2 s = make_float2(0.f, 0.f);
+    for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {
+      const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
+      s.x += u.x, s.y += u.y;
     }
-    for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {  // dbias: the block's tokens, in order
-      float2 s = make_float2(0.f, 0.f);
-      for (int64_t row = tb.r0; row < tb.r1; ++row) {
-        const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
-        s.x += u.x, s.y += u.y;
-      }
-      float* p = partial + tb.partial(H * R * N) + (h * R + r) * N + 2 * j;
-      p[0] = s.x, p[1] = s.y;
-    }
+    cuda::put2(dbc + ((row * R + r) * G + g) * N + 2 * j, s.x, s.y);
   }
+}
+
+// dbias partials: block (token block, sequence, slice); thread e of the slice owns pair j of
+// (head, rank) and sums the block's tokens in order.
+__global__ void rotary_dbias_kernel(const bf16* dout, const float* phi, int64_t len, int64_t H, int64_t R, int64_t N,
+                                    int64_t NA, float* partial) {
+  const TokenBlock tb(len);
+  const int64_t half = N / 2, e = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
+  if (e >= H * R * half) return;
+  const int64_t j = e % half, r = (e / half) % R, h = e / (half * R);
+  float2 s = make_float2(0.f, 0.f);
+  for (int64_t row = tb.r0; row < tb.r1; ++row) {
+    const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
+    s.x += u.x, s.y += u.y;
+  }
+  float* p = partial + tb.partial(H * R * N) + (h * R + r) * N + 2 * j;
+  p[0] = s.x, p[1] = s.y;
 }
 
 // dphi[row, h, j] += sum_r (-d0 out1 + d1 out0) of pair j.
@@ -278,7 +307,20 @@ __global__ void output_gate_forward_kernel(const bf16* y, const bf16* z, const f
   }
 }
 
-// Partials of dmimo_z and dmimo_o (when mimo_z is given; else unused).
+// SISO (no rank parameters, so nothing to reduce): one thread per entry; the MIMO kernel below
+// with its ones, bit for bit.
+__global__ void output_gate_backward_siso_kernel(const bf16* y, const bf16* z, const bf16* dout, bf16* dy, bf16* dz,
+                                                 int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float zv = to_f32(z[i]), d = to_f32(dout[i]), yv = to_f32(y[i]);
+    float gate, gate_grad;
+    cuda::silu_and_grad(zv, gate, gate_grad);
+    dy[i] = __float2bfloat16(d * gate);
+    dz[i] = __float2bfloat16(d * yv * gate_grad);
+  }
+}
+
+// MIMO: partials of dmimo_z and dmimo_o.
 __global__ void output_gate_backward_kernel(const bf16* y, const bf16* z, const float* mimo_z, const float* mimo_o,
                                             const bf16* dout, bf16* dy, bf16* dz, int64_t len, int64_t H, int64_t R,
                                             int64_t P, float* partial_z, float* partial_o) {
@@ -307,15 +349,13 @@ __global__ void output_gate_backward_kernel(const bf16* y, const bf16* z, const 
       }
       dz[i] = __float2bfloat16(dz_acc);
     }
-    if (mimo_z) {
 #pragma unroll
-      for (int r = 0; r < kMaxRank; ++r)
-        if (r < R) {
-          const int64_t m = (h * R + r) * P + p;
-          partial_z[tb.partial(W) + m] = acc_z[r];
-          partial_o[tb.partial(W) + m] = acc_o[r];
-        }
-    }
+    for (int r = 0; r < kMaxRank; ++r)
+      if (r < R) {
+        const int64_t m = (h * R + r) * P + p;
+        partial_z[tb.partial(W) + m] = acc_z[r];
+        partial_o[tb.partial(W) + m] = acc_o[r];
+      }
   }
 }
 
@@ -398,9 +438,12 @@ void mamba3_rotary_bc_backward_cuda(const bf16* dout, const bf16* out, const flo
   if (rows == 0) return;
   const int64_t len = rows / batch;
   auto* partial = static_cast<float*>(workspace);
-  rotary_backward_kernel<<<token_block_grid(len, batch), 256, 0, stream>>>(dout, phi, dbc, len, H, R, G, N, NA,
-                                                                          partial);
-  cuda_check_launch("mamba3 rotary backward");
+  rotary_dbc_kernel<<<grid_for(rows * R * G * (N / 2)), 256, 0, stream>>>(dout, phi, dbc, rows, H, R, G, N, NA);
+  cuda_check_launch("mamba3 rotary backward (dbc)");
+  dim3 grid = token_block_grid(len, batch);
+  grid.z = unsigned((H * R * (N / 2) + 255) / 256);
+  rotary_dbias_kernel<<<grid, 256, 0, stream>>>(dout, phi, len, H, R, N, NA, partial);
+  cuda_check_launch("mamba3 rotary backward (dbias)");
   add_token_block_partials_cuda(partial, batch, token_blocks(len), token_blocks(len), 1, H * R * N, dbias, stream);
   if (NA > 0) {
     rotary_dphi_kernel<<<unsigned((rows * H * NA + 255) / 256), 256, 0, stream>>>(dout, out, dphi, rows, H, R, N, NA);
@@ -455,15 +498,18 @@ void mamba3_output_gate_backward_cuda(const bf16* y, const bf16* z, const float*
            "mamba3 output gate backward: workspace is null; allocate 2 x mamba3_rank_params_workspace_bytes");
   if (rows == 0) return;
   const int64_t len = rows / batch, W = H * R * P, blocks = token_blocks(len);
+  if (!mimo_z) {
+    output_gate_backward_siso_kernel<<<grid_for(rows * H * P), 256, 0, stream>>>(y, z, dout, dy, dz, rows * H * P);
+    cuda_check_launch("mamba3 output gate backward");
+    return;
+  }
   float* partial_z = static_cast<float*>(workspace);
-  float* partial_o = partial_z ? partial_z + batch * blocks * W : nullptr;
+  float* partial_o = partial_z + batch * blocks * W;
   output_gate_backward_kernel<<<token_block_grid(len, batch), 256, 0, stream>>>(y, z, mimo_z, mimo_o, dout, dy, dz,
                                                                                len, H, R, P, partial_z, partial_o);
   cuda_check_launch("mamba3 output gate backward");
-  if (mimo_z) {
-    add_token_block_partials_cuda(partial_z, batch, blocks, blocks, 1, W, dmimo_z, stream);
-    add_token_block_partials_cuda(partial_o, batch, blocks, blocks, 1, W, dmimo_o, stream);
-  }
+  add_token_block_partials_cuda(partial_z, batch, blocks, blocks, 1, W, dmimo_z, stream);
+  add_token_block_partials_cuda(partial_o, batch, blocks, blocks, 1, W, dmimo_o, stream);
 }
 
 }  // namespace stateflow
