@@ -85,9 +85,15 @@ __global__ void gates_backward_kernel(const bf16* dd_dt, const bf16* dd_A, const
 }
 
 // ---------------------------------------------------------------------------------------
-// angles: one thread per (sequence, head, angle) walks the tokens. Each walk is a chain of
-// dependent adds, so it is latency-bound: the loads of the next kAhead tokens are issued
-// before the current ones are used, and the wrap skips remainderf where it is the identity.
+// angles. A walk over a chunk's tokens is a chain of dependent adds, latency-bound, and one
+// thread per (sequence, head, angle) is too few threads to hide it; so the forward cuts the
+// chunk into segments of kTokenBlock tokens (cuts at multiples of it give the same segments):
+//   local:  l_t = wrap(l_{t-1} + dt_t pi tanh(ang_t)) from l = 0 at each segment's start;
+//   carry:  P_0 = phi_in,  P_{s+1} = wrap(P_s + l_last(s))  (the angle after segment s);
+//   apply:  phi_t = wrap(P_s + l_t).
+// Each step reduces to [-pi, pi] as the CPU's per-token rule does; the two differ only in
+// rounding (the CPU adds token by token), and a chunked run gives bitwise the unchunked angles
+// when its cuts are multiples of kTokenBlock.
 // ---------------------------------------------------------------------------------------
 constexpr int kAhead = 16;
 
@@ -96,66 +102,125 @@ constexpr int kAhead = 16;
 // runs only when the angle actually wraps.
 __device__ float wrap_angle(float v) { return fabsf(v) <= kPi ? v : remainderf(v, kTwoPi); }
 
-__global__ void angles_forward_kernel(const bf16* ang, const float* dt, const float* phi_in, float* phi,
-                                      float* phi_out, int64_t batch, int64_t len, int64_t H, int64_t NA) {
+// Row of the last token of segment seg of sequence b.
+__device__ int64_t segment_last_row(int64_t b, int64_t seg, int64_t len) {
+  return b * len + min(len, (seg + 1) * kTokenBlock) - 1;
+}
+
+// One thread per (sequence, segment, head, angle): phi = l_t.
+__global__ void angles_local_kernel(const bf16* ang, const float* dt, float* phi, int64_t batch, int64_t len,
+                                    int64_t H, int64_t NA) {
+  const int64_t segs = (len + kTokenBlock - 1) / kTokenBlock, k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= batch * segs * H * NA) return;
+  const int64_t a = k % NA, h = (k / NA) % H, seg = (k / (NA * H)) % segs, b = k / (NA * H * segs);
+  float run = 0.f;
+  for (int64_t row = b * len + seg * kTokenBlock; row <= segment_last_row(b, seg, len); ++row) {
+    run = wrap_angle(__fadd_rn(run, __fmul_rn(dt[row * H + h], kPi * tanhf(to_f32(ang[row * NA + a])))));
+    phi[(row * H + h) * NA + a] = run;
+  }
+}
+
+// One thread per (sequence, head, angle) walks the segments: each one's last angle becomes
+// P_{s+1}, its final value; phi_out = the last.
+__global__ void angles_carry_kernel(const float* phi_in, float* phi, float* phi_out, int64_t batch, int64_t len,
+                                    int64_t H, int64_t NA) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= batch * H * NA) return;
-  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA;
-  float a_next[kAhead], dt_next[kAhead];
-  auto load = [&](int64_t t0) {
+  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA, segs = (len + kTokenBlock - 1) / kTokenBlock;
+  auto at = [&](int64_t seg) { return phi + (segment_last_row(b, seg, len) * H + h) * NA + a; };
+  float next[kAhead];
+  auto load = [&](int64_t s0) {
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) {
-      const int64_t row = b * len + t0 + j;
-      a_next[j] = t0 + j < len ? to_f32(ang[row * NA + a]) : 0.f;
-      dt_next[j] = t0 + j < len ? dt[row * H + h] : 0.f;
-    }
+    for (int j = 0; j < kAhead; ++j) next[j] = s0 + j < segs ? *at(s0 + j) : 0.f;
   };
   float run = phi_in ? phi_in[k] : 0.f;
   load(0);
-  for (int64_t t0 = 0; t0 < len; t0 += kAhead) {
-    float a_cur[kAhead], dt_cur[kAhead];
+  for (int64_t s0 = 0; s0 < segs; s0 += kAhead) {
+    float cur[kAhead];
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) a_cur[j] = a_next[j], dt_cur[j] = dt_next[j];
-    load(t0 + kAhead);
+    for (int j = 0; j < kAhead; ++j) cur[j] = next[j];
+    load(s0 + kAhead);
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      if (t0 + j >= len) break;
-      run = wrap_angle(__fadd_rn(run, __fmul_rn(dt_cur[j], kPi * tanhf(a_cur[j]))));
-      phi[((b * len + t0 + j) * H + h) * NA + a] = run;
+      if (s0 + j >= segs) break;
+      run = wrap_angle(__fadd_rn(run, cur[j]));
+      *at(s0 + j) = run;
     }
   }
   phi_out[k] = run;
 }
 
-// suffix[t] = dphi_out + sum_{t' >= t} dphi[t'] per (sequence, head, angle), over dphi's layout.
-__global__ void angles_suffix_kernel(const float* dphi, const float* dphi_out, float* suffix, float* dphi_in,
-                                     int64_t batch, int64_t len, int64_t H, int64_t NA) {
+// Every angle but a segment's last: phi_t = wrap(P_s + l_t).
+__global__ void angles_apply_kernel(const float* phi_in, float* phi, int64_t batch, int64_t len, int64_t H,
+                                    int64_t NA) {
+  const int64_t n = batch * len * H * NA;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = i % NA, h = (i / NA) % H, row = i / (NA * H), b = row / len, t = row % len;
+    const int64_t seg = t / kTokenBlock;
+    if (row == segment_last_row(b, seg, len)) continue;
+    const float P = seg > 0 ? phi[(segment_last_row(b, seg - 1, len) * H + h) * NA + a]
+                            : (phi_in ? phi_in[(b * H + h) * NA + a] : 0.f);
+    phi[i] = wrap_angle(__fadd_rn(P, phi[i]));
+  }
+}
+
+// suffix[t] = dphi_out + sum_{t' >= t} dphi[t'] per (sequence, head, angle), over dphi's
+// layout, by segments as the forward: a local suffix sum per segment, then a walk over the
+// segments from the last (suffix at a segment's first token = the next segment's first
+// token's + the local sum), then every other token's local sum plus the next segment's.
+__device__ int64_t segment_first_row(int64_t b, int64_t seg, int64_t len) { return b * len + seg * kTokenBlock; }
+
+__global__ void angles_local_suffix_kernel(const float* dphi, float* suffix, int64_t batch, int64_t len, int64_t H,
+                                           int64_t NA) {
+  const int64_t segs = (len + kTokenBlock - 1) / kTokenBlock, k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= batch * segs * H * NA) return;
+  const int64_t a = k % NA, h = (k / NA) % H, seg = (k / (NA * H)) % segs, b = k / (NA * H * segs);
+  float s = 0.f;
+  for (int64_t row = segment_last_row(b, seg, len); row >= segment_first_row(b, seg, len); --row) {
+    const int64_t i = (row * H + h) * NA + a;
+    s += dphi[i];
+    suffix[i] = s;
+  }
+}
+
+__global__ void angles_suffix_carry_kernel(const float* dphi_out, float* suffix, float* dphi_in, int64_t batch,
+                                           int64_t len, int64_t H, int64_t NA) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= batch * H * NA) return;
-  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA;
-  float d_next[kAhead];
-  auto load = [&](int64_t t1) {  // tokens t1 - 1, t1 - 2, ...
+  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA, segs = (len + kTokenBlock - 1) / kTokenBlock;
+  auto at = [&](int64_t seg) { return suffix + (segment_first_row(b, seg, len) * H + h) * NA + a; };
+  float next[kAhead];
+  auto load = [&](int64_t s1) {  // segments s1 - 1, s1 - 2, ...
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) {
-      const int64_t t = t1 - 1 - j;
-      d_next[j] = t >= 0 ? dphi[((b * len + t) * H + h) * NA + a] : 0.f;
-    }
+    for (int j = 0; j < kAhead; ++j) next[j] = s1 - 1 - j >= 0 ? *at(s1 - 1 - j) : 0.f;
   };
-  float s = dphi_out ? dphi_out[k] : 0.f;
-  load(len);
-  for (int64_t t1 = len; t1 > 0; t1 -= kAhead) {
-    float d[kAhead];
+  float c = dphi_out ? dphi_out[k] : 0.f;
+  load(segs);
+  for (int64_t s1 = segs; s1 > 0; s1 -= kAhead) {
+    float cur[kAhead];
 #pragma unroll
-    for (int j = 0; j < kAhead; ++j) d[j] = d_next[j];
-    load(t1 - kAhead);
+    for (int j = 0; j < kAhead; ++j) cur[j] = next[j];
+    load(s1 - kAhead);
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      if (t1 - 1 - j < 0) break;
-      s += d[j];
-      suffix[((b * len + t1 - 1 - j) * H + h) * NA + a] = s;
+      if (s1 - 1 - j < 0) break;
+      c += cur[j];
+      *at(s1 - 1 - j) = c;
     }
   }
-  dphi_in[k] = s;
+  dphi_in[k] = c;
+}
+
+__global__ void angles_suffix_apply_kernel(const float* dphi_out, float* suffix, int64_t batch, int64_t len, int64_t H,
+                                           int64_t NA) {
+  const int64_t n = batch * len * H * NA, segs = (len + kTokenBlock - 1) / kTokenBlock;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = i % NA, h = (i / NA) % H, row = i / (NA * H), b = row / len, seg = (row % len) / kTokenBlock;
+    if (row == segment_first_row(b, seg, len)) continue;
+    const float c = seg + 1 < segs ? suffix[(segment_first_row(b, seg + 1, len) * H + h) * NA + a]
+                                   : (dphi_out ? dphi_out[(b * H + h) * NA + a] : 0.f);
+    suffix[i] += c;
+  }
 }
 
 // ddt[row, h] += sum_a suffix theta;  dang[row, a] = pi (1 - tanh^2) sum_h suffix dt.
@@ -392,9 +457,17 @@ void mamba3_angles_forward_cuda(const bf16* ang, const float* dt, const float* p
                                 int64_t batch, int64_t len, int64_t H, int64_t NA, cudaStream_t stream) {
   const int64_t n = batch * H * NA;
   if (n == 0) return;
-  angles_forward_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(ang, dt, phi_in, phi, phi_out, batch, len,
-                                                                       H, NA);
-  cuda_check_launch("mamba3 angles forward");
+  if (len > 0) {
+    angles_local_kernel<<<unsigned((n * token_blocks(len) + 255) / 256), 256, 0, stream>>>(ang, dt, phi, batch,
+                                                                                           len, H, NA);
+    cuda_check_launch("mamba3 angles forward (local)");
+  }
+  angles_carry_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(phi_in, phi, phi_out, batch, len, H, NA);
+  cuda_check_launch("mamba3 angles forward (carry)");
+  if (len > 0) {
+    angles_apply_kernel<<<grid_for(n * len), 256, 0, stream>>>(phi_in, phi, batch, len, H, NA);
+    cuda_check_launch("mamba3 angles forward (apply)");
+  }
 }
 
 size_t mamba3_angles_backward_workspace_bytes(int64_t rows, int64_t H, int64_t NA) {
@@ -408,10 +481,17 @@ void mamba3_angles_backward_cuda(const bf16* ang, const float* dt, const float* 
   if (n == 0) return;
   SF_CHECK(workspace != nullptr || rows == 0, "mamba3 angles backward: workspace is null");
   auto* suffix = static_cast<float*>(workspace);
-  angles_suffix_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(dphi, dphi_out, suffix, dphi_in, batch, len,
-                                                                       H, NA);
-  cuda_check_launch("mamba3 angles suffix");
+  if (rows > 0) {
+    angles_local_suffix_kernel<<<unsigned((n * token_blocks(len) + 255) / 256), 256, 0, stream>>>(dphi, suffix, batch,
+                                                                                                  len, H, NA);
+    cuda_check_launch("mamba3 angles suffix (local)");
+  }
+  angles_suffix_carry_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(dphi_out, suffix, dphi_in, batch, len, H,
+                                                                             NA);
+  cuda_check_launch("mamba3 angles suffix (carry)");
   if (rows == 0) return;
+  angles_suffix_apply_kernel<<<grid_for(rows * H * NA), 256, 0, stream>>>(dphi_out, suffix, batch, len, H, NA);
+  cuda_check_launch("mamba3 angles suffix (apply)");
   angles_grads_kernel<<<unsigned((rows * (H + NA) + 255) / 256), 256, 0, stream>>>(ang, dt, suffix, dang, ddt, rows,
                                                                                    H, NA);
   cuda_check_launch("mamba3 angles grads");
