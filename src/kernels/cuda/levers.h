@@ -15,17 +15,24 @@
 
 namespace stateflow {
 
+// Every lever's name, in the order the comment above lists them.
+inline const char* const kLeverNames[] = {"conv_tiles", "norm_rows", "gemm_rows", "reduce_ahead"};
+
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).
 inline std::string parse_levers_off(const std::string& value) {
-  static const std::string known = ",conv_tiles,norm_rows,gemm_rows,";
+  std::string known = ",", listed;
+  for (const char* lever : kLeverNames) {
+    known += std::string(lever) + ",";
+    listed += (listed.empty() ? "" : ", ") + std::string(lever);
+  }
   std::string names = ",";
   for (size_t at = 0; at <= value.size();) {
     size_t end = value.find(',', at);
     if (end == std::string::npos) end = value.size();
     const std::string name = value.substr(at, end - at);
     SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, "STATEFLOW_LEVERS_OFF names '",
-             name, "', which is no lever; the levers are conv_tiles, norm_rows, gemm_rows");
+             name, "', which is no lever; the levers are ", listed);
     if (!name.empty()) names += name + ",";
     at = end + 1;
   }
