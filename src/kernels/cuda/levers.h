@@ -1,11 +1,15 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
-// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead runs the named levers the
-// way the code ran before them, so that one build measures each on and off in one session.
+// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream runs
+// the named levers the way the code ran before them, so that one build measures each on and off
+// in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
 //                 short chunks, and 16-row backward tiles summed per 64-token block)
 //   norm_rows     RMS norm backward: 16 rows per lane team (instead of 4)
 //   gemm_rows     cuBLASLt: the pinned algorithm chosen for 16K rows (instead of 2K)
 //   reduce_ahead  token-block reductions: each segment's load waited for (instead of 8 at once)
+//   embed_ahead   embedding backward: each row of a token's run waited for (instead of 8 at once)
+//   side_stream   every kernel of a layer on the main stream (instead of weight gradients, the
+//                 GDN's gate projections and x W3 on a side stream: kernels/cuda/side_stream_cuda.h)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 #pragma once
 #include <cstdlib>
@@ -16,7 +20,8 @@
 namespace stateflow {
 
 // Every lever's name, in the order the comment above lists them.
-inline const char* const kLeverNames[] = {"conv_tiles", "norm_rows", "gemm_rows", "reduce_ahead"};
+inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_rows",
+                                           "reduce_ahead", "embed_ahead", "side_stream"};
 
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).
