@@ -97,7 +97,7 @@ OpDef make_prefix_attention_op() {
   op.workspace_bytes = [](const OpShape& s) { return prefix_attention_workspace_bytes(dims_of(s)); };
   op.passes[0].run = [](const OpLaunch& l) {
     prefix_attention_forward_cuda(dims_of(l.shape), l.at<bf16>("q"), l.at<bf16>("k"), l.at<bf16>("v"),
-                                  l.at<bf16>("o"), l.at<float>("lse"), nullptr);
+                                  l.at<bf16>("o"), l.at<float>("lse"), l.workspace, nullptr);
   };
   op.passes[1].run = [](const OpLaunch& l) {
     prefix_attention_backward_cuda(dims_of(l.shape), l.at<bf16>("q"), l.at<bf16>("k"), l.at<bf16>("v"),
