@@ -5,6 +5,8 @@
 #      --recompute full (one GPU holds both stages), at each T: `bench --chunks auto` runs the
 #      planner's choice, equal and balanced chunks at its N, 1f1b and the best of each schedule
 #      over the planner's space, each measured beside its predicted step time and peak memory.
+#      The planner's memory limit is 130 GiB (--gpu-memory): the H200's 139.8 GiB less what our
+#      allocator does not count (CUDA context, cuBLAS workspaces, size-class rounding, cache).
 #      The first T profiles the model (cached in OUT/profiles; the later ones reuse it).
 #   2. `plan --auto` of each --profile-models model at 32K (profiles it into OUT/profiles):
 #      `plan --auto --cost-profile OUT/profiles/costs-MODEL-*.json` then predicts anywhere.
@@ -52,7 +54,7 @@ run() {  # run LOG command...: the command's output to LOG (and said first)
 
 for T in ${seq_lens//,/ }; do
   run "$out/hybrid-$T.log" "$bin" bench --device cuda --dtype f32 --preset hybrid-1.3b --stages 2 --transport local \
-    --batch 1 --microbatches 1 --seq-len "$T" --recompute full --chunks auto --alphas 0,1 --every-alpha \
+    --batch 1 --microbatches 1 --seq-len "$T" --recompute full --chunks auto --alphas 0,1 --every-alpha --gpu-memory 130 \
     --schedules "$schedules" --warmup-steps 1 --steps "$steps" --profile-dir "$out/profiles" --json "$out/hybrid-$T.json"
 done
 for m in ${models//,/ }; do
