@@ -327,7 +327,7 @@ void cudnn_attention_forward(const AttentionDims& d, CudnnBackward mode, const b
                 {id.o, o + piece.first * row},
                 {id.stats, stats}},
                at(ws, p.cudnn_at));
-    lse_heads_to_tokens_cuda(stats, lse + piece.first * d.q_heads, d.batch, d.q_heads, piece.d.len, d.len, stream);
+    transpose_lse_cuda(stats, lse + piece.first * d.q_heads, d.batch, d.q_heads, piece.d.len, d.len, true, stream);
   }
 }
 
@@ -343,7 +343,8 @@ void cudnn_attention_backward(const AttentionDims& d, CudnnBackward mode, const 
     const Ids& id = p.ids;
     const int64_t at_row = piece.first * row;
     float* stats = reinterpret_cast<float*>(at(ws, p.stats_at));
-    lse_tokens_to_heads_cuda(lse + piece.first * d.q_heads, stats, d.batch, d.q_heads, piece.d.len, d.len, stream);
+    transpose_lse_cuda(lse + piece.first * d.q_heads, stats, d.batch, d.q_heads, piece.d.len, d.len, false,
+                       stream);
     std::vector<std::pair<int64_t, void*>> t = {{id.q, const_cast<bf16*>(q + at_row)},
                                                 {id.k, const_cast<bf16*>(k)},
                                                 {id.v, const_cast<bf16*>(v)},

@@ -42,19 +42,11 @@ unsigned blocks(int64_t n) { return unsigned((n + 255) / 256); }
 
 }  // namespace
 
-void lse_heads_to_tokens_cuda(const float* src, float* dst, int64_t batch, int64_t heads, int64_t len, int64_t rows,
-                              cudaStream_t st) {
+void transpose_lse_cuda(const float* src, float* dst, int64_t batch, int64_t heads, int64_t len, int64_t rows,
+                        bool to_tokens, cudaStream_t st) {
   const int64_t n = batch * heads * len;
   if (n == 0) return;
-  lse_transpose_kernel<<<blocks(n), 256, 0, st>>>(src, dst, heads, len, rows, n, true);
-  cuda_check_launch("attention statistics transpose kernel");
-}
-
-void lse_tokens_to_heads_cuda(const float* src, float* dst, int64_t batch, int64_t heads, int64_t len, int64_t rows,
-                              cudaStream_t st) {
-  const int64_t n = batch * heads * len;
-  if (n == 0) return;
-  lse_transpose_kernel<<<blocks(n), 256, 0, st>>>(src, dst, heads, len, rows, n, false);
+  lse_transpose_kernel<<<blocks(n), 256, 0, st>>>(src, dst, heads, len, rows, n, to_tokens);
   cuda_check_launch("attention statistics transpose kernel");
 }
 

@@ -10,12 +10,11 @@
 
 namespace stateflow {
 
-// [batch, heads, len] packed <-> [batch, len, heads] with `rows` >= len rows per sequence
-// (a piece of a longer chunk), fp32.
-void lse_heads_to_tokens_cuda(const float* src, float* dst, int64_t batch, int64_t heads, int64_t len, int64_t rows,
-                              cudaStream_t stream);
-void lse_tokens_to_heads_cuda(const float* src, float* dst, int64_t batch, int64_t heads, int64_t len, int64_t rows,
-                              cudaStream_t stream);
+// Softmax statistics from head-major [batch, heads, len] (packed) to token-major [batch, len,
+// heads] with `rows` >= len rows per sequence (a piece of a longer chunk), or back
+// (to_tokens false: src token-major, dst head-major). fp32.
+void transpose_lse_cuda(const float* src, float* dst, int64_t batch, int64_t heads, int64_t len, int64_t rows,
+                        bool to_tokens, cudaStream_t stream);
 
 // dst[b, r, :] += src[b, r, :] for rows r < rows; src bf16 [batch, rows, width] packed, dst
 // fp32 [batch, dst_rows, width] (the prefix gradient buffer). width a multiple of 8; both 16-byte aligned.

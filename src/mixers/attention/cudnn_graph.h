@@ -87,6 +87,8 @@ class CudnnGraph {
   CudnnPlan build(const char* what);
 
  private:
+  template <class T>
+  int64_t scalar(cudnnDataType_t type, T v);
   std::shared_ptr<CudnnDesc> desc(int64_t id) const;
   void add_op(std::shared_ptr<CudnnDesc> op) { ops_.push_back(std::move(op)); }
 

@@ -3,6 +3,7 @@
 
 #include <dlfcn.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -127,57 +128,43 @@ void set_desc(CudnnDesc& d, cudnnBackendAttributeName_t name, const DescPtr& v) 
 
 CudnnGraph::CudnnGraph() : scalar_storage_(std::make_shared<std::deque<double>>()) {}
 
-int64_t CudnnGraph::tensor(cudnnDataType_t type, std::vector<int64_t> dims, std::vector<int64_t> strides,
-                           bool is_virtual) {
+namespace {
+// A tensor descriptor; a by-value one is a scalar whose host value goes in the variant pack.
+DescPtr tensor_desc(cudnnDataType_t type, const std::vector<int64_t>& dims, const std::vector<int64_t>& strides,
+                    int64_t id, int64_t align, bool is_virtual, bool by_value) {
   auto t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const int64_t id = next_id_++, align = 16;
-  const bool virt = is_virtual;
   t->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
   t->set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, int64_t(dims.size()), dims.data());
   t->set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, int64_t(strides.size()), strides.data());
   t->set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id);
   t->set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-  t->set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &virt);
+  t->set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, 1, &is_virtual);
+  if (by_value) t->set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
   t->finalize("finalizing a tensor");
-  tensors_.emplace_back(id, t);
-  return id;
-}
-
-namespace {
-template <class T>
-DescPtr scalar_desc(cudnnDataType_t type, int64_t id) {
-  auto t = make(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  const std::vector<int64_t> one = {1, 1, 1, 1};
-  const int64_t align = int64_t(sizeof(T));
-  const bool by_value = true;
-  t->set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, &type);
-  t->set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, 4, one.data());
-  t->set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, 4, one.data());
-  t->set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &id);
-  t->set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, 1, &align);
-  t->set(CUDNN_ATTR_TENSOR_IS_BY_VALUE, CUDNN_TYPE_BOOLEAN, 1, &by_value);
-  t->finalize("finalizing a scalar tensor");
   return t;
 }
 }  // namespace
 
-int64_t CudnnGraph::scalar_f32(float v) {
+int64_t CudnnGraph::tensor(cudnnDataType_t type, std::vector<int64_t> dims, std::vector<int64_t> strides,
+                           bool is_virtual) {
   const int64_t id = next_id_++;
-  tensors_.emplace_back(id, scalar_desc<float>(CUDNN_DATA_FLOAT, id));
+  tensors_.emplace_back(id, tensor_desc(type, dims, strides, id, 16, is_virtual, false));
+  return id;
+}
+
+template <class T>
+int64_t CudnnGraph::scalar(cudnnDataType_t type, T v) {
+  static_assert(sizeof(T) <= sizeof(double), "a scalar lives in one double's storage");
+  const int64_t id = next_id_++;
+  tensors_.emplace_back(id, tensor_desc(type, {1, 1, 1, 1}, {1, 1, 1, 1}, id, int64_t(sizeof(T)), false, true));
   scalar_storage_->push_back(0.0);
-  *reinterpret_cast<float*>(&scalar_storage_->back()) = v;
+  std::memcpy(&scalar_storage_->back(), &v, sizeof v);
   scalars_.emplace_back(id, &scalar_storage_->back());
   return id;
 }
 
-int64_t CudnnGraph::scalar_i32(int32_t v) {
-  const int64_t id = next_id_++;
-  tensors_.emplace_back(id, scalar_desc<int32_t>(CUDNN_DATA_INT32, id));
-  scalar_storage_->push_back(0.0);
-  *reinterpret_cast<int32_t*>(&scalar_storage_->back()) = v;
-  scalars_.emplace_back(id, &scalar_storage_->back());
-  return id;
-}
+int64_t CudnnGraph::scalar_f32(float v) { return scalar(CUDNN_DATA_FLOAT, v); }
+int64_t CudnnGraph::scalar_i32(int32_t v) { return scalar(CUDNN_DATA_INT32, v); }
 
 std::shared_ptr<CudnnDesc> CudnnGraph::desc(int64_t id) const {
   for (const auto& [i, d] : tensors_)

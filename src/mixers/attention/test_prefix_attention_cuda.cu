@@ -149,6 +149,15 @@ GpuOut run_gpu(const Problem& p, std::vector<int64_t> cuts = {}, Impl impl = Imp
   return g;
 }
 
+// Every output of two runs bitwise equal.
+void expect_bitwise(const GpuOut& a, const GpuOut& b) {
+  EXPECT_TRUE(bitwise_equal(a.o, b.o));
+  EXPECT_TRUE(bitwise_equal(a.lse, b.lse));
+  EXPECT_TRUE(bitwise_equal(a.dq, b.dq));
+  EXPECT_TRUE(bitwise_equal(a.dk, b.dk));
+  EXPECT_TRUE(bitwise_equal(a.dv, b.dv));
+}
+
 // The dK/dV rows the problem's chunk owns or reads (the NaN rows past it are not compared).
 Vec kv_rows_read(const Problem& p, const Vec& x) {
   Vec y;
@@ -195,12 +204,7 @@ TEST(PrefixAttentionCuda, CutsOnTheBlockGridAreBitwiseOthersWithinTwiceTheError)
     const Problem p = make_problem(seed, 1, 330, 0, 330, 4, 2, D);
     const GpuOut whole = run_gpu(p);
     const Out r = reference(p);
-    const GpuOut aligned = run_gpu(p, {128, 192});
-    EXPECT_TRUE(bitwise_equal(aligned.o, whole.o));
-    EXPECT_TRUE(bitwise_equal(aligned.lse, whole.lse));
-    EXPECT_TRUE(bitwise_equal(aligned.dq, whole.dq));
-    EXPECT_TRUE(bitwise_equal(aligned.dk, whole.dk));
-    EXPECT_TRUE(bitwise_equal(aligned.dv, whole.dv));
+    expect_bitwise(run_gpu(p, {128, 192}), whole);
     const GpuOut again = run_gpu(p);  // deterministic: no atomics anywhere
     EXPECT_TRUE(bitwise_equal(again.dk, whole.dk) && bitwise_equal(again.dq, whole.dq));
 
@@ -258,10 +262,7 @@ TEST(PrefixAttentionCudnn, DeterministicBackwardRepeatsBitwise) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   const Problem p = make_problem(seed, 1, 300, 200, 600, 4, 2, 128);
   if (!cudnn_runs(p.d)) GTEST_SKIP() << "cuDNN does not run here";
-  const GpuOut a = run_gpu(p, {}, Impl::Cudnn), b = run_gpu(p, {}, Impl::Cudnn);
-  EXPECT_TRUE(bitwise_equal(a.o, b.o) && bitwise_equal(a.lse, b.lse));
-  EXPECT_TRUE(bitwise_equal(a.dq, b.dq));
-  EXPECT_TRUE(bitwise_equal(a.dk, b.dk) && bitwise_equal(a.dv, b.dv));
+  expect_bitwise(run_gpu(p, {}, Impl::Cudnn), run_gpu(p, {}, Impl::Cudnn));
   if (cudnn_runs(p.d, CudnnBackward::AtomicDq)) {
     const GpuOut x = run_gpu(p, {}, Impl::CudnnAtomic), y = run_gpu(p, {}, Impl::CudnnAtomic);
     std::printf("atomic-dQ backward (%s): dq %s, dk %s, dv %s run to run\n",
@@ -285,12 +286,7 @@ TEST(PrefixAttentionCudnn, CutsOnThePieceGridAreBitwiseOthersWithinTwiceTheError
     if (!cudnn_runs(p.d)) GTEST_SKIP() << "cuDNN does not run here";
     const GpuOut whole = run_gpu(p, {}, Impl::Cudnn);
     for (const auto& cuts : {std::vector<int64_t>{P}, std::vector<int64_t>{P, 2 * P}}) {
-      const GpuOut aligned = run_gpu(p, cuts, Impl::Cudnn);
-      EXPECT_TRUE(bitwise_equal(aligned.o, whole.o));
-      EXPECT_TRUE(bitwise_equal(aligned.lse, whole.lse));
-      EXPECT_TRUE(bitwise_equal(aligned.dq, whole.dq));
-      EXPECT_TRUE(bitwise_equal(aligned.dk, whole.dk));
-      EXPECT_TRUE(bitwise_equal(aligned.dv, whole.dv));
+      expect_bitwise(run_gpu(p, cuts, Impl::Cudnn), whole);
     }
 
     const Problem small = make_problem(seed + 1, 1, 600, 0, 600, 2, 1, D);
