@@ -9,14 +9,11 @@
 //   backward  D = rowsum(dO * O); S as above minus lse, masked, P = exp; dV = P^T dO;
 //             dP = dO V^T; dS = P (dP - D) scale; dK = dS^T Q; dQ = dS K.
 //             With grouped K/V heads, dK/dV are formed per query head and summed over the group.
-#include <cmath>
 #include <algorithm>
-#include <cstdio>
+#include <cmath>
 #include <cstdlib>
 #include <limits>
 #include <map>
-#include <mutex>
-#include <set>
 #include <tuple>
 
 #include "core/error.h"
