@@ -204,6 +204,65 @@ __device__ inline float bf(bf16 x) { return __bfloat162float(x); }
 __device__ inline void put2(bf16* p, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
 }
+// Two floats rounded to bf16 in one register (lo in the low half), and back.
+__device__ inline uint32_t pack2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ inline float2 unpack2(uint32_t r) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
+}
+
+// Operands kept in registers (flash-attention style): the A fragments of a 16 x K operand,
+// a[kb] covering columns 16 kb .. 16 kb + 15, in the register layout mma_bf16 takes.
+template <int K>
+using AFrags = uint32_t[K / 16][4];
+
+// A fragments of a 16 x WN accumulator rounded to bf16: the accumulator's n-tiles 2 kb and
+// 2 kb + 1 hold exactly the elements fragment kb needs, in the same lanes.
+template <int WN>
+__device__ void acc_to_a(const Frag<16, WN>& f, AFrags<WN>& a) {
+#pragma unroll
+  for (int kb = 0; kb < WN / 16; ++kb) {
+    a[kb][0] = pack2(f.x[0][2 * kb][0], f.x[0][2 * kb][1]);
+    a[kb][1] = pack2(f.x[0][2 * kb][2], f.x[0][2 * kb][3]);
+    a[kb][2] = pack2(f.x[0][2 * kb + 1][0], f.x[0][2 * kb + 1][1]);
+    a[kb][3] = pack2(f.x[0][2 * kb + 1][2], f.x[0][2 * kb + 1][3]);
+  }
+}
+
+// The transpose of a tile's columns [m0, m0 + 16) x rows [0, WN) in accumulator layout
+// (element (i, j) of f = t(j, m0 + i)), fp32: an ldmatrix.trans A fragment of the tile read as
+// Lay::Col holds, lane for lane, what two accumulator n-tiles hold.
+template <int WN, class T>
+__device__ void load_transposed(Frag<16, WN>& f, T t, int m0) {
+#pragma unroll
+  for (int kb = 0; kb < WN / 16; ++kb) {
+    uint32_t r[4];
+    load_a<Lay::Col>(r, t, m0, 16 * kb);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const float2 v = unpack2(r[h]);
+      float* x = f.x[0][2 * kb + (h >> 1)] + 2 * (h & 1);
+      x[0] = v.x, x[1] = v.y;
+    }
+  }
+}
+
+// acc(16 x WN) += A(16 x K, fragments in registers) * B[0:K, n0 : n0 + WN] (B from shared memory).
+template <int K, Lay LB, int WN, class TB>
+__device__ void mma_regs_acc(Frag<16, WN>& acc, const AFrags<K>& a, TB b, int n0) {
+  static_assert(WN % 16 == 0, "B fragments are loaded two n-tiles at a time");
+#pragma unroll
+  for (int kb = 0; kb < K / 16; ++kb)
+#pragma unroll
+    for (int j = 0; j < WN / 8; j += 2) {
+      uint32_t bf[4];
+      load_b2<LB>(bf, b, n0 + 8 * j, 16 * kb);
+      mma_bf16(acc.x[0][j], a[kb], bf[0], bf[1]);
+      mma_bf16(acc.x[0][j + 1], a[kb], bf[2], bf[3]);
+    }
+}
 
 // Sum over a warp's quad (the 4 lanes holding one accumulator row); the same order in every lane.
 __device__ inline float quad_sum(float s) {

@@ -32,6 +32,7 @@ namespace {
 
 using cuda::bf;
 using cuda::bf16;
+using cuda::AFrags;
 using cuda::Frag;
 using cuda::Lay;
 using cuda::mma_acc;
@@ -544,6 +545,239 @@ __global__ void __launch_bounds__(256) st_backward_kernel(Args a) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Row sweeps (the default unsplit sweeps): each warp keeps 16 value rows of the state (all
+// 128 key columns, fp32) in its own registers for the whole sequence and does both products
+// of a step alone, with the operands that come out of one product fed to the next in
+// registers (accumulator -> A fragment): the state's bf16 rounding is the A operand of
+// V_new^T = U^T - S W^T, and V_new^T (scaled by e) is the A operand of S <- gamma_L S +
+// V_new^T K. A warp never waits for another within a step, so the only barrier per step is
+// the one that hands over the streamed tiles. The NWB warps of a block own consecutive rows
+// of one (batch, head) and share its W, K (and Q) tiles, loaded once per block (cp.async,
+// STAGES - 1 sub-chunks ahead). The arithmetic is the tile sweeps' (same products, same
+// roundings, same order of k-steps), written in the transposed orientation.
+// ---------------------------------------------------------------------------------------
+constexpr int RW = 16;  // value rows per warp
+
+template <int NWB, int STAGES>
+struct RowFwdSmem {
+  static constexpr int BV = NWB * RW;
+  static constexpr int W = 0;
+  static constexpr int K = W + STAGES * Tile<C, DK>::bytes;
+  static constexpr int U = K + STAGES * Tile<C, DK>::bytes;
+  static constexpr int G = U + STAGES * Tile<C, BV>::bytes;
+  static constexpr int out = G + STAGES * C * 4;  // per warp: V_new staged for 16-byte stores
+  static constexpr int bytes = out + NWB * Tile<C, RW>::bytes;
+};
+
+template <int NWB, int STAGES>
+struct RowBwdSmem {
+  static constexpr int BV = NWB * RW;
+  static constexpr int K = 0;
+  static constexpr int W = K + STAGES * Tile<C, DK>::bytes;
+  static constexpr int Q = W + STAGES * Tile<C, DK>::bytes;
+  static constexpr int dO = Q + STAGES * Tile<C, DK>::bytes;
+  static constexpr int dVl = dO + STAGES * Tile<C, BV>::bytes;
+  static constexpr int G = dVl + STAGES * Tile<C, BV>::bytes;
+  static constexpr int out = G + STAGES * C * 4;  // per warp: dV_new staged for 16-byte stores
+  static constexpr int bytes = out + NWB * Tile<C, RW>::bytes;
+};
+
+// Pipeline depth of the row sweeps: three sub-chunks in flight where shared memory allows.
+__host__ __device__ constexpr int row_stages(int nwb, bool reverse) { return reverse && nwb >= 8 ? 2 : 3; }
+
+// Writes a warp's 16 x 64 accumulator f (f(i, j): value row i, token j) to the [token][DV]
+// bf16 rows g[j * DV + i], i < 16, j < 64, through the warp's staging tile.
+__device__ void store_token_major(Frag<RW, C>& f, Tile<C, RW> stage, bf16* g) {
+  f.each([&](int r, int c, float& x) { *stage.at(c, r) = __float2bfloat16(x); });
+  __syncwarp();
+  for (int i = threadIdx.x & 31; i < C * 2; i += 32) {
+    const int r = i >> 1, c = (i & 1) * 8;
+    *reinterpret_cast<uint4*>(g + r * DV + c) = *reinterpret_cast<const uint4*>(stage.at(r, c));
+  }
+  __syncwarp();
+}
+
+// Writes a warp's 16 x 128 bf16 state snapshot (A fragments) to rows [0, 16) of a [DV][DK] matrix.
+__device__ void store_state_rows(const AFrags<DK>& s, bf16* g) {
+  const int l = threadIdx.x & 31, r = l >> 2, c = 2 * (l & 3);
+#pragma unroll
+  for (int kb = 0; kb < DK / 16; ++kb)
+#pragma unroll
+    for (int h = 0; h < 4; ++h)
+      *reinterpret_cast<uint32_t*>(g + (r + (h & 1) * 8) * DK + 16 * kb + (h >> 1) * 8 + c) = s[kb][h];
+}
+
+// e_j = exp(G_L - G_j) for the token columns j = 8 n + 2 (lane % 4) + p this lane holds.
+__device__ void lane_decays(const float* G, float (&e)[C / 8][2]) {
+  const int c = 2 * (threadIdx.x & 3);
+  const float GL = G[C - 1];
+#pragma unroll
+  for (int n = 0; n < C / 8; ++n) e[n][0] = expf(GL - G[8 * n + c]), e[n][1] = expf(GL - G[8 * n + c + 1]);
+}
+
+// Forward sweep over every sub-chunk of (b, h), rows [row0, row0 + NWB * 16): from `from`
+// (rows of S_in, or zero when null), the final rows to `to` when non-null, V_new and the
+// sub-chunk snapshots Hs to the workspace.
+template <int NWB, int STAGES>
+__device__ void row_forward_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
+  using S = RowFwdSmem<NWB, STAGES>;
+  constexpr int NT = NWB * 32, BV = S::BV;
+  const int tid = threadIdx.x, warp = tid >> 5, v0 = row0 + warp * RW;
+  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
+  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
+  auto Ut = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::U + s * Tile<C, BV>::bytes); };
+  auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
+  const auto stage = tile_at<Tile<C, RW>>(sm, S::out + warp * Tile<C, RW>::bytes);
+
+  Frag<RW, DK> st;  // state rows v0.., every key column
+  if (from) st.each([&](int r, int c, float& x) { x = from[(warp * RW + r) * DK + c]; });
+  else st.fill(0.f);
+  auto issue = [&](int n, int s) {
+    const int t0 = n * C;
+    const int64_t ws0 = a.ws_row(b, h, n);
+    cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, tid);
+    cuda::load_tile_async<NT>(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0), tid);
+    cuda::load_tile_async<NT>(Ut(s), a.U + ws0 * DV + row0, DV, C, tid);
+    cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, tid);
+  };
+  for (int i = 0; i < STAGES - 1; ++i) {
+    if (i < a.NS) issue(i, i);
+    cuda::cp_async_commit();
+  }
+  for (int n = 0; n < a.NS; ++n) {
+    const int s = n % STAGES;
+    cuda::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled next
+    if (n + STAGES - 1 < a.NS) issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
+    AFrags<DK> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
+    cuda::acc_to_a(st, sa);
+    store_state_rows(sa, a.Hs + (a.ws_sub(b, h, n) * DV + v0) * DK);
+    Frag<RW, C> vn;  // V_new^T: value rows, token columns
+    vn.fill(0.f);
+    cuda::mma_regs_acc<DK, Lay::Col>(vn, sa, Wt(s), 0);
+    Frag<RW, C> u;
+    cuda::load_transposed(u, Ut(s), warp * RW);
+    vn.each([&](int r, int c, float& x) { x = u.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] - x; });
+    store_token_major(vn, stage, a.Vn + a.ws_row(b, h, n) * DV + v0);
+    const float* G = Gt(s);
+    float e[C / 8][2];
+    lane_decays(G, e);
+    vn.each([&](int, int c, float& x) { x *= e[c >> 3][c & 1]; });
+    AFrags<C> va;
+    cuda::acc_to_a(vn, va);
+    const float gl = expf(G[C - 1]);
+    st.each([&](int, int, float& x) { x *= gl; });
+    cuda::mma_regs_acc<C, Lay::Row>(st, va, Kt(s), 0);
+  }
+  if (to) st.each([&](int r, int c, float& x) { to[(warp * RW + r) * DK + c] = x; });
+}
+
+// Reverse sweep (B3) over every sub-chunk of (b, h), last first, rows [row0, row0 + NWB * 16) of
+// the gradient: from `from` (rows of dS_out, or zero when null) to `to` (dS_in); writes dV_new
+// over dV_new_local and the snapshots dHs.
+template <int NWB, int STAGES>
+__device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
+  using S = RowBwdSmem<NWB, STAGES>;
+  constexpr int NT = NWB * 32, BV = S::BV;
+  const int tid = threadIdx.x, warp = tid >> 5, v0 = row0 + warp * RW;
+  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
+  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
+  auto Qt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::Q + s * Tile<C, DK>::bytes); };
+  auto dOt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::dO + s * Tile<C, BV>::bytes); };
+  auto dVlt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::dVl + s * Tile<C, BV>::bytes); };
+  auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
+  const auto stage = tile_at<Tile<C, RW>>(sm, S::out + warp * Tile<C, RW>::bytes);
+
+  Frag<RW, DK> ds;
+  if (from) ds.each([&](int r, int c, float& x) { x = from[(warp * RW + r) * DK + c]; });
+  else ds.fill(0.f);
+  auto issue = [&](int n, int s) {
+    const int t0 = n * C, nv = min(C, a.T - t0);
+    const int64_t ws0 = a.ws_row(b, h, n), r0 = a.tok(b, t0, h);
+    cuda::load_tile_async<NT>(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv, tid);
+    cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, tid);
+    cuda::load_tile_async<NT>(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv, tid);
+    cuda::load_tile_async<NT>(dOt(s), a.dO + r0 * DV + row0, int64_t(a.H) * DV, nv, tid);
+    cuda::load_tile_async<NT>(dVlt(s), a.dVn + ws0 * DV + row0, DV, C, tid);
+    cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, tid);
+  };
+  for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
+    if (i < a.NS) issue(a.NS - 1 - i, i);
+    cuda::cp_async_commit();
+  }
+  const int l = tid & 31;
+  for (int i = 0; i < a.NS; ++i) {
+    const int n = a.NS - 1 - i, s = i % STAGES;
+    cuda::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    if (i + STAGES - 1 < a.NS) issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
+    const float* G = Gt(s);
+    AFrags<DK> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
+    cuda::acc_to_a(ds, da);
+    store_state_rows(da, a.dHs + (a.ws_sub(b, h, n) * DV + v0) * DK);
+    Frag<RW, C> dvn;  // (K dSe^T)^T: value rows, token columns
+    dvn.fill(0.f);
+    cuda::mma_regs_acc<DK, Lay::Col>(dvn, da, Kt(s), 0);
+    // The part of the update that does not need this sub-chunk's dV_new: gamma_L dS + s (diag(gamma) dO)^T Q.
+    AFrags<C> og;  // (s gamma_j dO_j)^T rounded to bf16, as the tile sweep rounds it
+#pragma unroll
+    for (int kb = 0; kb < C / 16; ++kb) {
+      cuda::load_a<Lay::Col>(og[kb], dOt(s), warp * RW, 16 * kb);
+#pragma unroll
+      for (int hh = 0; hh < 4; ++hh) {
+        const int j = 16 * kb + (hh >> 1) * 8 + 2 * (l & 3);
+        const float2 x = cuda::unpack2(og[kb][hh]);
+        og[kb][hh] = cuda::pack2(a.scale * expf(G[j]) * x.x, a.scale * expf(G[j + 1]) * x.y);
+      }
+    }
+    const float gl = expf(G[C - 1]);
+    ds.each([&](int, int, float& x) { x *= gl; });
+    cuda::mma_regs_acc<C, Lay::Row>(ds, og, Qt(s), 0);
+    Frag<RW, C> dl;
+    cuda::load_transposed(dl, dVlt(s), warp * RW);
+    float e[C / 8][2];
+    lane_decays(G, e);
+    dvn.each([&](int r, int c, float& x) { x = dl.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] + e[c >> 3][c & 1] * x; });
+    store_token_major(dvn, stage, a.dVn + a.ws_row(b, h, n) * DV + v0);
+    dvn.each([&](int, int, float& x) { x = -x; });
+    AFrags<C> nd;
+    cuda::acc_to_a(dvn, nd);
+    cuda::mma_regs_acc<C, Lay::Row>(ds, nd, Wt(s), 0);
+  }
+  if (to) ds.each([&](int r, int c, float& x) { to[(warp * RW + r) * DK + c] = x; });
+}
+
+// Forward ST: grid (DV / (16 NWB), H, B).
+template <int NWB>
+__global__ void __launch_bounds__(NWB * 32) row_forward_kernel(Args a) {
+  extern __shared__ __align__(128) char sm[];
+  const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * NWB * RW;
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
+  row_forward_sweep<NWB, row_stages(NWB, false)>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr,
+                                                 a.S_out ? a.S_out + tile : nullptr, sm);
+}
+
+// B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 NWB), H, B);
+// with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
+// SMs of their own, beside the reverse sweeps.
+template <int NWB>
+__global__ void __launch_bounds__(NWB * 32) row_backward_kernel(Args a, bool recompute) {
+  extern __shared__ __align__(128) char sm[];
+  constexpr int tiles = DV / (NWB * RW);
+  const int b = blockIdx.z, h = blockIdx.y, x = blockIdx.x;
+  const bool forward = recompute && x < tiles;
+  const int row0 = (forward || !recompute ? x : x - tiles) * NWB * RW;
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
+  if (forward)
+    row_forward_sweep<NWB, row_stages(NWB, false)>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr, nullptr, sm);
+  else
+    row_reverse_sweep<NWB, row_stages(NWB, true)>(a, b, h, row0, a.dS_out ? a.dS_out + tile : nullptr,
+                                                  a.dS_in + tile, sm);
+}
+
+// ---------------------------------------------------------------------------------------
 // Split core: each (batch, head)'s sub-chunks are cut into NP pieces of SP sub-chunks that are
 // swept in parallel. A sub-chunk maps the state as S <- S M_n + B_n (M_n = gamma_L I - W^T
 // diag(e) K, B_n = U^T diag(e) K), so a piece maps it as S <- S A_p + U_p with A_p the product
@@ -963,6 +1197,15 @@ int piece_len_of(const GdnCudaConfig& cfg) {
   return len;
 }
 
+// The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.
+int sweep_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.sweep >= GdnCudaConfig::kDefaultSweep && cfg.sweep <= GdnCudaConfig::kTileSweeps,
+           "GDN CUDA core: sweep must be kDefaultSweep, kRowSweeps or kTileSweeps, got ", cfg.sweep);
+  SF_CHECK(cfg.sweep_warps == 0 || cfg.sweep_warps == 2 || cfg.sweep_warps == 4 || cfg.sweep_warps == 8,
+           "GDN CUDA core: sweep_warps must be 2, 4 or 8 (or 0 for automatic), got ", cfg.sweep_warps);
+  return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
+}
+
 bool is_split(const GdnCudaConfig& cfg) { return piece_len_of(cfg) != GdnCudaConfig::kUnsplit; }
 
 int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
@@ -1008,6 +1251,7 @@ void check_dims(const GdnDims& d) {
 Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   SF_CHECK(workspace != nullptr,
            "GDN CUDA core: workspace is null; allocate gdn_cuda_workspace_bytes(dims, config) bytes");
+  sweep_of(cfg);  // refuses a bad sweep setting before anything runs
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1081,6 +1325,25 @@ int pick_piece_tile(int requested) {
   return requested ? requested : 64;
 }
 
+// Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed.
+template <int NWB>
+void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+  constexpr int tiles = DV / (NWB * RW);
+  constexpr int fwd_smem = RowFwdSmem<NWB, row_stages(NWB, false)>::bytes;
+  constexpr int bwd_smem = RowBwdSmem<NWB, row_stages(NWB, true)>::bytes;
+  if (!reverse) return launch(row_forward_kernel<NWB>, dim3(tiles, a.H, a.B), NWB * 32, fwd_smem, stream, a);
+  launch(row_backward_kernel<NWB>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), NWB * 32,
+         recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem, stream, a, recompute);
+}
+
+void row_sweeps(int warps, bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+  switch (warps) {
+    case 2: return row_sweeps<2>(reverse, recompute, a, stream);
+    case 8: return row_sweeps<8>(reverse, recompute, a, stream);
+    default: return row_sweeps<4>(reverse, recompute, a, stream);
+  }
+}
+
 // Split core, forward sweeps (steps 1-3 above); S_out (when a.S_out) comes from the fold.
 template <int BV>
 void split_forward_sweeps(const Args& a, cudaStream_t stream) {
@@ -1127,6 +1390,13 @@ int gdn_cuda_default_piece_len() {
   return int(len);
 }
 
+int gdn_cuda_default_sweep() {
+  const char* env = std::getenv("STATEFLOW_GDN_SWEEP");
+  if (env == nullptr || std::strcmp(env, "rows") == 0) return GdnCudaConfig::kRowSweeps;
+  SF_CHECK(std::strcmp(env, "tiles") == 0, "STATEFLOW_GDN_SWEEP must be rows (the default) or tiles, got '", env, "'");
+  return GdnCudaConfig::kTileSweeps;
+}
+
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {
   return is_split(cfg) ? sub_chunks_per_piece(d, cfg) * C : 0;
 }
@@ -1148,6 +1418,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -1182,7 +1453,9 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
       split_sweeps(false, tile, fwd, stream);
     }
     split_sweeps(true, tile, a, stream);
-  } else if (cfg.saved_forward)
+  } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
+    row_sweeps(cfg.sweep_warps, true, !cfg.saved_forward, a, stream);
+  else if (cfg.saved_forward)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);
