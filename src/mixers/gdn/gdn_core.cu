@@ -565,8 +565,8 @@ struct RowFwdSmem {
   static constexpr int K = W + STAGES * Tile<C, DK>::bytes;
   static constexpr int U = K + STAGES * Tile<C, DK>::bytes;
   static constexpr int G = U + STAGES * Tile<C, BV>::bytes;
-  static constexpr int out = G + STAGES * C * 4;  // per warp: V_new staged for 16-byte stores
-  static constexpr int bytes = out + NWB * Tile<C, RW>::bytes;
+  static constexpr int out = G + STAGES * C * 4;  // per warp: what it writes, staged for 16-byte stores
+  static constexpr int bytes = out + NWB * Tile<RW, DK>::bytes;
 };
 
 template <int NWB, int STAGES>
@@ -578,41 +578,65 @@ struct RowBwdSmem {
   static constexpr int dO = Q + STAGES * Tile<C, DK>::bytes;
   static constexpr int dVl = dO + STAGES * Tile<C, BV>::bytes;
   static constexpr int G = dVl + STAGES * Tile<C, BV>::bytes;
-  static constexpr int out = G + STAGES * C * 4;  // per warp: dV_new staged for 16-byte stores
-  static constexpr int bytes = out + NWB * Tile<C, RW>::bytes;
+  static constexpr int out = G + STAGES * C * 4;
+  static constexpr int bytes = out + NWB * Tile<RW, DK>::bytes;
 };
+static_assert(Tile<C, RW>::bytes <= Tile<RW, DK>::bytes, "a warp's staging area holds its state rows or its 64 x 16 values");
 
 // Pipeline depth of the row sweeps: three sub-chunks in flight where shared memory allows.
 __host__ __device__ constexpr int row_stages(int nwb, bool reverse) { return reverse && nwb >= 8 ? 2 : 3; }
 
-// Writes a warp's 16 x 64 accumulator f (f(i, j): value row i, token j) to the [token][DV]
-// bf16 rows g[j * DV + i], i < 16, j < 64, through the warp's staging tile.
-__device__ void store_token_major(Frag<RW, C>& f, Tile<C, RW> stage, bf16* g) {
-  f.each([&](int r, int c, float& x) { *stage.at(c, r) = __float2bfloat16(x); });
+// A warp's bf16 16 x 128 state rows (A fragments) to rows [0, 16) of a [DV][DK] matrix g,
+// through its staging area (stmatrix, then whole 512-byte runs per store instruction).
+__device__ void store_state_rows(const AFrags<DK>& s, char* stage, bf16* g) {
+  const auto st = tile_at<Tile<RW, DK>>(stage, 0);
+#pragma unroll
+  for (int kb = 0; kb < DK / 16; ++kb) cuda::store_a<Lay::Row>(s[kb], st, 0, 16 * kb);
   __syncwarp();
-  for (int i = threadIdx.x & 31; i < C * 2; i += 32) {
-    const int r = i >> 1, c = (i & 1) * 8;
-    *reinterpret_cast<uint4*>(g + r * DV + c) = *reinterpret_cast<const uint4*>(stage.at(r, c));
+  const int l = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < RW * DK / 8 / 32; ++i) {
+    const int r = (l >> 4) + 2 * i, c = (l & 15) * 8;
+    *reinterpret_cast<uint4*>(g + r * DK + c) = *reinterpret_cast<const uint4*>(st.at(r, c));
   }
   __syncwarp();
 }
 
-// Writes a warp's 16 x 128 bf16 state snapshot (A fragments) to rows [0, 16) of a [DV][DK] matrix.
-__device__ void store_state_rows(const AFrags<DK>& s, bf16* g) {
-  const int l = threadIdx.x & 31, r = l >> 2, c = 2 * (l & 3);
+// A warp's 16 x 64 fp32 accumulator f (f(i, j): value row i, token j) rounded to bf16, to the
+// [token][DV] rows g[j * DV + i], i < 16, j < 64, through its staging area (stmatrix.trans).
+__device__ void store_token_major(const Frag<RW, C>& f, char* stage, bf16* g) {
+  const auto st = tile_at<Tile<C, RW>>(stage, 0);
+  AFrags<C> a;
+  cuda::acc_to_a(f, a);
 #pragma unroll
-  for (int kb = 0; kb < DK / 16; ++kb)
+  for (int kb = 0; kb < C / 16; ++kb) cuda::store_a<Lay::Col>(a[kb], st, 0, 16 * kb);
+  __syncwarp();
+  const int l = threadIdx.x & 31;
 #pragma unroll
-    for (int h = 0; h < 4; ++h)
-      *reinterpret_cast<uint32_t*>(g + (r + (h & 1) * 8) * DK + 16 * kb + (h >> 1) * 8 + c) = s[kb][h];
+  for (int i = 0; i < C * RW / 8 / 32; ++i) {
+    const int r = (l >> 1) + 16 * i, c = (l & 1) * 8;
+    *reinterpret_cast<uint4*>(g + r * DV + c) = *reinterpret_cast<const uint4*>(st.at(r, c));
+  }
+  __syncwarp();
 }
 
-// e_j = exp(G_L - G_j) for the token columns j = 8 n + 2 (lane % 4) + p this lane holds.
+// Per-token factors for the token columns j = 8 n + 2 (lane % 4) + p this lane holds in a
+// 16 x 64 accumulator: e_j = exp(G_L - G_j), and (reverse sweep) s gamma_j = s exp(G_j).
 __device__ void lane_decays(const float* G, float (&e)[C / 8][2]) {
   const int c = 2 * (threadIdx.x & 3);
   const float GL = G[C - 1];
 #pragma unroll
   for (int n = 0; n < C / 8; ++n) e[n][0] = expf(GL - G[8 * n + c]), e[n][1] = expf(GL - G[8 * n + c + 1]);
+}
+__device__ void lane_gammas(const float* G, float s, float (&f)[C / 8][2]) {
+  const int c = 2 * (threadIdx.x & 3);
+#pragma unroll
+  for (int n = 0; n < C / 8; ++n) f[n][0] = s * expf(G[8 * n + c]), f[n][1] = s * expf(G[8 * n + c + 1]);
+}
+
+// 64 fp32 values (a sub-chunk's G) by the block's first 16 threads.
+__device__ void copy_g_async(float* s, const float* g, int tid) {
+  if (tid < C / 4) cuda::cp_async16(s + 4 * tid, g + 4 * tid, true);
 }
 
 // Forward sweep over every sub-chunk of (b, h), rows [row0, row0 + NWB * 16): from `from`
@@ -627,7 +651,9 @@ __device__ void row_forward_sweep(const Args& a, int b, int h, int row0, const f
   auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
   auto Ut = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::U + s * Tile<C, BV>::bytes); };
   auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
-  const auto stage = tile_at<Tile<C, RW>>(sm, S::out + warp * Tile<C, RW>::bytes);
+  char* stage = sm + S::out + warp * Tile<RW, DK>::bytes;
+  const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
+  const cuda::TileCopy<NT, Tile<C, BV>> copy_u(tid);
 
   Frag<RW, DK> st;  // state rows v0.., every key column
   if (from) st.each([&](int r, int c, float& x) { x = from[(warp * RW + r) * DK + c]; });
@@ -635,10 +661,10 @@ __device__ void row_forward_sweep(const Args& a, int b, int h, int row0, const f
   auto issue = [&](int n, int s) {
     const int t0 = n * C;
     const int64_t ws0 = a.ws_row(b, h, n);
-    cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, tid);
-    cuda::load_tile_async<NT>(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0), tid);
-    cuda::load_tile_async<NT>(Ut(s), a.U + ws0 * DV + row0, DV, C, tid);
-    cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, tid);
+    copy_rows(Wt(s), a.W + ws0 * DK, DK);
+    copy_rows(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0));
+    copy_u(Ut(s), a.U + ws0 * DV + row0, DV);
+    copy_g_async(Gt(s), a.G + ws0, tid);
   };
   for (int i = 0; i < STAGES - 1; ++i) {
     if (i < a.NS) issue(i, i);
@@ -652,10 +678,10 @@ __device__ void row_forward_sweep(const Args& a, int b, int h, int row0, const f
     cuda::cp_async_commit();
     AFrags<DK> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
     cuda::acc_to_a(st, sa);
-    store_state_rows(sa, a.Hs + (a.ws_sub(b, h, n) * DV + v0) * DK);
     Frag<RW, C> vn;  // V_new^T: value rows, token columns
     vn.fill(0.f);
     cuda::mma_regs_acc<DK, Lay::Col>(vn, sa, Wt(s), 0);
+    store_state_rows(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + v0) * DK);
     Frag<RW, C> u;
     cuda::load_transposed(u, Ut(s), warp * RW);
     vn.each([&](int r, int c, float& x) { x = u.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] - x; });
@@ -687,7 +713,9 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
   auto dOt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::dO + s * Tile<C, BV>::bytes); };
   auto dVlt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::dVl + s * Tile<C, BV>::bytes); };
   auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
-  const auto stage = tile_at<Tile<C, RW>>(sm, S::out + warp * Tile<C, RW>::bytes);
+  char* stage = sm + S::out + warp * Tile<RW, DK>::bytes;
+  const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
+  const cuda::TileCopy<NT, Tile<C, BV>> copy_v(tid);
 
   Frag<RW, DK> ds;
   if (from) ds.each([&](int r, int c, float& x) { x = from[(warp * RW + r) * DK + c]; });
@@ -695,18 +723,17 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
   auto issue = [&](int n, int s) {
     const int t0 = n * C, nv = min(C, a.T - t0);
     const int64_t ws0 = a.ws_row(b, h, n), r0 = a.tok(b, t0, h);
-    cuda::load_tile_async<NT>(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv, tid);
-    cuda::load_tile_async<NT>(Wt(s), a.W + ws0 * DK, DK, C, tid);
-    cuda::load_tile_async<NT>(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv, tid);
-    cuda::load_tile_async<NT>(dOt(s), a.dO + r0 * DV + row0, int64_t(a.H) * DV, nv, tid);
-    cuda::load_tile_async<NT>(dVlt(s), a.dVn + ws0 * DV + row0, DV, C, tid);
-    cuda::load_floats_async<NT>(Gt(s), a.G + ws0, C, tid);
+    copy_rows(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv);
+    copy_rows(Wt(s), a.W + ws0 * DK, DK);
+    copy_rows(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv);
+    copy_v(dOt(s), a.dO + r0 * DV + row0, int64_t(a.H) * DV, nv);
+    copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV);
+    copy_g_async(Gt(s), a.G + ws0, tid);
   };
   for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
     if (i < a.NS) issue(a.NS - 1 - i, i);
     cuda::cp_async_commit();
   }
-  const int l = tid & 31;
   for (int i = 0; i < a.NS; ++i) {
     const int n = a.NS - 1 - i, s = i % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
@@ -716,20 +743,22 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
     const float* G = Gt(s);
     AFrags<DK> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
     cuda::acc_to_a(ds, da);
-    store_state_rows(da, a.dHs + (a.ws_sub(b, h, n) * DV + v0) * DK);
     Frag<RW, C> dvn;  // (K dSe^T)^T: value rows, token columns
     dvn.fill(0.f);
     cuda::mma_regs_acc<DK, Lay::Col>(dvn, da, Kt(s), 0);
+    store_state_rows(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + v0) * DK);
     // The part of the update that does not need this sub-chunk's dV_new: gamma_L dS + s (diag(gamma) dO)^T Q.
+    float f[C / 8][2];
+    lane_gammas(G, a.scale, f);
     AFrags<C> og;  // (s gamma_j dO_j)^T rounded to bf16, as the tile sweep rounds it
 #pragma unroll
     for (int kb = 0; kb < C / 16; ++kb) {
       cuda::load_a<Lay::Col>(og[kb], dOt(s), warp * RW, 16 * kb);
 #pragma unroll
-      for (int hh = 0; hh < 4; ++hh) {
-        const int j = 16 * kb + (hh >> 1) * 8 + 2 * (l & 3);
+      for (int hh = 0; hh < 4; ++hh) {  // register hh holds token columns 16 kb + 8 (hh / 2) + 2 (lane % 4) + {0, 1}
         const float2 x = cuda::unpack2(og[kb][hh]);
-        og[kb][hh] = cuda::pack2(a.scale * expf(G[j]) * x.x, a.scale * expf(G[j + 1]) * x.y);
+        const float* fj = f[2 * kb + (hh >> 1)];
+        og[kb][hh] = cuda::pack2(fj[0] * x.x, fj[1] * x.y);
       }
     }
     const float gl = expf(G[C - 1]);
