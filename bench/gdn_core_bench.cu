@@ -6,11 +6,12 @@
 // the definition the kernel's CUDA test checks (tests/cuda/test_op_defs_cuda.cpp).
 //
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
-//                  [--sweep default,rows,tiles] [--sweep-warps 0] [--value-tile 0]
+//                  [--sweep default,rows,tiles] [--sweep-key-split 0] [--sweep-warps 0] [--value-tile 0]
 //                  [--split default,off,512,...] [--piece-tile 0] [--chunk-len 1024,2048,...] [--json FILE]
 // --sweep: the unsplit core's sweeps to run, each over every --split and --len: "default"
 // (STATEFLOW_GDN_SWEEP, rows when unset), "rows" (each warp keeps 16 state rows in registers)
-// or "tiles" (the earlier tile sweeps). --sweep-warps: warps per row-sweep block (2, 4, 8; 0 = core's).
+// or "tiles" (the earlier tile sweeps). --sweep-key-split: warps per 16 state rows of the row
+// sweeps (1, 2; 0 = core's); --sweep-warps: warps per row-sweep block (2, 4, 8; 0 = core's).
 // --split: the sweeps' piece lengths to run, each over every --len: "default" (what the core
 // does unasked: STATEFLOW_GDN_PIECE_LEN, unsplit when unset), "off" (the unsplit sequential
 // sweeps) or tokens per piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).
@@ -69,6 +70,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   const stateflow::OpShape shape = op.bench_shapes(sizes)
                                        .front()
                                        .with("sweep", cfg.sweep)
+                                       .with("sweep_key_split", cfg.sweep_key_split)
                                        .with("sweep_warps", cfg.sweep_warps)
                                        .with("value_tile", cfg.value_tile)
                                        .with("piece_len", cfg.piece_len)
@@ -212,7 +214,7 @@ std::vector<std::string> parse_words(const char* s) {
 int main(int argc, char** argv) {
   int64_t B = 1, H = 16;
   std::vector<int64_t> lens = {8192, 32768, 131072};
-  int reps = 20, value_tile = 0, piece_tile = 0, sweep_warps = 0;
+  int reps = 20, value_tile = 0, piece_tile = 0, sweep_warps = 0, key_split = 0;
   std::vector<int> sweeps = {stateflow::GdnCudaConfig::kDefaultSweep};
   std::vector<int> splits = {0};  // piece lengths; 0 = default, GdnCudaConfig::kUnsplit = off
   std::vector<int64_t> chunk_lens;
@@ -225,6 +227,7 @@ int main(int argc, char** argv) {
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--value-tile") value_tile = std::atoi(argv[i + 1]);
     else if (a == "--sweep-warps") sweep_warps = std::atoi(argv[i + 1]);
+    else if (a == "--sweep-key-split") key_split = std::atoi(argv[i + 1]);
     else if (a == "--sweep") {
       sweeps.clear();
       for (const std::string& item : parse_words(argv[i + 1])) {
@@ -270,8 +273,9 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("GDN core (CUDA) benchmark on %s (%d SMs): bf16, batch %lld, heads %lld, dk = dv = 128, C = 64, "
-              "row-sweep warps %s, value tile %s, piece tile %s, median of %d\n",
+              "row-sweep key split %s, warps %s, value tile %s, piece tile %s, median of %d\n",
               prop.name, prop.multiProcessorCount, (long long)B, (long long)H,
+              key_split ? std::to_string(key_split).c_str() : "auto",
               sweep_warps ? std::to_string(sweep_warps).c_str() : "auto",
               value_tile ? std::to_string(value_tile).c_str() : "auto",
               piece_tile ? std::to_string(piece_tile).c_str() : "auto", reps);
@@ -281,7 +285,7 @@ int main(int argc, char** argv) {
       for (int split : splits)
         for (int64_t T : lens) {
           stateflow::GdnCudaConfig cfg;
-          cfg.sweep = sweep, cfg.sweep_warps = sweep_warps;
+          cfg.sweep = sweep, cfg.sweep_warps = sweep_warps, cfg.sweep_key_split = key_split;
           cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
           res.push_back(run(B, H, T, reps, cfg, 0));
           for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));

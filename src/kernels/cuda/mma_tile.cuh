@@ -308,16 +308,16 @@ __device__ void load_transposed(Frag<16, WN>& f, T t, int m0) {
   }
 }
 
-// acc(16 x WN) += A(16 x K, fragments in registers) * B[0:K, n0 : n0 + WN] (B from shared memory).
+// acc(16 x WN) += A(16 x K, fragments in registers) * B[k0 : k0 + K, n0 : n0 + WN] (B from shared memory).
 template <int K, Lay LB, int WN, class TB>
-__device__ void mma_regs_acc(Frag<16, WN>& acc, const AFrags<K>& a, TB b, int n0) {
+__device__ void mma_regs_acc(Frag<16, WN>& acc, const AFrags<K>& a, TB b, int n0, int k0 = 0) {
   static_assert(WN % 16 == 0, "B fragments are loaded two n-tiles at a time");
 #pragma unroll
   for (int kb = 0; kb < K / 16; ++kb)
 #pragma unroll
     for (int j = 0; j < WN / 8; j += 2) {
       uint32_t bf[4];
-      load_b2<LB>(bf, b, n0 + 8 * j, 16 * kb);
+      load_b2<LB>(bf, b, n0 + 8 * j, k0 + 16 * kb);
       mma_bf16(acc.x[0][j], a[kb], bf[0], bf[1]);
       mma_bf16(acc.x[0][j + 1], a[kb], bf[2], bf[3]);
     }

@@ -545,79 +545,97 @@ __global__ void __launch_bounds__(256) st_backward_kernel(Args a) {
 }
 
 // ---------------------------------------------------------------------------------------
-// Row sweeps (the default unsplit sweeps): each warp keeps 16 value rows of the state (all
-// 128 key columns, fp32) in its own registers for the whole sequence and does both products
-// of a step alone, with the operands that come out of one product fed to the next in
+// Row sweeps: a warp keeps 16 value rows of the state (fp32) in its registers for the whole
+// sequence, either all 128 key columns (KS = 1) or one half of them (KS = 2, two warps per
+// rows), and does the step's products itself with the operands one product hands the next in
 // registers (accumulator -> A fragment): the state's bf16 rounding is the A operand of
-// V_new^T = U^T - S W^T, and V_new^T (scaled by e) is the A operand of S <- gamma_L S +
-// V_new^T K. A warp never waits for another within a step, so the only barrier per step is
-// the one that hands over the streamed tiles. The NWB warps of a block own consecutive rows
-// of one (batch, head) and share its W, K (and Q) tiles, loaded once per block (cp.async,
-// STAGES - 1 sub-chunks ahead). The arithmetic is the tile sweeps' (same products, same
-// roundings, same order of k-steps), written in the transposed orientation.
+// V_new^T = U^T - S W^T, and V_new^T (scaled by e) that of S <- gamma_L S + V_new^T K. With
+// KS = 2 the two warps of a row group add their halves of S W^T through shared memory (a
+// barrier of the pair; each adds them in the same order, so both hold the same V_new). The
+// RG x KS warps of a block own 16 RG consecutive rows of one (batch, head) and share its W, K
+// (and Q) tiles, loaded once per block (cp.async, STAGES - 1 sub-chunks ahead): one block
+// barrier per step. Same products and roundings as the tile sweeps, in the transposed
+// orientation; the KS = 2 halves add S W^T in another order.
 // ---------------------------------------------------------------------------------------
 constexpr int RW = 16;  // value rows per warp
 
-template <int NWB, int STAGES>
-struct RowFwdSmem {
-  static constexpr int BV = NWB * RW;
-  static constexpr int W = 0;
-  static constexpr int K = W + STAGES * Tile<C, DK>::bytes;
-  static constexpr int U = K + STAGES * Tile<C, DK>::bytes;
-  static constexpr int G = U + STAGES * Tile<C, BV>::bytes;
+template <int RG, int KS, int STAGES, bool REVERSE>
+struct RowSmem {
+  static constexpr int BV = RG * RW, NWB = RG * KS;
+  static constexpr int tk = Tile<C, DK>::bytes, tv = Tile<C, BV>::bytes;
+  // forward: W, K, U; reverse: K, W, Q, dO, dV_new_local (STAGES buffers of each)
+  static constexpr int K = 0, W = K + STAGES * tk, Q = W + STAGES * tk;
+  static constexpr int V = (REVERSE ? Q + STAGES * tk : Q);  // U, or dO then dV_new_local
+  static constexpr int V2 = V + STAGES * tv;  // reverse only
+  static constexpr int G = (REVERSE ? V2 : V) + STAGES * tv;
   static constexpr int out = G + STAGES * C * 4;  // per warp: what it writes, staged for 16-byte stores
-  static constexpr int bytes = out + NWB * Tile<RW, DK>::bytes;
-};
-
-template <int NWB, int STAGES>
-struct RowBwdSmem {
-  static constexpr int BV = NWB * RW;
-  static constexpr int K = 0;
-  static constexpr int W = K + STAGES * Tile<C, DK>::bytes;
-  static constexpr int Q = W + STAGES * Tile<C, DK>::bytes;
-  static constexpr int dO = Q + STAGES * Tile<C, DK>::bytes;
-  static constexpr int dVl = dO + STAGES * Tile<C, BV>::bytes;
-  static constexpr int G = dVl + STAGES * Tile<C, BV>::bytes;
-  static constexpr int out = G + STAGES * C * 4;
-  static constexpr int bytes = out + NWB * Tile<RW, DK>::bytes;
+  static constexpr int xch = out + NWB * Tile<RW, DK>::bytes;  // per warp: its half of S W^T (KS = 2)
+  static constexpr int bytes = xch + (KS > 1 ? NWB * RW * C * 4 : 0);
 };
 static_assert(Tile<C, RW>::bytes <= Tile<RW, DK>::bytes, "a warp's staging area holds its state rows or its 64 x 16 values");
 
 // Pipeline depth of the row sweeps: three sub-chunks in flight where shared memory allows.
-__host__ __device__ constexpr int row_stages(int nwb, bool reverse) { return reverse && nwb >= 8 ? 2 : 3; }
+constexpr int kMaxSmem = 227 * 1024;
+template <int RG, int KS, bool REVERSE>
+__host__ __device__ constexpr int row_stages() {
+  return RowSmem<RG, KS, 3, REVERSE>::bytes <= kMaxSmem ? 3 : 2;
+}
 
-// A warp's bf16 16 x 128 state rows (A fragments) to rows [0, 16) of a [DV][DK] matrix g,
-// through its staging area (stmatrix, then whole 512-byte runs per store instruction).
-__device__ void store_state_rows(const AFrags<DK>& s, char* stage, bf16* g) {
+// A warp's bf16 16 x KW state rows (A fragments) to rows [0, 16), columns [0, KW) of a
+// [DV][DK] matrix g, through its staging area (stmatrix, then 16-byte stores of whole rows).
+template <int KW>
+__device__ void store_state_rows(const AFrags<KW>& s, char* stage, bf16* g) {
+  constexpr int CR = KW / 8;  // 16-byte chunks per row
   const auto st = tile_at<Tile<RW, DK>>(stage, 0);
 #pragma unroll
-  for (int kb = 0; kb < DK / 16; ++kb) cuda::store_a<Lay::Row>(s[kb], st, 0, 16 * kb);
+  for (int kb = 0; kb < KW / 16; ++kb) cuda::store_a<Lay::Row>(s[kb], st, 0, 16 * kb);
   __syncwarp();
   const int l = threadIdx.x & 31;
 #pragma unroll
-  for (int i = 0; i < RW * DK / 8 / 32; ++i) {
-    const int r = (l >> 4) + 2 * i, c = (l & 15) * 8;
+  for (int i = 0; i < RW * CR / 32; ++i) {
+    const int r = l / CR + (32 / CR) * i, c = (l % CR) * 8;
     *reinterpret_cast<uint4*>(g + r * DK + c) = *reinterpret_cast<const uint4*>(st.at(r, c));
   }
   __syncwarp();
 }
 
-// A warp's 16 x 64 fp32 accumulator f (f(i, j): value row i, token j) rounded to bf16, to the
-// [token][DV] rows g[j * DV + i], i < 16, j < 64, through its staging area (stmatrix.trans).
-__device__ void store_token_major(const Frag<RW, C>& f, char* stage, bf16* g) {
+// Token rows [j0, j0 + C / KS) of a warp's 16 x 64 fp32 accumulator f (f(i, j): value row i,
+// token j) rounded to bf16, to the [token][DV] rows g[j * DV + i], i < 16, through its staging
+// area (stmatrix.trans).
+template <int KS>
+__device__ void store_token_major(const Frag<RW, C>& f, int j0, char* stage, bf16* g) {
   const auto st = tile_at<Tile<C, RW>>(stage, 0);
   AFrags<C> a;
   cuda::acc_to_a(f, a);
 #pragma unroll
-  for (int kb = 0; kb < C / 16; ++kb) cuda::store_a<Lay::Col>(a[kb], st, 0, 16 * kb);
+  for (int kb = 0; kb < C / 16; ++kb)  // a constant index into a: a run-time one would move it to local memory
+    if (16 * kb >= j0 && 16 * kb < j0 + C / KS) cuda::store_a<Lay::Col>(a[kb], st, 0, 16 * kb);
   __syncwarp();
   const int l = threadIdx.x & 31;
 #pragma unroll
-  for (int i = 0; i < C * RW / 8 / 32; ++i) {
-    const int r = (l >> 1) + 16 * i, c = (l & 1) * 8;
+  for (int i = 0; i < C / KS * 2 / 32; ++i) {
+    const int r = j0 + (l >> 1) + 16 * i, c = (l & 1) * 8;
     *reinterpret_cast<uint4*>(g + r * DV + c) = *reinterpret_cast<const uint4*>(st.at(r, c));
   }
   __syncwarp();
+}
+
+// KS = 2: the pair's sum of a 16 x 64 accumulator, first half's term first in both warps.
+template <int KS>
+__device__ void add_pair(Frag<RW, C>& f, int kh, float4* mine, const float4* theirs, int bar) {
+  if constexpr (KS > 1) {
+    const int l = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < C / 8; ++j) mine[j * 32 + l] = make_float4(f.x[0][j][0], f.x[0][j][1], f.x[0][j][2], f.x[0][j][3]);
+    cuda::group_sync(bar, 64);
+#pragma unroll
+    for (int j = 0; j < C / 8; ++j) {
+      const float4 o = theirs[j * 32 + l];
+      const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f.x[0][j][e] = kh == 0 ? f.x[0][j][e] + ov[e] : ov[e] + f.x[0][j][e];
+    }
+  }
 }
 
 // Per-token factors for the token columns j = 8 n + 2 (lane % 4) + p this lane holds in a
@@ -634,58 +652,73 @@ __device__ void lane_gammas(const float* G, float s, float (&f)[C / 8][2]) {
   for (int n = 0; n < C / 8; ++n) f[n][0] = s * expf(G[8 * n + c]), f[n][1] = s * expf(G[8 * n + c + 1]);
 }
 
-// 64 fp32 values (a sub-chunk's G) by the block's first 16 threads.
-__device__ void copy_g_async(float* s, const float* g, int tid) {
-  if (tid < C / 4) cuda::cp_async16(s + 4 * tid, g + 4 * tid, true);
+// 64 fp32 values (a sub-chunk's G) by the block's first 16 threads; zeros when !live.
+__device__ void copy_g_async(float* s, const float* g, int tid, bool live) {
+  if (tid < C / 4) cuda::cp_async16(s + 4 * tid, live ? g + 4 * tid : g, live);
 }
 
-// Forward sweep over every sub-chunk of (b, h), rows [row0, row0 + NWB * 16): from `from`
-// (rows of S_in, or zero when null), the final rows to `to` when non-null, V_new and the
-// sub-chunk snapshots Hs to the workspace.
-template <int NWB, int STAGES>
+// The rows a row-sweep warp owns: value rows v0.. (16), key columns k0.. (DK / KS).
+template <int RG, int KS>
+struct RowWarp {
+  int warp, kh, k0, v0;  // v0 relative to the block's first row
+  __device__ RowWarp() : warp(threadIdx.x >> 5), kh(warp % KS), k0(kh * (DK / KS)), v0((warp / KS) * RW) {}
+  __device__ int pair_bar() const { return 1 + warp / KS; }  // named barrier of the pair (ids 1..RG)
+};
+
+// Forward sweep over every sub-chunk of (b, h), rows [row0, row0 + 16 RG): from `from` (the
+// block's rows of S_in, or zero when null), the final rows to `to` when non-null, V_new and
+// the sub-chunk snapshots Hs to the workspace.
+template <int RG, int KS, int STAGES>
 __device__ void row_forward_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
-  using S = RowFwdSmem<NWB, STAGES>;
-  constexpr int NT = NWB * 32, BV = S::BV;
-  const int tid = threadIdx.x, warp = tid >> 5, v0 = row0 + warp * RW;
-  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
-  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
-  auto Ut = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::U + s * Tile<C, BV>::bytes); };
+  using S = RowSmem<RG, KS, STAGES, false>;
+  constexpr int NT = S::NWB * 32, BV = S::BV, KW = DK / KS;
+  const int tid = threadIdx.x;
+  const RowWarp<RG, KS> w;
+  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * S::tk); };
+  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * S::tk); };
+  auto Ut = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V + s * S::tv); };
   auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
-  char* stage = sm + S::out + warp * Tile<RW, DK>::bytes;
+  char* stage = sm + S::out + w.warp * Tile<RW, DK>::bytes;
+  float4* xch = reinterpret_cast<float4*>(sm + S::xch) + w.warp * (RW * C / 4);
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
   const cuda::TileCopy<NT, Tile<C, BV>> copy_u(tid);
 
-  Frag<RW, DK> st;  // state rows v0.., every key column
-  if (from) st.each([&](int r, int c, float& x) { x = from[(warp * RW + r) * DK + c]; });
+  Frag<RW, KW> st;  // state rows row0 + v0.., key columns k0..
+  if (from) st.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
   else st.fill(0.f);
+  // Sub-chunk n into buffer s; past the last sub-chunk the copies are zero-fills (no branch,
+  // so the step is one block of straight-line code the compiler can schedule as a whole).
   auto issue = [&](int n, int s) {
+    const bool live = n < a.NS;
+    n = min(n, a.NS - 1);
     const int t0 = n * C;
     const int64_t ws0 = a.ws_row(b, h, n);
-    copy_rows(Wt(s), a.W + ws0 * DK, DK);
-    copy_rows(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0));
-    copy_u(Ut(s), a.U + ws0 * DV + row0, DV);
-    copy_g_async(Gt(s), a.G + ws0, tid);
+    copy_rows(Wt(s), a.W + ws0 * DK, DK, live ? C : 0);
+    copy_rows(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, live ? min(C, a.T - t0) : 0);
+    copy_u(Ut(s), a.U + ws0 * DV + row0, DV, live ? C : 0);
+    copy_g_async(Gt(s), a.G + ws0, tid, live);
   };
   for (int i = 0; i < STAGES - 1; ++i) {
-    if (i < a.NS) issue(i, i);
+    issue(i, i);
     cuda::cp_async_commit();
   }
   for (int n = 0; n < a.NS; ++n) {
     const int s = n % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled next
-    if (n + STAGES - 1 < a.NS) issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
+    issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
     cuda::cp_async_commit();
-    AFrags<DK> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
+    AFrags<KW> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
     cuda::acc_to_a(st, sa);
     Frag<RW, C> vn;  // V_new^T: value rows, token columns
     vn.fill(0.f);
-    cuda::mma_regs_acc<DK, Lay::Col>(vn, sa, Wt(s), 0);
-    store_state_rows(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + v0) * DK);
+    cuda::mma_regs_acc<KW, Lay::Col>(vn, sa, Wt(s), 0, w.k0);
+    store_state_rows<KW>(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
+    add_pair<KS>(vn, w.kh, xch, xch + (1 - 2 * w.kh) * (RW * C / 4), w.pair_bar());
     Frag<RW, C> u;
-    cuda::load_transposed(u, Ut(s), warp * RW);
+    cuda::load_transposed(u, Ut(s), w.v0);
     vn.each([&](int r, int c, float& x) { x = u.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] - x; });
-    store_token_major(vn, stage, a.Vn + a.ws_row(b, h, n) * DV + v0);
+    store_token_major<KS>(vn, w.kh * (C / KS), stage, a.Vn + a.ws_row(b, h, n) * DV + row0 + w.v0);
     const float* G = Gt(s);
     float e[C / 8][2];
     lane_decays(G, e);
@@ -694,66 +727,70 @@ __device__ void row_forward_sweep(const Args& a, int b, int h, int row0, const f
     cuda::acc_to_a(vn, va);
     const float gl = expf(G[C - 1]);
     st.each([&](int, int, float& x) { x *= gl; });
-    cuda::mma_regs_acc<C, Lay::Row>(st, va, Kt(s), 0);
+    cuda::mma_regs_acc<C, Lay::Row>(st, va, Kt(s), w.k0);
   }
-  if (to) st.each([&](int r, int c, float& x) { to[(warp * RW + r) * DK + c] = x; });
+  if (to) st.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
-// Reverse sweep (B3) over every sub-chunk of (b, h), last first, rows [row0, row0 + NWB * 16) of
-// the gradient: from `from` (rows of dS_out, or zero when null) to `to` (dS_in); writes dV_new
-// over dV_new_local and the snapshots dHs.
-template <int NWB, int STAGES>
+// Reverse sweep (B3) over every sub-chunk of (b, h), last first, rows [row0, row0 + 16 RG) of
+// the gradient: from `from` (the block's rows of dS_out, or zero when null) to `to` (dS_in);
+// writes dV_new over dV_new_local and the snapshots dHs.
+template <int RG, int KS, int STAGES>
 __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
-  using S = RowBwdSmem<NWB, STAGES>;
-  constexpr int NT = NWB * 32, BV = S::BV;
-  const int tid = threadIdx.x, warp = tid >> 5, v0 = row0 + warp * RW;
-  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * Tile<C, DK>::bytes); };
-  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * Tile<C, DK>::bytes); };
-  auto Qt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::Q + s * Tile<C, DK>::bytes); };
-  auto dOt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::dO + s * Tile<C, BV>::bytes); };
-  auto dVlt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::dVl + s * Tile<C, BV>::bytes); };
+  using S = RowSmem<RG, KS, STAGES, true>;
+  constexpr int NT = S::NWB * 32, BV = S::BV, KW = DK / KS;
+  const int tid = threadIdx.x;
+  const RowWarp<RG, KS> w;
+  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * S::tk); };
+  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * S::tk); };
+  auto Qt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::Q + s * S::tk); };
+  auto dOt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V + s * S::tv); };
+  auto dVlt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V2 + s * S::tv); };
   auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
-  char* stage = sm + S::out + warp * Tile<RW, DK>::bytes;
+  char* stage = sm + S::out + w.warp * Tile<RW, DK>::bytes;
+  float4* xch = reinterpret_cast<float4*>(sm + S::xch) + w.warp * (RW * C / 4);
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
   const cuda::TileCopy<NT, Tile<C, BV>> copy_v(tid);
 
-  Frag<RW, DK> ds;
-  if (from) ds.each([&](int r, int c, float& x) { x = from[(warp * RW + r) * DK + c]; });
+  Frag<RW, KW> ds;
+  if (from) ds.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
   else ds.fill(0.f);
-  auto issue = [&](int n, int s) {
-    const int t0 = n * C, nv = min(C, a.T - t0);
+  auto issue = [&](int n, int s) {  // zero-fills for n < 0, as the forward's past its end
+    const bool live = n >= 0;
+    n = max(n, 0);
+    const int t0 = n * C, nv = live ? min(C, a.T - t0) : 0;
     const int64_t ws0 = a.ws_row(b, h, n), r0 = a.tok(b, t0, h);
     copy_rows(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv);
-    copy_rows(Wt(s), a.W + ws0 * DK, DK);
+    copy_rows(Wt(s), a.W + ws0 * DK, DK, live ? C : 0);
     copy_rows(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv);
     copy_v(dOt(s), a.dO + r0 * DV + row0, int64_t(a.H) * DV, nv);
-    copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV);
-    copy_g_async(Gt(s), a.G + ws0, tid);
+    copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, live ? C : 0);
+    copy_g_async(Gt(s), a.G + ws0, tid, live);
   };
   for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
-    if (i < a.NS) issue(a.NS - 1 - i, i);
+    issue(a.NS - 1 - i, i);
     cuda::cp_async_commit();
   }
   for (int i = 0; i < a.NS; ++i) {
     const int n = a.NS - 1 - i, s = i % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();
-    if (i + STAGES - 1 < a.NS) issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+    issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
     cuda::cp_async_commit();
     const float* G = Gt(s);
-    AFrags<DK> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
+    AFrags<KW> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
     cuda::acc_to_a(ds, da);
     Frag<RW, C> dvn;  // (K dSe^T)^T: value rows, token columns
     dvn.fill(0.f);
-    cuda::mma_regs_acc<DK, Lay::Col>(dvn, da, Kt(s), 0);
-    store_state_rows(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + v0) * DK);
+    cuda::mma_regs_acc<KW, Lay::Col>(dvn, da, Kt(s), 0, w.k0);
+    store_state_rows<KW>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
     // The part of the update that does not need this sub-chunk's dV_new: gamma_L dS + s (diag(gamma) dO)^T Q.
     float f[C / 8][2];
     lane_gammas(G, a.scale, f);
     AFrags<C> og;  // (s gamma_j dO_j)^T rounded to bf16, as the tile sweep rounds it
 #pragma unroll
     for (int kb = 0; kb < C / 16; ++kb) {
-      cuda::load_a<Lay::Col>(og[kb], dOt(s), warp * RW, 16 * kb);
+      cuda::load_a<Lay::Col>(og[kb], dOt(s), w.v0, 16 * kb);
 #pragma unroll
       for (int hh = 0; hh < 4; ++hh) {  // register hh holds token columns 16 kb + 8 (hh / 2) + 2 (lane % 4) + {0, 1}
         const float2 x = cuda::unpack2(og[kb][hh]);
@@ -763,47 +800,48 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
     }
     const float gl = expf(G[C - 1]);
     ds.each([&](int, int, float& x) { x *= gl; });
-    cuda::mma_regs_acc<C, Lay::Row>(ds, og, Qt(s), 0);
+    cuda::mma_regs_acc<C, Lay::Row>(ds, og, Qt(s), w.k0);
+    add_pair<KS>(dvn, w.kh, xch, xch + (1 - 2 * w.kh) * (RW * C / 4), w.pair_bar());
     Frag<RW, C> dl;
-    cuda::load_transposed(dl, dVlt(s), warp * RW);
+    cuda::load_transposed(dl, dVlt(s), w.v0);
     float e[C / 8][2];
     lane_decays(G, e);
     dvn.each([&](int r, int c, float& x) { x = dl.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] + e[c >> 3][c & 1] * x; });
-    store_token_major(dvn, stage, a.dVn + a.ws_row(b, h, n) * DV + v0);
+    store_token_major<KS>(dvn, w.kh * (C / KS), stage, a.dVn + a.ws_row(b, h, n) * DV + row0 + w.v0);
     dvn.each([&](int, int, float& x) { x = -x; });
     AFrags<C> nd;
     cuda::acc_to_a(dvn, nd);
-    cuda::mma_regs_acc<C, Lay::Row>(ds, nd, Wt(s), 0);
+    cuda::mma_regs_acc<C, Lay::Row>(ds, nd, Wt(s), w.k0);
   }
-  if (to) ds.each([&](int r, int c, float& x) { to[(warp * RW + r) * DK + c] = x; });
+  if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
-// Forward ST: grid (DV / (16 NWB), H, B).
-template <int NWB>
-__global__ void __launch_bounds__(NWB * 32) row_forward_kernel(Args a) {
+// Forward ST: grid (DV / (16 RG), H, B), RG x KS warps.
+template <int RG, int KS>
+__global__ void __launch_bounds__(RG * KS * 32) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
-  const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * NWB * RW;
+  const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
-  row_forward_sweep<NWB, row_stages(NWB, false)>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr,
-                                                 a.S_out ? a.S_out + tile : nullptr, sm);
+  row_forward_sweep<RG, KS, row_stages<RG, KS, false>()>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr,
+                                                    a.S_out ? a.S_out + tile : nullptr, sm);
 }
 
-// B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 NWB), H, B);
+// B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
 // SMs of their own, beside the reverse sweeps.
-template <int NWB>
-__global__ void __launch_bounds__(NWB * 32) row_backward_kernel(Args a, bool recompute) {
+template <int RG, int KS>
+__global__ void __launch_bounds__(RG * KS * 32) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
-  constexpr int tiles = DV / (NWB * RW);
+  constexpr int tiles = DV / (RG * RW);
   const int b = blockIdx.z, h = blockIdx.y, x = blockIdx.x;
   const bool forward = recompute && x < tiles;
-  const int row0 = (forward || !recompute ? x : x - tiles) * NWB * RW;
+  const int row0 = (forward || !recompute ? x : x - tiles) * RG * RW;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
   if (forward)
-    row_forward_sweep<NWB, row_stages(NWB, false)>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr, nullptr, sm);
+    row_forward_sweep<RG, KS, row_stages<RG, KS, false>()>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr, nullptr, sm);
   else
-    row_reverse_sweep<NWB, row_stages(NWB, true)>(a, b, h, row0, a.dS_out ? a.dS_out + tile : nullptr,
-                                                  a.dS_in + tile, sm);
+    row_reverse_sweep<RG, KS, row_stages<RG, KS, true>()>(a, b, h, row0, a.dS_out ? a.dS_out + tile : nullptr,
+                                                     a.dS_in + tile, sm);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1232,6 +1270,8 @@ int sweep_of(const GdnCudaConfig& cfg) {
            "GDN CUDA core: sweep must be kDefaultSweep, kRowSweeps or kTileSweeps, got ", cfg.sweep);
   SF_CHECK(cfg.sweep_warps == 0 || cfg.sweep_warps == 2 || cfg.sweep_warps == 4 || cfg.sweep_warps == 8,
            "GDN CUDA core: sweep_warps must be 2, 4 or 8 (or 0 for automatic), got ", cfg.sweep_warps);
+  SF_CHECK(cfg.sweep_key_split >= 0 && cfg.sweep_key_split <= 2,
+           "GDN CUDA core: sweep_key_split must be 1 or 2 (or 0 for automatic), got ", cfg.sweep_key_split);
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
 }
 
@@ -1355,21 +1395,27 @@ int pick_piece_tile(int requested) {
 }
 
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed.
-template <int NWB>
+template <int RG, int KS>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
-  constexpr int tiles = DV / (NWB * RW);
-  constexpr int fwd_smem = RowFwdSmem<NWB, row_stages(NWB, false)>::bytes;
-  constexpr int bwd_smem = RowBwdSmem<NWB, row_stages(NWB, true)>::bytes;
-  if (!reverse) return launch(row_forward_kernel<NWB>, dim3(tiles, a.H, a.B), NWB * 32, fwd_smem, stream, a);
-  launch(row_backward_kernel<NWB>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), NWB * 32,
+  constexpr int tiles = DV / (RG * RW), threads = RG * KS * 32;
+  constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes;
+  constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes;
+  if (!reverse) return launch(row_forward_kernel<RG, KS>, dim3(tiles, a.H, a.B), threads, fwd_smem, stream, a);
+  launch(row_backward_kernel<RG, KS>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), threads,
          recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem, stream, a, recompute);
 }
 
-void row_sweeps(int warps, bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
-  switch (warps) {
-    case 2: return row_sweeps<2>(reverse, recompute, a, stream);
-    case 8: return row_sweeps<8>(reverse, recompute, a, stream);
-    default: return row_sweeps<4>(reverse, recompute, a, stream);
+// warps: per block (0 = the default); key_split: warps per 16 state rows (0 = the default).
+void row_sweeps(int warps, int key_split, bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+  if (key_split == 0) key_split = 2;
+  if (warps == 0) warps = 2 * key_split;
+  switch (key_split * 100 + warps) {
+    case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
+    case 104: return row_sweeps<4, 1>(reverse, recompute, a, stream);
+    case 108: return row_sweeps<8, 1>(reverse, recompute, a, stream);
+    case 202: return row_sweeps<1, 2>(reverse, recompute, a, stream);
+    case 204: return row_sweeps<2, 2>(reverse, recompute, a, stream);
+    case 208: return row_sweeps<4, 2>(reverse, recompute, a, stream);
   }
 }
 
@@ -1447,7 +1493,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
-  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, false, false, a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, cfg.sweep_key_split, false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -1483,7 +1529,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
     }
     split_sweeps(true, tile, a, stream);
   } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
-    row_sweeps(cfg.sweep_warps, true, !cfg.saved_forward, a, stream);
+    row_sweeps(cfg.sweep_warps, cfg.sweep_key_split, true, !cfg.saved_forward, a, stream);
   else if (cfg.saved_forward)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else

@@ -54,14 +54,17 @@ namespace stateflow {
 
 struct GdnCudaConfig {
   // The unsplit core's sequential sweeps (ST, B1', B3). kRowSweeps: each warp keeps 16 rows
-  // of the state in registers for the whole sequence and a step needs one barrier;
+  // of the state (or half their columns) in registers for the whole sequence and a step needs
+  // one block barrier;
   // kTileSweeps: the earlier sweeps (8 warps share a 16..64-row tile, three barriers a step),
   // kept for comparison. Both give the same results up to rounding. kDefaultSweep takes
   // STATEFLOW_GDN_SWEEP ("rows" or "tiles"; rows when unset).
   enum Sweep { kDefaultSweep = 0, kRowSweeps = 1, kTileSweeps = 2 };
   int sweep = kDefaultSweep;
-  // Row sweeps: warps per block (2, 4 or 8; 0 = 4); a block owns consecutive rows of one
-  // (batch, head) and loads its streamed tiles once for all its warps.
+  // Row sweeps: warps per 16 state rows, each keeping DK / sweep_key_split key columns (1 or 2;
+  // 0 = 2), and warps per block (2, 4 or 8; 0 = 2 sweep_key_split); a block owns consecutive
+  // rows of one (batch, head) and loads its streamed tiles once for all its warps.
+  int sweep_key_split = 0;
   int sweep_warps = 0;
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -90,16 +91,21 @@ struct RunOptions {
   GdnCudaConfig cfg;
 };
 
-RunOptions unsplit(int sweep = GdnCudaConfig::kDefaultSweep, int sweep_warps = 0) {
+RunOptions unsplit(int sweep = GdnCudaConfig::kDefaultSweep, int key_split = 0, int sweep_warps = 0) {
   RunOptions opt;
   opt.cfg.piece_len = GdnCudaConfig::kUnsplit;
-  opt.cfg.sweep = sweep, opt.cfg.sweep_warps = sweep_warps;
+  opt.cfg.sweep = sweep, opt.cfg.sweep_key_split = key_split, opt.cfg.sweep_warps = sweep_warps;
   return opt;
 }
 
-// The unsplit core's two sweep kernels, by name for traces.
-const std::vector<std::pair<const char*, int>> kSweeps = {{"row sweeps", GdnCudaConfig::kRowSweeps},
-                                                          {"tile sweeps", GdnCudaConfig::kTileSweeps}};
+// The unsplit core's sweeps, by name for traces (row sweeps: whole and split key columns).
+struct SweepCase {
+  const char* name;
+  int sweep, key_split;
+};
+const std::vector<SweepCase> kSweeps = {{"row sweeps", GdnCudaConfig::kRowSweeps, 1},
+                                        {"row sweeps, split keys", GdnCudaConfig::kRowSweeps, 2},
+                                        {"tile sweeps", GdnCudaConfig::kTileSweeps, 0}};
 
 RunOptions pieces_of(int len, int tile = 0) {
   RunOptions opt;
@@ -153,17 +159,17 @@ TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryTilingAgrees) {
   std::fill(zero.S_in.begin(), zero.S_in.end(), 0.0);
   std::fill(zero.dS_out.begin(), zero.dS_out.end(), 0.0);
   const Ref ref = reference(zero);
-  for (auto [sweep_name, sweep] : kSweeps) {
-    RunOptions null_opt = unsplit(sweep);
+  for (const SweepCase& sc : kSweeps) {
+    RunOptions null_opt = unsplit(sc.sweep, sc.key_split);
     null_opt.with_S_in = null_opt.with_dS_out = false;
     const Gpu null_states = run_gpu(p, null_opt);
-    for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", " << sweep_name;
-    const bool rows = sweep == GdnCudaConfig::kRowSweeps;
+    for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", " << sc.name;
+    const bool rows = sc.sweep == GdnCudaConfig::kRowSweeps;
     for (int tiling : rows ? std::vector<int>{2, 4, 8} : std::vector<int>{16, 32, 64}) {
-      RunOptions opt = rows ? unsplit(sweep, tiling) : unsplit(sweep);
+      RunOptions opt = unsplit(sc.sweep, sc.key_split, rows ? tiling : 0);
       if (!rows) opt.cfg.value_tile = tiling;
       const Gpu gpu = run_gpu(zero, opt);
-      SCOPED_TRACE(std::string(sweep_name) + (rows ? ", warps per block " : ", value tile ") + std::to_string(tiling));
+      SCOPED_TRACE(std::string(sc.name) + (rows ? ", warps per block " : ", value tile ") + std::to_string(tiling));
       EXPECT_TRUE(bitwise_equal(gpu.raw_o, null_states.raw_o) && bitwise_equal(gpu.S_out, null_states.S_out));
       EXPECT_TRUE(bitwise_equal(gpu.raw_dq, null_states.raw_dq) && bitwise_equal(gpu.raw_dk, null_states.raw_dk) &&
                   bitwise_equal(gpu.raw_dv, null_states.raw_dv) && bitwise_equal(gpu.dg, null_states.dg) &&
@@ -230,9 +236,10 @@ TEST(GdnCoreCuda, UnsplitCoreSplitAtMultiplesOfCIsBitwiseNeutral) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   const Problem p = make_problem(rng, 2, 300, 2);
-  for (auto [sweep_name, sweep] : kSweeps) {
-    SCOPED_TRACE(sweep_name);
-    expect_bitwise_equal(run_split(p, {128, 192}, unsplit(sweep)), run_gpu(p, unsplit(sweep)));
+  for (const SweepCase& sc : kSweeps) {
+    SCOPED_TRACE(sc.name);
+    const RunOptions opt = unsplit(sc.sweep, sc.key_split);
+    expect_bitwise_equal(run_split(p, {128, 192}, opt), run_gpu(p, opt));
   }
 }
 
@@ -357,11 +364,11 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
   Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   const Ref ref = reference(p);
-  for (auto [sweep_name, sweep] : kSweeps) {
-    SCOPED_TRACE(sweep_name);
-    RunOptions saved = unsplit(sweep);
+  for (const SweepCase& sc : kSweeps) {
+    SCOPED_TRACE(sc.name);
+    RunOptions saved = unsplit(sc.sweep, sc.key_split);
     saved.cfg.saved_forward = true;
-    const Gpu a = run_gpu(p, unsplit(sweep)), b = run_gpu(p, saved);
+    const Gpu a = run_gpu(p, unsplit(sc.sweep, sc.key_split)), b = run_gpu(p, saved);
     EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
                 bitwise_equal(a.raw_dv, b.raw_dv))
         << "dq, dk, dv";
@@ -388,14 +395,17 @@ TEST(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
       }
       const Ref ref = reference(p);
       const auto e_tiles = errors(run_gpu(p, unsplit(GdnCudaConfig::kTileSweeps)), ref, rms_rel_err<double, double>);
-      const Gpu rows = run_gpu(p, unsplit(GdnCudaConfig::kRowSweeps));
-      const auto e_max = errors(rows, ref), e = errors(rows, ref, rms_rel_err<double, double>);
-      for (size_t i = 0; i < e.size(); ++i) {
-        const std::string name = e[i].first;
-        SCOPED_TRACE("decay " + decay + ", heads " + std::to_string(heads) + ", output " + name);
-        // As in the split core's test: with g ~ -20 dg is held to the 2x rule only.
-        if (!(decay == "near 0" && name == "dg")) EXPECT_LE(e_max[i].second, tolerance(name));
-        EXPECT_LE(e[i].second, 2 * e_tiles[i].second + 1e-6);
+      for (int key_split : {1, 2}) {
+        const Gpu rows = run_gpu(p, unsplit(GdnCudaConfig::kRowSweeps, key_split));
+        const auto e_max = errors(rows, ref), e = errors(rows, ref, rms_rel_err<double, double>);
+        for (size_t i = 0; i < e.size(); ++i) {
+          const std::string name = e[i].first;
+          SCOPED_TRACE("decay " + decay + ", heads " + std::to_string(heads) + ", key split " +
+                       std::to_string(key_split) + ", output " + name);
+          // As in the split core's test: with g ~ -20 dg is held to the 2x rule only.
+          if (!(decay == "near 0" && name == "dg")) EXPECT_LE(e_max[i].second, tolerance(name));
+          EXPECT_LE(e[i].second, 2 * e_tiles[i].second + 1e-6);
+        }
       }
     }
 }
@@ -410,13 +420,14 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   GdnCudaConfig cfg;
   cfg.piece_len = 100;  // not a multiple of 64
   EXPECT_THROW(gdn_cuda_workspace_bytes(d, cfg), Error);
-  for (auto [sweep, warps] : {std::pair{3, 0}, {GdnCudaConfig::kRowSweeps, 3}, {GdnCudaConfig::kRowSweeps, 16}}) {
+  for (auto [sweep, warps, key_split] : {std::tuple{3, 0, 0}, {int(GdnCudaConfig::kRowSweeps), 3, 0},
+                                         {int(GdnCudaConfig::kRowSweeps), 16, 0}, {int(GdnCudaConfig::kRowSweeps), 0, 4}}) {
     GdnCudaConfig bad;
-    bad.sweep = sweep, bad.sweep_warps = warps;
+    bad.sweep = sweep, bad.sweep_warps = warps, bad.sweep_key_split = key_split;
     EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                         &bad, nullptr, bad),
                  Error)
-        << "sweep " << sweep << ", warps " << warps;
+        << "sweep " << sweep << ", warps " << warps << ", key split " << key_split;
   }
 }
 
