@@ -1405,10 +1405,13 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
          recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem, stream, a, recompute);
 }
 
-// warps: per block (0 = the default); key_split: warps per 16 state rows (0 = the default).
+// warps: per block; key_split: warps per 16 state rows; 0 takes the defaults, the fastest
+// measured at batch 1 x 16 heads (docs/benchmarks.md): split keys, 2 warps per block (one
+// row group: 128 blocks), 4 for the backward that re-runs the forward sweep beside its own
+// (its 2 x 64 blocks fit on the GPU at once; 2 x 128 do not).
 void row_sweeps(int warps, int key_split, bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
   if (key_split == 0) key_split = 2;
-  if (warps == 0) warps = 2 * key_split;
+  if (warps == 0) warps = reverse && recompute && key_split == 2 ? 4 : 2;
   switch (key_split * 100 + warps) {
     case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
     case 104: return row_sweeps<4, 1>(reverse, recompute, a, stream);
