@@ -3,7 +3,8 @@
 #  * verify: --chunks -3 / 0, an empty --chunk-lengths, --tolerance -1 / 0 / nan are errors
 #    naming the option (they used to run the built-in chunkings and default tolerance);
 #    plan --seq-len 0 likewise; --chunks auto where it cannot run, and a missing plan file;
-#  * plan --auto profiles once and then uses its cache; train runs a plan file's chunks and
+#  * plan --auto profiles once and then uses its cache, or a recorded profile of the same model
+#    and device (--cost-profile), and finds the longest sequence that fits; train runs a plan file's chunks and
 #    --chunks auto says what it chose and tunes;
 #  * train --resume: --recompute and --metrics given again apply (they used to be dropped),
 #    a data option that differs from the checkpoint's is refused saying why, and a bare
@@ -52,6 +53,20 @@ grep -qF "chunks $(python3 -c 'import json,sys; print(",".join(map(str, json.loa
 "$bin" train "${auto[@]}" --chunks auto --steps 3 --log-every 1 >"$dir/auto.log" 2>&1 || fail "train --chunks auto: $(cat "$dir/auto.log")"
 grep -q "^--chunks auto: N " "$dir/auto.log" || fail "train --chunks auto said nothing of its choice: $(cat "$dir/auto.log")"
 grep -q "chunk tuning: step measured" "$dir/auto.log" || fail "train --chunks auto did not tune: $(cat "$dir/auto.log")"
+# A recorded profile plans without profiling, for its own model only; --longest-seq-len searches T.
+profile=$(ls "$dir"/profiles/costs-*.json | head -1)
+recorded=(--preset tiny --pattern "GA|AG" --batch 2 --seq-len 64 --stages 2 --cost-profile "$profile")
+"$bin" plan --auto "${recorded[@]}" --profile-dir "$dir/none" >"$dir/plan3.log" 2>&1 ||
+  fail "plan --auto --cost-profile: $(cat "$dir/plan3.log")"
+grep -q "^chosen: stateflow train" "$dir/plan3.log" || fail "plan --auto --cost-profile chose nothing: $(cat "$dir/plan3.log")"
+[[ ! -e $dir/none ]] || fail "plan --auto --cost-profile profiled again"
+refused "plan --cost-profile of another model" "was measured on model 'tiny', not on this one" \
+  "$bin" plan --auto --preset tiny --pattern "GG|GG" --cost-profile "$profile" --batch 2 --seq-len 64 --stages 2
+refused "plan --cost-profile of another device" "give --device cpu" \
+  "$bin" plan --auto "${recorded[@]}" --device cuda
+"$bin" plan --auto "${recorded[@]}" --recompute none --memory-gib 0.01 --chunk-multiple 64 \
+  --longest-seq-len --max-seq-len 65536 >"$dir/longest.log" 2>&1 || fail "plan --longest-seq-len: $(cat "$dir/longest.log")"
+grep -q "^  1f1b: .*(stateflow's is" "$dir/longest.log" || fail "plan --longest-seq-len: $(cat "$dir/longest.log")"
 echo "plan --auto, plan files and train --chunks auto run"
 for t in -1 0 nan; do
   refused "verify --tolerance $t" "--tolerance: $t is not a positive, finite relative difference" \

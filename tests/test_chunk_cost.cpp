@@ -88,3 +88,37 @@ TEST(ChunkCost, StageCostsSumTheirLayers) {
   cm.kinds.erase("attention_block");
   EXPECT_THROW(cm.stage_costs(m, 2), Error);
 }
+
+TEST(ChunkCost, WorkFitReproducesSyntheticBytes) {
+  const WorkTerms truth{32.0 * (1 << 20), 6144, 512};
+  std::vector<CostSample> samples;
+  for (double s : {2048.0, 4096.0, 16384.0})
+    for (double c : {0.0, 8192.0, 16384.0}) samples.push_back({2, s, c, truth.at(2, s, c)});
+  const WorkTerms fit = fit_work_terms(samples);
+  EXPECT_NEAR(fit.fixed, truth.fixed, 1e-6 * truth.fixed);
+  EXPECT_NEAR(fit.per_token, truth.per_token, 1e-6 * truth.per_token);
+  EXPECT_NEAR(fit.per_prefix, truth.per_prefix, 1e-6 * truth.per_prefix);
+  EXPECT_THROW(fit_work_terms({}), Error);
+  EXPECT_THROW(fit_work_terms({{1, 64, 0, -1.0}}), Error);
+}
+
+// A stage's layers run one at a time: its working memory is its largest kind's, and under
+// recomputation that layer's stash comes on top of the larger of its two passes.
+TEST(ChunkCost, StageWorkIsItsLargestLayers) {
+  const ModelConfig m = resolve_model_config("tiny", "", "GA|AG");
+  CostModel cm;
+  auto kind = [](double stash, WorkTerms f, WorkTerms b) { return PassCosts{{1, 0, 0}, {1, 0, 0}, stash, {{f, b, stash}}}; };
+  cm.kinds["embedding"] = kind(0, {10, 0, 0}, {20, 0, 0});
+  cm.kinds["gdn_block"] = kind(4, {0, 3, 0}, {0, 5, 0});
+  cm.kinds["attention_block"] = kind(2, {0, 1, 1}, {0, 2, 2});
+  cm.kinds["mlp_block"] = kind(1, {0, 2, 0}, {0, 1, 0});
+  cm.kinds["lm_head"] = kind(0, {0, 0, 0}, {100, 0, 0});
+  const std::vector<PassCosts> st = cm.stage_costs(m, 2);
+  ASSERT_EQ(st.size(), 2u);
+  EXPECT_EQ(st[0].work.size(), 4u);  // embedding, G, mlp, A: each kind once
+  EXPECT_EQ(st[0].forward_work_bytes(1, 10, 0), 30);     // G: 3 per token
+  EXPECT_EQ(st[0].forward_work_bytes(1, 10, 100), 110);  // A: 1 per token and per prefix token
+  EXPECT_EQ(st[0].backward_work_bytes(1, 10, 0, false), 50);
+  EXPECT_EQ(st[0].backward_work_bytes(1, 10, 0, true), 4 * 10 + 50);  // G's stash + its backward
+  EXPECT_EQ(st[1].backward_work_bytes(2, 10, 0, false), 100);         // the LM head's fixed scratch
+}

@@ -42,12 +42,21 @@ TEST(CostProfile, ProfilesEveryLayerKindAndCaches) {
     }
   }
   EXPECT_GT(c.kinds.at("gdn_block").stash_bytes_per_token, 0);
+  // Working memory: every kind's backward holds scratch (gradients on their way) above what
+  // it holds before and after.
+  for (const char* kind : {"gdn_block", "attention_block", "mlp_block", "lm_head"})
+    EXPECT_GT(c.kinds.at(kind).backward_work_bytes(2, 128, 128, false), 0) << kind;
   EXPECT_NEAR(c.resident_bytes_per_parameter, 16, 1e-9);  // f32 weights, grads and two AdamW moments
   EXPECT_NE(log.str().find("measuring"), std::string::npos) << log.str();
   std::ostringstream again;
   const CostModel cached = cached_cost_model(o, dir.path.string(), again);
   EXPECT_NE(again.str().find("(cached)"), std::string::npos) << again.str();
   EXPECT_EQ(cost_model_json(cached), cost_model_json(c));
+  // The cache file is a recorded profile another machine can plan with.
+  nlohmann::json key;
+  EXPECT_EQ(cost_model_json(cost_model_from_file(cost_profile_path(o, dir.path.string()), &key)), cost_model_json(c));
+  EXPECT_EQ(key.at("model"), o.model.to_json());
+  EXPECT_THROW(cost_model_from_file(dir / "missing.json"), Error);
   // Another shape is another key.
   o.batch = 1;
   EXPECT_NE(cost_profile_path(o, "d"), cost_profile_path(ProfileOptions{}, "d"));

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.h"
@@ -17,14 +18,19 @@ using namespace stateflow::testing;
 
 namespace {
 
+PassCosts kind(CostTerms forward, CostTerms backward, double stash, WorkTerms forward_work = {},
+               WorkTerms backward_work = {}) {
+  return {forward, backward, stash, {{forward_work, backward_work, stash}}};
+}
+
 // A hybrid's costs as a profile would give them: attention pays per query-key pair.
 CostModel hybrid_costs() {
   CostModel c;
-  c.kinds["embedding"] = {{1e-5, 1e-8, 0}, {1e-5, 1e-8, 0}, 8};
-  c.kinds["gdn_block"] = {{5e-5, 4e-7, 0}, {1e-4, 1.2e-6, 0}, 400};
-  c.kinds["mlp_block"] = {{2e-5, 3e-7, 0}, {4e-5, 6e-7, 0}, 300};
-  c.kinds["attention_block"] = {{5e-5, 3e-7, 2e-10}, {1e-4, 6e-7, 5e-10}, 350};
-  c.kinds["lm_head"] = {{2e-5, 5e-7, 0}, {4e-5, 1e-6, 0}, 200};
+  c.kinds["embedding"] = kind({1e-5, 1e-8, 0}, {1e-5, 1e-8, 0}, 8);
+  c.kinds["gdn_block"] = kind({5e-5, 4e-7, 0}, {1e-4, 1.2e-6, 0}, 400, {0, 64, 0}, {1 << 20, 128, 0});
+  c.kinds["mlp_block"] = kind({2e-5, 3e-7, 0}, {4e-5, 6e-7, 0}, 300, {0, 96, 0}, {0, 96, 0});
+  c.kinds["attention_block"] = kind({5e-5, 3e-7, 2e-10}, {1e-4, 6e-7, 5e-10}, 350, {0, 32, 8}, {0, 64, 16});
+  c.kinds["lm_head"] = kind({2e-5, 5e-7, 0}, {4e-5, 1e-6, 0}, 200, {0, 0, 0}, {0, 512, 0});
   c.resident_bytes_per_parameter = 16;
   c.input_bytes_per_value = 4;
   return c;
@@ -113,6 +119,64 @@ TEST(Planner, EverySchedulesGetsTheSameSearchAndTheMemoryLimit) {
   ranked = search_plans(c, space);
   EXPECT_TRUE(ranked.front().fits);
   EXPECT_LE(ranked.front().peak_total(), smallest);
+}
+
+// Each action's working memory is its stage's largest layer's at the chunk's shape; stages
+// sharing one device run one action at a time and their memory adds up against the limit.
+TEST(Planner, WorkingMemoryAndSharedDevice) {
+  const CostModel c = hybrid_costs();
+  PlanSpace space = hybrid_space();
+  const std::vector<PassCosts> stages = c.stage_costs(space.model, 2);
+  Plan p;
+  p.microbatches = 2, p.chunk_lengths = {4096, 2048, 2048};
+  const CostTable t = plan_cost_table(c, stages, space, p);
+  EXPECT_EQ(t.forward_work_bytes[0][1], int64_t(2 * 2048 * 96));                // the MLP's
+  EXPECT_EQ(t.backward_work_bytes[1][2], int64_t(2 * 2048 * 512));               // the LM head's
+  EXPECT_EQ(t.backward_work_bytes[0][0], int64_t((1 << 20) + 2 * 4096 * 128));  // G's, with its fixed part
+  p.recompute = true;
+  EXPECT_EQ(plan_cost_table(c, stages, space, p).backward_work_bytes[0][0],
+            int64_t((1 << 20) + 2 * 4096 * 128 + 2 * 4096 * 400));  // and G's recomputed stash
+  p.recompute = false;
+  predict_plan(c, stages, space, p);
+  EXPECT_GT(p.stage_peak_bytes[0][int(MemCategory::Other)], 0);
+  // One device: the step is every action's time, memory the stages' sum.
+  space.shared_device = true;
+  Plan shared = p;
+  predict_plan(c, stages, space, shared);
+  double busy = 0;
+  for (size_t r = 0; r < 2; ++r)
+    for (size_t k = 0; k < 3; ++k) busy += 2 * (t.forward_time[r][k] + t.backward_time[r][k]);
+  EXPECT_NEAR(shared.step_s, busy, 1e-12 * busy);
+  EXPECT_GT(shared.step_s, p.step_s);
+  EXPECT_EQ(shared.peak_total(), shared.stage_peak_total[0] + shared.stage_peak_total[1]);
+  space.memory_bytes = double(shared.peak_total()) - 1;
+  predict_plan(c, stages, space, shared);
+  EXPECT_FALSE(shared.fits);
+}
+
+// The longest sequence of a schedule: it fits, one multiple more does not; stateflow's chunks
+// fit longer sequences than 1f1b's whole ones.
+TEST(Planner, LongestFittingSeqLen) {
+  const CostModel c = hybrid_costs();
+  PlanSpace space = hybrid_space();
+  space.recompute = {false};
+  space.memory_bytes = 64.0 * (1 << 20);
+  const int64_t limit = int64_t(1) << 22;
+  std::map<std::string, int64_t> longest;
+  for (const std::string s : {"stateflow", "1f1b"}) {
+    const int64_t T = longest[s] = longest_fitting_seq_len(c, space, s, limit);
+    ASSERT_GT(T, 0) << s;
+    ASSERT_LT(T, limit) << s;
+    EXPECT_EQ(T % space.multiple, 0);
+    PlanSpace at = space;
+    at.schedules = {s}, at.seq_len = T;
+    EXPECT_NE(best_plan(search_plans(c, at), s), nullptr) << s;
+    at.seq_len = T + space.multiple;
+    EXPECT_EQ(best_plan(search_plans(c, at), s), nullptr) << s;
+  }
+  EXPECT_GT(longest["stateflow"], longest["1f1b"]);
+  space.memory_bytes = 0;
+  EXPECT_THROW(longest_fitting_seq_len(c, space, "1f1b", limit), Error);
 }
 
 TEST(Planner, PlanFileGivesItsChunkLengthsChecked) {

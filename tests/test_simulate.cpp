@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "core/error.h"
 #include "pipeline/dependency.h"
 #include "pipeline/lower.h"
@@ -143,7 +145,10 @@ TEST(Simulate, CommunicationTime) {
                   .resident_bytes = {},
                   .send_time = {0.5},
                   .kv_prefix_bytes = {},
-                  .kv_grad_bytes = {}};
+                  .kv_grad_bytes = {},
+                  .forward_work_bytes = {},
+                  .backward_work_bytes = {},
+                  .shared_device = false};
   const SimResult r = simulate(make_schedule("1f1b", 2, 1, 1), costs);
   EXPECT_EQ(r.makespan, 2 + 0.5 + 3 + 7 + 0.5 + 5);
   ASSERT_EQ(r.timeline.size(), 4u);
@@ -153,6 +158,56 @@ TEST(Simulate, CommunicationTime) {
   EXPECT_EQ(r.busy[0], 7);
   EXPECT_EQ(r.busy[1], 10);
   EXPECT_DOUBLE_EQ(r.bubble_fraction, 1 - 17.0 / (2 * 18));
+}
+
+// Stages on one device: one action at a time and the device never idle (the schedule cannot
+// deadlock, so some stage's next action is always ready), every action after its prerequisites.
+TEST(Simulate, SharedDeviceRunsOneActionAtATime) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(cat("seed ", seed));
+  Rng rng(seed);
+  for (int trial = 0; trial < 30; ++trial) {
+    const int P = 2 + int(rng.below(3)), M = 1 + int(rng.below(4));
+    const char* kind = trial % 3 == 0 ? "1f1b" : trial % 3 == 1 ? "gpipe" : "stateflow";
+    const int N = trial % 3 == 2 ? 1 + int(rng.below(5)) : 1;
+    CostTable costs = uniform_costs(P, N, 0, 0);
+    double total = 0;
+    for (int r = 0; r < P; ++r)
+      for (int c = 0; c < N; ++c) {
+        costs.forward_time[r][c] = 1 + rng.uniform(), costs.backward_time[r][c] = 2 + rng.uniform();
+        total += M * (costs.forward_time[r][c] + costs.backward_time[r][c]);
+      }
+    costs.shared_device = true;
+    const Schedule s = make_schedule(kind, P, M, N);
+    const SimResult r = simulate(s, costs);
+    EXPECT_NEAR(r.makespan, total, 1e-9 * total) << kind << " P=" << P << " M=" << M << " N=" << N;
+    std::map<std::string, double> end;
+    for (size_t i = 0; i < r.timeline.size(); ++i) {
+      const TimedAction& t = r.timeline[i];
+      if (i) EXPECT_GE(t.start, r.timeline[i - 1].end - 1e-12);
+      for (const Action& need : prerequisites(t.action, P, N)) EXPECT_GE(t.start, end.at(cat(need.stage, to_token(need))));
+      end[cat(t.action.stage, to_token(t.action))] = t.end;
+    }
+    costs.shared_device = false;  // one device per stage is never slower
+    EXPECT_LE(simulate(s, costs).makespan, r.makespan + 1e-12);
+  }
+}
+
+// Working memory comes on top of what the stage holds while the action runs, its own unit's
+// stash included (a backward frees it as it ends).
+TEST(Simulate, WorkingBytesComeOnTopOfWhatTheStageHolds) {
+  CostTable costs = uniform_costs(1, 3, 1, 2, 100);
+  costs.forward_work_bytes = {{10, 10, 10}};
+  costs.backward_work_bytes = {{1000, 5, 5}};
+  SimResult r = simulate(make_schedule("stateflow", 1, 1, 3), costs);
+  EXPECT_EQ(r.peak_bytes[0][kActivations], 300);
+  EXPECT_EQ(r.peak_bytes[0][static_cast<int>(MemCategory::Other)], 1000);
+  EXPECT_EQ(r.peak_total_bytes[0], 100 + 1000);  // chunk 0's backward, its own stash still held
+  costs.backward_work_bytes = {{5, 5, 5}};
+  r = simulate(make_schedule("stateflow", 1, 1, 3), costs);
+  EXPECT_EQ(r.peak_total_bytes[0], 300 + 10);  // the last forward: every stash and its scratch
+  costs.backward_work_bytes = {{5, 5}};
+  EXPECT_THROW(simulate(make_schedule("stateflow", 1, 1, 3), costs), Error);
 }
 
 // Against a plain reference: the longest-path times found by relaxing every action until

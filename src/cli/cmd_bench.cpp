@@ -1,4 +1,5 @@
 // `stateflow bench`
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -36,14 +37,33 @@ static std::vector<T> comma_list(const std::string& text) {
   return out;
 }
 
+// --alphas: non-negative numbers, comma-separated.
+static std::vector<double> alpha_list(const std::string& text) {
+  std::vector<double> out;
+  std::stringstream ss(text);
+  for (std::string s; std::getline(ss, s, ',');) {
+    size_t used = 0;
+    double v = -1;
+    try {
+      v = std::stod(s, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    SF_CHECK(used == s.size() && v >= 0 && v <= 2, "--alphas '", text,
+             "': expected comma-separated alphas from 0 (equal chunks) to 2, e.g. 0,0.5,1");
+    out.push_back(v);
+  }
+  return out;
+}
+
 // --chunks auto: stateflow at the planner's N with equal, balanced and the best alpha's chunks,
 // the --schedules baselines at this --microbatches and --recompute, and the best that the
 // planner finds for each schedule over every M and recompute (the same search for all).
 static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const PipelineOptions& pipe,
                                             const std::vector<std::string>& schedules, double memory_bytes,
-                                            bool every_alpha, AutoChunks& a) {
+                                            bool every_alpha, const std::vector<double>& alphas, AutoChunks& a) {
   PlanSpace space = pipe.auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory_bytes);
-  space.schedules = {"stateflow"};
+  space.schedules = {"stateflow"}, space.alphas = alphas;
   a = choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout);
   const std::vector<PassCosts> stages = a.costs.stage_costs(o.model, o.stages);
   std::vector<PlannedRun> runs;
@@ -55,7 +75,8 @@ static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const Pipelin
         return;
       }
     predict_plan(a.costs, stages, space, p);
-    runs.push_back({label, p.schedule, p.microbatches, p.recompute, p.chunk_lengths, p.step_s});
+    const int64_t peak = *std::max_element(p.stage_peak_total.begin(), p.stage_peak_total.end());
+    runs.push_back({label, p.schedule, p.microbatches, p.recompute, p.chunk_lengths, p.step_s, peak});
   };
   const double b = double(o.batch / o.microbatches);
   for (auto [label, alpha] : {std::pair<std::string, double>{"equal", 0.0}, {"balanced", 1.0},
@@ -66,7 +87,7 @@ static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const Pipelin
     if (!p.chunk_lengths.empty()) add(label, p);
   }
   // The brute force the choice is judged against: every alpha of the grid at that N.
-  for (double alpha : every_alpha ? partition_alphas() : std::vector<double>{}) {
+  for (double alpha : !every_alpha ? std::vector<double>{} : alphas.empty() ? partition_alphas() : alphas) {
     Plan p = a.plan;
     p.alpha = alpha;
     p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
@@ -133,6 +154,7 @@ void add_bench_command(CLI::App& root) {
   auto json = std::make_shared<std::string>();
   auto predict_from = std::make_shared<std::string>();
   auto every_alpha = std::make_shared<bool>(false);
+  auto alphas = std::make_shared<std::string>();
   auto chosen = std::make_shared<AutoChunks>();  // --chunks auto
   pipe->stages = opts->stages, pipe->microbatches = opts->microbatches, pipe->chunks = 8;
   model->add(*app, "small", "f32");
@@ -167,6 +189,9 @@ void add_bench_command(CLI::App& root) {
   app->add_flag("--every-alpha", *every_alpha,
                 "With --chunks auto: also run stateflow at the chosen N with every alpha of the planner's grid (the "
                 "brute force its choice is judged against)");
+  app->add_option("--alphas", *alphas,
+                 "With --chunks auto: the partition grid to search (and, with --every-alpha, to run), comma-separated "
+                 "alphas, e.g. 0,1 (default: 0, 0.1, ..., 1, 1.25)");
   app->add_option("--json", *json, "Also write the results (and predictions) as JSON to this file");
   app->add_option("--predict-from", *predict_from,
                   "Run nothing: read a run recorded with --json (e.g. on the GPU machine), print it, and predict "
@@ -175,12 +200,14 @@ void add_bench_command(CLI::App& root) {
   app->callback([=]() {
     BenchOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
+    SF_CHECK(pipe->chunks_auto || (alphas->empty() && !*every_alpha),
+             "--alphas and --every-alpha choose runs of --chunks auto: add --chunks auto");
     if (pipe->chunks_auto) {
       SF_CHECK(sweep->empty() && predict_from->empty(), "--chunks auto plans its own runs: leave out --chunk-sweep "
                                                         "and --predict-from");
       o.planned = planned_runs(o, *pipe, comma_list<std::string>(*schedules),
                                o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30), *every_alpha,
-                               *chosen);
+                               alpha_list(*alphas), *chosen);
       o.chunk_lengths = o.planned.front().chunk_lengths;
     } else {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "cli/commands.h"
 #include "core/allocator.h"
@@ -66,9 +67,26 @@ struct PlanOptions {
   bool automatic = false;
   int64_t batch = 8, multiple = 0;
   std::string dtype = "f32", device = "cpu", recompute = "both", profile_dir = default_profile_dir(), write_plan;
+  std::string cost_profile;  // a recorded profile instead of profiling here
+  bool shared_gpu = false, longest = false;
+  int64_t longest_limit = int64_t(1) << 22;
   double memory_gib = -1;
   int top = 15;
 };
+
+// --longest-seq-len: per schedule, the longest sequence that fits, and each against stateflow's.
+void print_longest(const CostModel& costs, const PlanSpace& space, int64_t limit) {
+  std::cout << "PREDICTED longest sequence that fits " << format_bytes(int64_t(space.memory_bytes))
+            << " per device (multiples of " << space.multiple << " tokens, searched up to " << limit << "):\n";
+  int64_t sf = 0;
+  for (const std::string& schedule : space.schedules) {
+    const int64_t T = longest_fitting_seq_len(costs, space, schedule, limit);
+    if (schedule == "stateflow") sf = T;
+    std::cout << "  " << schedule << ": " << (T ? std::to_string(T) + " tokens" : std::string("nothing fits"));
+    if (schedule != "stateflow" && sf && T) std::cout << " (stateflow's is " << double(sf) / double(T) << "x)";
+    std::cout << (T == limit / space.multiple * space.multiple ? " (the search's limit: --max-seq-len)" : "") << "\n";
+  }
+}
 
 // `plan --auto`: profile (or the cached profile), search, print, and say how to run the best.
 void plan_automatically(const PlanOptions& o, const CLI::App& app) {
@@ -81,7 +99,6 @@ void plan_automatically(const PlanOptions& o, const CLI::App& app) {
   space.model = resolve_model_config(o.preset.empty() ? "tiny" : o.preset, o.config_path, o.pattern);
   space.dtype = parse_dtype(o.dtype);
   space.device = parse_device(o.device);
-  init_device(space.device);
   space.stages = o.stages, space.batch = o.batch, space.seq_len = o.seq_len;
   if (app.count("--schedule")) space.schedules = {o.schedule};
   if (app.count("--microbatches")) space.microbatches = {o.microbatches};
@@ -90,7 +107,30 @@ void plan_automatically(const PlanOptions& o, const CLI::App& app) {
   space.multiple = o.multiple > 0 ? o.multiple : default_chunk_multiple(space.model, space.device);
   const double gib = o.memory_gib >= 0 ? o.memory_gib : space.device == Device::CPU ? 0 : 141;
   space.memory_bytes = gib * double(int64_t(1) << 30);
-  const CostModel costs = cached_cost_model(profile_options(space), o.profile_dir, std::cout);
+  space.shared_device = o.shared_gpu;
+  CostModel costs;
+  if (!o.cost_profile.empty()) {
+    nlohmann::json key;
+    costs = cost_model_from_file(o.cost_profile, &key);
+    const nlohmann::json model = key.value("model", nlohmann::json());
+    SF_CHECK(model == space.model.to_json(), "the cost profile '", o.cost_profile, "' was measured on model '",
+             model.value("name", std::string("?")), "', not on this one ('", space.model.name,
+             "'): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
+    const std::string where = key.value("device", std::string());
+    SF_CHECK(where.rfind(device_name(space.device), 0) == 0, "the cost profile '", o.cost_profile,
+             "' was measured on '", where, "': give --device ", where.substr(0, where.find(' ')));
+    std::cout << "cost profile: " << o.cost_profile << " (recorded: " << key.value("device", std::string("?")) << ", "
+              << key.value("batch", 0) << " x " << key.value("seq_len", 0) << " tokens per pass)\n";
+  } else {
+    init_device(space.device);
+    costs = cached_cost_model(profile_options(space), o.profile_dir, std::cout);
+  }
+  if (o.longest) {
+    // Which schedule trains the longest sequences: the stateflow row first, the others beside it.
+    std::stable_partition(space.schedules.begin(), space.schedules.end(),
+                          [](const std::string& s) { return s == "stateflow"; });
+    return print_longest(costs, space, o.longest_limit);
+  }
   const std::vector<Plan> ranked = search_plans(costs, space);
   print_plans(ranked, space, o.top, std::cout);
   SF_CHECK(!ranked.empty() && ranked.front().fits, "no configuration fits in ", format_bytes(int64_t(space.memory_bytes)),
@@ -154,6 +194,17 @@ void add_plan_command(CLI::App& root) {
   app->add_option("--write-plan", o->write_plan,
                   "--auto: write the best plan to this JSON file (train and bench take it as --chunk-lengths FILE)");
   app->add_option("--top", o->top, "--auto: rows of the ranked table")->capture_default_str();
+  app->add_option("--cost-profile", o->cost_profile,
+                  "--auto: plan on this recorded cost profile (a file of --profile-dir, e.g. measured on a GPU "
+                  "machine and copied here) instead of profiling on --device; the model must be the profile's");
+  app->add_flag("--shared-gpu", o->shared_gpu,
+                "--auto: every stage on one GPU (what --transport local does with --device cuda): the stages' work "
+                "runs one action at a time and their memory adds up on that GPU");
+  app->add_flag("--longest-seq-len", o->longest,
+                "--auto: instead of ranking, find for each schedule the longest --seq-len that some configuration "
+                "fits in --memory-gib (bisection on multiples of --chunk-multiple)");
+  app->add_option("--max-seq-len", o->longest_limit, "--longest-seq-len: search up to this many tokens")
+      ->capture_default_str();
   app->callback([o, app]() {
     if (o->automatic) return plan_automatically(*o, *app);
     Schedule s = make_schedule(o->schedule, o->stages, o->microbatches, o->chunks);

@@ -140,6 +140,9 @@ PlanSpace PipelineOptions::auto_chunk_space(const ModelConfig& m, DType dtype, D
   space.schedules = {schedule}, space.microbatches = {microbatches}, space.recompute = {recompute};
   space.multiple = chunk_multiple > 0 ? chunk_multiple : default_chunk_multiple(m, device);
   space.memory_bytes = memory_bytes;
+  // The local transport runs every stage on GPU 0: one action at a time, one memory.
+  space.shared_device = device == Device::CUDA && stages > 1 &&
+                        choose_transport(transport, device, stages, nccl_gpus(), 0).name == "local";
   return space;
 }
 

@@ -1,5 +1,6 @@
 #include "pipeline/chunk_cost.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <limits>
@@ -87,6 +88,34 @@ CostTerms fit_cost_terms(const std::vector<CostSample>& samples, bool with_pairs
   return {c[0], c[1], c[2]};
 }
 
+WorkTerms fit_work_terms(const std::vector<CostSample>& samples) {
+  SF_CHECK(!samples.empty(), "memory model: no samples to fit");
+  std::vector<std::array<double, 3>> rows;
+  std::vector<double> values;
+  for (const CostSample& x : samples) {
+    SF_CHECK(x.value >= 0 && x.s >= 1 && x.b >= 1 && x.c >= 0, "memory model: a sample (b ", x.b, ", s ", x.s, ", c ",
+             x.c, ") has ", x.value, " working bytes; it must be a number >= 0");
+    rows.push_back({1.0, x.b * x.s, x.b * x.c});
+    values.push_back(x.value);
+  }
+  const std::array<double, 3> c = fit_nonnegative(rows, values, 7u);
+  return {c[0], c[1], c[2]};
+}
+
+double PassCosts::forward_work_bytes(double b, double s, double c) const {
+  double most = 0;
+  for (const LayerWork& w : work) most = std::max(most, w.forward.at(b, s, c));
+  return most;
+}
+
+double PassCosts::backward_work_bytes(double b, double s, double c, bool recompute) const {
+  double most = 0;
+  for (const LayerWork& w : work)
+    most = std::max(most, recompute ? w.stash_bytes_per_token * b * s + std::max(w.forward.at(b, s, c), w.backward.at(b, s, c))
+                                    : w.backward.at(b, s, c));
+  return most;
+}
+
 std::vector<std::string> layer_kinds(const ModelConfig& m) {
   std::vector<std::string> out{"embedding"};
   for (char letter : m.blocks()) {
@@ -102,12 +131,15 @@ std::vector<PassCosts> CostModel::stage_costs(const ModelConfig& m, int stages) 
   std::vector<PassCosts> out;
   for (auto [begin, end] : stage_layer_ranges(m, stages)) {
     PassCosts stage;
+    std::vector<std::string> seen;  // a kind's working memory counts once per stage
     for (int i = begin; i < end; ++i) {
       auto it = kinds.find(kinds_of[i]);
       SF_CHECK(it != kinds.end(), "the cost profile has no layer of kind '", kinds_of[i],
                "': profile this model (its profile is of another model)");
       stage.forward += it->second.forward, stage.backward += it->second.backward;
       stage.stash_bytes_per_token += it->second.stash_bytes_per_token;
+      if (std::find(seen.begin(), seen.end(), kinds_of[i]) == seen.end())
+        seen.push_back(kinds_of[i]), stage.work.insert(stage.work.end(), it->second.work.begin(), it->second.work.end());
     }
     out.push_back(stage);
   }

@@ -44,10 +44,37 @@ std::array<double, 3> fit_nonnegative(const std::vector<std::array<double, 3>>& 
 // whose cost does not grow with the prefix). Throws Error without samples or with a value < 0.
 CostTerms fit_cost_terms(const std::vector<CostSample>& samples, bool with_pairs);
 
-// A layer kind's forward and backward (backward alone: under --recompute the forward runs again).
+// Transient working memory of one layer call: the bytes it holds above what the stage holds
+// before and after it (GEMM outputs before they are stashed, kernel workspaces, attention's
+// row statistics, gradients on their way), on a unit of b sequences, chunk length s, prefix c.
+struct WorkTerms {
+  double fixed = 0, per_token = 0, per_prefix = 0;
+  double at(double b, double s, double c) const { return fixed + per_token * b * s + per_prefix * b * c; }
+};
+
+// fit_nonnegative on the regressors (1, b*s, b*c); samples' values are bytes. Throws Error
+// without samples or with a value < 0.
+WorkTerms fit_work_terms(const std::vector<CostSample>& samples);
+
+// One layer kind's working memory per pass and its stash (recomputation holds one layer's
+// stash on top of its backward's working memory).
+struct LayerWork {
+  WorkTerms forward, backward;
+  double stash_bytes_per_token = 0;
+};
+
+// A layer kind's forward and backward (backward alone: under --recompute the forward runs again),
+// or a stage's: its layers' times summed.
 struct PassCosts {
   CostTerms forward, backward;
   double stash_bytes_per_token = 0;  // what a unit's forward keeps for its backward, per b*s
+  // Working memory: one entry per layer kind (a stage's layers run one at a time, so its
+  // working memory is the largest of its kinds').
+  std::vector<LayerWork> work;
+  // The largest working memory of a forward or backward (with recompute: the recomputed layer's
+  // stash and the larger of its two passes) at a unit of b sequences, chunk length s, prefix c.
+  double forward_work_bytes(double b, double s, double c) const;
+  double backward_work_bytes(double b, double s, double c, bool recompute) const;
 };
 
 // Per layer kind (Layer::kind(): "embedding", "gdn_block", "mlp_block", "attention_block",

@@ -12,6 +12,15 @@
 #endif
 
 namespace stateflow {
+
+int nccl_gpus() {
+#ifdef STATEFLOW_HAVE_NCCL
+  return cuda_device_count();
+#else
+  return 0;
+#endif
+}
+
 namespace {
 
 LaunchFlags g_flags;
@@ -34,14 +43,6 @@ void check_one_replica(const PipelineConfig& cfg, const std::string& transport) 
   std::vector<std::unique_ptr<Transport>> endpoints;
   endpoints.push_back(std::move(g.pipeline));
   return std::make_unique<Pipeline>(cfg, std::move(endpoints), std::move(g.group));
-}
-
-int nccl_gpus() {
-#ifdef STATEFLOW_HAVE_NCCL
-  return cuda_device_count();
-#else
-  return 0;
-#endif
 }
 
 std::unique_ptr<Pipeline> make_nccl_pipeline(const PipelineConfig& cfg, const std::optional<RankInfo>& rank,

@@ -28,6 +28,9 @@ struct TransportChoice {
 TransportChoice choose_transport(const std::string& requested, Device device, int stages, int gpus,
                                  int launched_world);
 
+// CUDA devices NCCL can use (0 in a build without NCCL).
+int nccl_gpus();
+
 std::unique_ptr<Pipeline> make_pipeline(const PipelineConfig& cfg, const std::string& transport);
 // The rank whose output a run prints (0 with the local transport).
 bool is_reporting_rank(const Pipeline& p);

@@ -1,6 +1,8 @@
 // The simulator: runs an (unlowered) schedule against a table of per-action costs and bytes.
 // Each stage runs its list in order; an action starts when its stage is free and every
 // prerequisite (dependency.h) has finished, plus the message time for one on another stage.
+// Stages that share one device (CostTable::shared_device) also wait for it: one action at a
+// time over all stages, the one that can start first going first.
 // It answers "what would this shape do" from costs measured elsewhere, and is what a
 // chunk-length search evaluates.
 #pragma once
@@ -28,6 +30,13 @@ struct CostTable {
   // MemCategory::KvPrefix), held from its chunk 0 forward to the end of its chunk 0 backward,
   // and of their gradients, held from its last chunk's backward to the same end; empty: none.
   std::vector<int64_t> kv_prefix_bytes, kv_grad_bytes;
+  // [stage][chunk]: transient working memory of a unit's forward and backward (its largest
+  // layer's scratch), on top of what the stage holds while it runs, its unit's stash included;
+  // in MemCategory::Other. Empty: none.
+  std::vector<std::vector<int64_t>> forward_work_bytes, backward_work_bytes;
+  // Every stage on one device (e.g. --transport local on one GPU): its work is serialised, so an
+  // action also waits until the device is free.
+  bool shared_device = false;
 };
 
 // Every stage and chunk alike: forward/backward time per unit and activation bytes per unit.

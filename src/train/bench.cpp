@@ -181,6 +181,7 @@ BenchResult run_bench(const BenchOptions& o) {
     if (!o.planned.empty()) {
       const PlannedRun& p = o.planned[result.rows.size() - 1];
       result.rows.back().label = p.label, result.rows.back().predicted_step_s = p.predicted_step_s;
+      result.rows.back().predicted_peak_bytes = p.predicted_peak_bytes;
     }
     const auto end = Clock::now();
     if (result.report)
@@ -237,15 +238,20 @@ void print_bench(const BenchResult& r, const BenchOptions& o, std::ostream& os) 
         "cudaMemGetInfo's bytes in use on the fullest GPU, most seen after a timed step)\n";
   if (!r.rows.empty() && !r.rows.front().label.empty()) {
     os << "planned runs (--chunks auto): measured against the planner's prediction from the cost profile\n";
-    std::snprintf(line, sizeof line, "%-32s %-10s %3s %4s %4s %11s %10s %10s %9s\n", "run", "schedule", "M", "rec", "N",
-                  "tokens/s", "step s", "pred s", "meas/pred");
+    std::snprintf(line, sizeof line, "%-32s %-10s %3s %4s %4s %11s %10s %10s %9s %12s %12s %9s\n", "run", "schedule",
+                  "M", "rec", "N", "tokens/s", "step s", "pred s", "meas/pred", "peak/stage", "pred peak", "meas/pred");
     os << line;
     for (const BenchRow& row : r.rows) {
-      if (row.oom) continue;
-      std::snprintf(line, sizeof line, "%-32s %-10s %3d %4s %4d %11.0f %10.4f %10.4f %9.3f\n", row.label.c_str(),
-                    row.schedule.c_str(), row.microbatches, row.recompute ? "full" : "-", row.chunks(),
-                    row.tokens_per_s, row.step_s, row.predicted_step_s,
-                    row.predicted_step_s > 0 ? row.step_s / row.predicted_step_s : 0.0);
+      if (row.oom) {
+        os << cat(row.label, ": OOM (predicted peak/stage ", format_bytes(row.predicted_peak_bytes), ")\n");
+        continue;
+      }
+      std::snprintf(line, sizeof line, "%-32s %-10s %3d %4s %4d %11.0f %10.4f %10.4f %9.3f %12s %12s %9.3f\n",
+                    row.label.c_str(), row.schedule.c_str(), row.microbatches, row.recompute ? "full" : "-",
+                    row.chunks(), row.tokens_per_s, row.step_s, row.predicted_step_s,
+                    row.predicted_step_s > 0 ? row.step_s / row.predicted_step_s : 0.0,
+                    format_bytes(row.peak_bytes()).c_str(), format_bytes(row.predicted_peak_bytes).c_str(),
+                    row.predicted_peak_bytes > 0 ? double(row.peak_bytes()) / double(row.predicted_peak_bytes) : 0.0);
       os << line;
       os << "  chunks " << format_chunk_lengths(row.chunk_lengths) << "\n";
     }
@@ -353,7 +359,8 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
       jr.update({{"label", row.label},
                  {"microbatches", row.microbatches},
                  {"recompute", row.recompute},
-                 {"predicted_step_s", row.predicted_step_s}});
+                 {"predicted_step_s", row.predicted_step_s},
+                 {"predicted_peak_bytes", row.predicted_peak_bytes}});
     if (row.oom) {
       jr["oom_message"] = row.oom_message;
       j["results"].push_back(jr);

@@ -34,6 +34,7 @@ struct PlannedRun {
   bool recompute = false;
   std::vector<int64_t> chunk_lengths;
   double predicted_step_s = 0;
+  int64_t predicted_peak_bytes = 0;  // the fullest stage's, working memory included
 };
 
 struct BenchOptions {
@@ -75,6 +76,7 @@ struct BenchRow {
   int microbatches = 0;
   bool recompute = false;
   double predicted_step_s = 0;  // planned runs: the planner's prediction
+  int64_t predicted_peak_bytes = 0;
   double tokens_per_s = 0;
   double step_s = 0;                         // mean wall time of a timed step
   double bubble_measured = 0;                // mean over timed steps

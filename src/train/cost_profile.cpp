@@ -71,6 +71,15 @@ nlohmann::json profile_key(const ProfileOptions& o) {
           {"build", build_id()}};
 }
 
+nlohmann::json work_json(const WorkTerms& w) {
+  return {{"fixed_bytes", w.fixed}, {"per_token_bytes", w.per_token}, {"per_prefix_token_bytes", w.per_prefix}};
+}
+
+WorkTerms work_from_json(const nlohmann::json& j) {
+  return {j.at("fixed_bytes").get<double>(), j.at("per_token_bytes").get<double>(),
+          j.at("per_prefix_token_bytes").get<double>()};
+}
+
 nlohmann::json terms_json(const CostTerms& t) {
   return {{"fixed_s", t.fixed}, {"per_token_s", t.per_token}, {"per_pair_s", t.per_pair}};
 }
@@ -105,7 +114,7 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
   CostModel out;
   const int n = Model::num_layers_of(o.model);
   const std::vector<std::string> kinds = layer_kinds(o.model);
-  std::map<std::string, std::vector<CostSample>> forward, backward, stash;
+  std::map<std::string, std::vector<CostSample>> forward, backward, stash, forward_work, backward_work;
   {
     TrackerScope scope(tracker);
     Model model(o.model, o.dtype, 0, n, o.device);
@@ -134,15 +143,27 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
         const std::vector<LayerTiming>& t = layer[size_t(i)]->profile()->timings();
         return t.empty() ? 0.0 : t.front().device_s;
       };
+      // A call's working memory: how far the tracked total rose above what is held before and after it.
+      int64_t held_before = 0;
+      auto start_call = [&] {
+        tracker.reset_peaks();
+        held_before = tracker.snapshot().total_current;
+      };
+      auto working_bytes = [&] {
+        const MemorySnapshot m = tracker.snapshot();
+        return double(m.total_peak - std::max(held_before, m.total_current));
+      };
       for (int c = 0; c < plan.chunks(); ++c) {
         units.push_back(plan.make_unit(0, c, &stats));
         Tensor h = units.back().tokens;
         for (int i = 0; i < n; ++i) {
           layer[size_t(i)]->set_profile(std::make_unique<LayerProfile>(o.device));
           const int64_t before = layer[size_t(i)]->stash_bytes();
+          start_call();
           h = layer[size_t(i)]->forward(units.back().ctx, h);
           if (!timed) continue;
           forward[kinds[size_t(i)]].push_back(sample(units.back(), seconds(i)));
+          forward_work[kinds[size_t(i)]].push_back(sample(units.back(), working_bytes()));
           stash[kinds[size_t(i)]].push_back(
               sample(units.back(), double(layer[size_t(i)]->stash_bytes() - before)));
         }
@@ -151,8 +172,11 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
         Tensor g;
         for (int i = n - 1; i >= 0; --i) {
           layer[size_t(i)]->set_profile(std::make_unique<LayerProfile>(o.device));
+          start_call();
           g = layer[size_t(i)]->backward(units[size_t(c)].ctx, g);
-          if (timed) backward[kinds[size_t(i)]].push_back(sample(units[size_t(c)], seconds(i)));
+          if (!timed) continue;
+          backward[kinds[size_t(i)]].push_back(sample(units[size_t(c)], seconds(i)));
+          backward_work[kinds[size_t(i)]].push_back(sample(units[size_t(c)], working_bytes()));
         }
       }
       for (auto& l : layer) l->set_profile(nullptr);
@@ -175,6 +199,7 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
     double bytes = 0, tokens = 0;
     for (const CostSample& x : stash[kind]) bytes += x.value, tokens += x.b * x.s;
     p.stash_bytes_per_token = tokens > 0 ? bytes / tokens : 0;
+    p.work = {{fit_work_terms(forward_work[kind]), fit_work_terms(backward_work[kind]), p.stash_bytes_per_token}};
   }
   return out;
 }
@@ -198,7 +223,9 @@ nlohmann::json cost_model_json(const CostModel& c) {
   for (const auto& [kind, p] : c.kinds)
     kinds[kind] = {{"forward", terms_json(p.forward)},
                    {"backward", terms_json(p.backward)},
-                   {"stash_bytes_per_token", p.stash_bytes_per_token}};
+                   {"stash_bytes_per_token", p.stash_bytes_per_token},
+                   {"forward_work", work_json(p.work.empty() ? WorkTerms{} : p.work.front().forward)},
+                   {"backward_work", work_json(p.work.empty() ? WorkTerms{} : p.work.front().backward)}};
   return {{"kinds", kinds},
           {"resident_bytes_per_parameter", c.resident_bytes_per_parameter},
           {"input_bytes_per_value", c.input_bytes_per_value}};
@@ -207,15 +234,29 @@ nlohmann::json cost_model_json(const CostModel& c) {
 CostModel cost_model_from_json(const nlohmann::json& j, const std::string& where) {
   try {
     CostModel c;
-    for (const auto& [kind, p] : j.at("kinds").items())
-      c.kinds[kind] = {terms_from_json(p.at("forward")), terms_from_json(p.at("backward")),
-                       p.at("stash_bytes_per_token").get<double>()};
+    for (const auto& [kind, p] : j.at("kinds").items()) {
+      const double stash = p.at("stash_bytes_per_token").get<double>();
+      // Profiles written before working memory was measured have none.
+      auto work = [&](const char* name) { return p.contains(name) ? work_from_json(p.at(name)) : WorkTerms{}; };
+      c.kinds[kind] = {terms_from_json(p.at("forward")), terms_from_json(p.at("backward")), stash,
+                       {{work("forward_work"), work("backward_work"), stash}}};
+    }
     c.resident_bytes_per_parameter = j.at("resident_bytes_per_parameter").get<double>();
     c.input_bytes_per_value = j.at("input_bytes_per_value").get<double>();
     return c;
   } catch (const nlohmann::json::exception& e) {
     fail("cost profile ", where, " is not a stateflow cost model (", e.what(), "); delete it to profile again");
   }
+}
+
+CostModel cost_model_from_file(const std::string& path, nlohmann::json* key) {
+  std::ifstream in(path);
+  SF_CHECK(in.good(), "cannot read the cost profile '", path, "'");
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  SF_CHECK(!j.is_discarded() && j.is_object() && j.contains("costs") && j.contains("key"), "'", path,
+           "' is not a cost profile (one is written by stateflow plan --auto under --profile-dir)");
+  if (key) *key = j["key"];
+  return cost_model_from_json(j["costs"], path);
 }
 
 CostModel cached_cost_model(const ProfileOptions& o, const std::string& dir, std::ostream& log) {

@@ -45,5 +45,9 @@ CostModel cached_cost_model(const ProfileOptions& o, const std::string& dir, std
 nlohmann::json cost_model_json(const CostModel& c);
 // Throws Error naming `where` when the JSON is not a cost model.
 CostModel cost_model_from_json(const nlohmann::json& j, const std::string& where);
+// A profile file as the cache writes it (e.g. one measured on a GPU machine and copied here, so
+// that a machine without that GPU plans for it): its cost model, and in `key` what was measured
+// where (model, precision, device, unit shape, build). Throws Error naming the file.
+CostModel cost_model_from_file(const std::string& path, nlohmann::json* key = nullptr);
 
 }  // namespace stateflow

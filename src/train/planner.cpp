@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <nlohmann/json.hpp>
 #include <ostream>
 
@@ -21,6 +22,7 @@ int64_t default_chunk_multiple(const ModelConfig& m, Device device) {
 }
 
 int64_t Plan::peak_total() const {
+  if (shared_device) return std::accumulate(stage_peak_total.begin(), stage_peak_total.end(), int64_t(0));
   return stage_peak_total.empty() ? 0 : *std::max_element(stage_peak_total.begin(), stage_peak_total.end());
 }
 
@@ -61,6 +63,9 @@ CostTable plan_cost_table(const CostModel& c, const std::vector<PassCosts>& stag
   t.backward_time.assign(P, std::vector<double>(N));
   t.unit_bytes.assign(P, std::vector<ByteCounts>(N, ByteCounts{}));
   t.resident_bytes.assign(P, ByteCounts{});
+  t.forward_work_bytes.assign(P, std::vector<int64_t>(N));
+  t.backward_work_bytes.assign(P, std::vector<int64_t>(N));
+  t.shared_device = space.shared_device;
   for (int r = 0; r < P; ++r) {
     // Recomputation keeps each layer's input: hidden states, or the token ids on stage 0.
     const int layers = ranges[size_t(r)].second - ranges[size_t(r)].first;
@@ -74,6 +79,8 @@ CostTable plan_cost_table(const CostModel& c, const std::vector<PassCosts>& stag
       t.backward_time[size_t(r)][size_t(k)] = st.backward.at(b, s, at) + (p.recompute ? st.forward.at(b, s, at) : 0);
       t.unit_bytes[size_t(r)][size_t(k)][int(MemCategory::Activations)] =
           int64_t(b * s * (p.recompute ? input_bytes_per_token : st.stash_bytes_per_token));
+      t.forward_work_bytes[size_t(r)][size_t(k)] = int64_t(st.forward_work_bytes(b, s, at));
+      t.backward_work_bytes[size_t(r)][size_t(k)] = int64_t(st.backward_work_bytes(b, s, at, p.recompute));
       prefix += p.chunk_lengths[size_t(k)];
     }
     t.resident_bytes[size_t(r)][int(MemCategory::Weights)] = int64_t(double(params[size_t(r)]) * c.resident_bytes_per_parameter);
@@ -94,6 +101,7 @@ void predict_plan(const CostModel& c, const std::vector<PassCosts>& stages, cons
   p.bubble = sim.bubble_fraction;
   p.stage_peak_bytes = sim.peak_bytes;
   p.stage_peak_total = sim.peak_total_bytes;
+  p.shared_device = space.shared_device;
   p.fits = space.memory_bytes <= 0 || double(p.peak_total()) <= space.memory_bytes;
 }
 
@@ -149,6 +157,24 @@ const Plan* best_plan(const std::vector<Plan>& ranked, const std::string& schedu
   return nullptr;
 }
 
+int64_t longest_fitting_seq_len(const CostModel& c, PlanSpace space, const std::string& schedule, int64_t limit) {
+  SF_CHECK(space.memory_bytes > 0, "the longest sequence that fits needs a memory limit (--memory-gib)");
+  SF_CHECK(space.multiple >= 1 && limit >= space.multiple, "the longest sequence: the limit ", limit,
+           " must be at least one multiple of ", space.multiple, " tokens");
+  space.schedules = {schedule};
+  const std::vector<PassCosts> stages = c.stage_costs(space.model, space.stages);
+  auto fits = [&](int64_t k) {
+    space.seq_len = k * space.multiple;
+    return best_plan(search_plans(c, stages, space), schedule) != nullptr;
+  };
+  int64_t lo = 0, hi = limit / space.multiple + 1;  // fits(lo) or lo == 0; !fits(hi)
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    (fits(mid) ? lo : hi) = mid;
+  }
+  return lo * space.multiple;
+}
+
 std::string plan_arguments(const Plan& p) {
   return cat("--schedule ", p.schedule, " --microbatches ", p.microbatches,
              p.chunks > 1 ? " --chunk-lengths " + format_chunk_lengths(p.chunk_lengths) : std::string(" --chunks 1"),
@@ -159,10 +185,13 @@ void print_plans(const std::vector<Plan>& ranked, const PlanSpace& space, int to
   os << "PREDICTED by the simulator from the measured cost model: " << space.model.name << ", P=" << space.stages
      << ", batch " << space.batch << " x " << space.seq_len << ", cuts on multiples of " << space.multiple
      << ", memory limit "
-     << (space.memory_bytes > 0 ? format_bytes(int64_t(space.memory_bytes)) : std::string("none")) << " per device\n";
+     << (space.memory_bytes > 0 ? format_bytes(int64_t(space.memory_bytes)) : std::string("none")) << " per device"
+     << (space.shared_device ? ", every stage on one device (one action at a time, memory summed over stages)" : "")
+     << "\n";
   char line[512];
   std::snprintf(line, sizeof line, "%4s %-10s %3s %4s %4s %6s %9s %11s %8s %12s  %s\n", "rank", "schedule", "M", "rec",
-                "N", "alpha", "step s", "tokens/s", "bubble", "peak/stage", "chunk lengths");
+                "N", "alpha", "step s", "tokens/s", "bubble", space.shared_device ? "peak/device" : "peak/stage",
+                "chunk lengths");
   os << line;
   auto row = [&](size_t i) {
     const Plan& p = ranked[i];
@@ -222,6 +251,7 @@ nlohmann::json plan_json(const Plan& p, const PlanSpace& space) {
           {"predicted_tokens_per_s", p.tokens_per_s},
           {"predicted_bubble", p.bubble},
           {"predicted_stage_peak_bytes", p.stage_peak_total},
+          {"shared_device", p.shared_device},
           {"arguments", plan_arguments(p)}};
 }
 

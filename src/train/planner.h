@@ -7,9 +7,10 @@
 // prediction: the simulator's makespan for per-(stage, chunk) costs summed from the layer
 // kinds' terms, and each stage's peak memory by category (weights, grads and optimizer state
 // at the profiled bytes per parameter; each unit's stash at the profiled bytes per token, or
-// under recomputation the layers' inputs; the K/V prefixes by their formula). Transient
-// working memory is not in the prediction, nor are messages between stages unless
-// PlanSpace::message_s says what one costs.
+// under recomputation the layers' inputs; the K/V prefixes by their formula; each action's
+// transient working memory, its largest layer's, as profiled). Messages between stages are
+// not in the prediction unless PlanSpace::message_s says what one costs. Stages that share one
+// GPU (PlanSpace::shared_device) run one action at a time and share its memory.
 #pragma once
 #include <iosfwd>
 #include <nlohmann/json_fwd.hpp>
@@ -49,6 +50,9 @@ struct PlanSpace {
   // Seconds every message between stages adds (latency, waking the receiver): not profiled (one
   // stage sends nothing); the chunk tuner fits it to a run's measured steps.
   double message_s = 0;
+  // Every stage on one device (--transport local with --device cuda: stage threads on GPU 0):
+  // their work is serialised and memory_bytes holds for all of them together.
+  bool shared_device = false;
 };
 
 struct Plan {
@@ -61,7 +65,10 @@ struct Plan {
   double step_s = 0, tokens_per_s = 0, bubble = 0;
   std::vector<ByteCounts> stage_peak_bytes;  // by category (core/allocator.h)
   std::vector<int64_t> stage_peak_total;
-  bool fits = true;  // every stage's peak within PlanSpace::memory_bytes
+  bool shared_device = false;  // PlanSpace::shared_device
+  bool fits = true;            // peak_total() within PlanSpace::memory_bytes
+  // The peak of one device: the largest stage's, or the sum of the stages' when they share one
+  // device (an upper bound: their peaks need not coincide).
   int64_t peak_total() const;
 };
 
@@ -90,6 +97,11 @@ std::vector<Plan> search_plans(const CostModel& c, const PlanSpace& space);
 std::vector<Plan> search_plans(const CostModel& c, const std::vector<PassCosts>& stages, const PlanSpace& space);
 // The best that fits of one schedule, or nullptr.
 const Plan* best_plan(const std::vector<Plan>& ranked, const std::string& schedule);
+
+// The longest sequence, a multiple of space.multiple up to `limit` tokens, for which some
+// configuration of `schedule` in the space fits space.memory_bytes (which must be set); 0 when
+// none does. Found by bisection: a longer sequence never needs less memory.
+int64_t longest_fitting_seq_len(const CostModel& c, PlanSpace space, const std::string& schedule, int64_t limit);
 
 // A ranked table (the first `top` rows, and the best of every schedule) with each stage's
 // peak memory by category.
