@@ -42,6 +42,8 @@ struct ConvArgs {
 };
 
 // The convs of one launch (a group of 1 for a single call), all over the same batch and len.
+// A kernel takes it as a __grid_constant__ parameter: a block picks its conv by index straight
+// from parameter memory, without a per-thread copy of the array.
 template <class A>
 struct ConvGroup {
   ConvArgs<A> conv[kMaxConvGroup];
@@ -103,7 +105,7 @@ __device__ void shift_window(float (&win)[K][8]) {
 }
 
 template <class A, int K>
-__global__ void short_conv_forward_kernel(ConvGroup<A> group) {
+__global__ void short_conv_forward_kernel(const __grid_constant__ ConvGroup<A> group) {
   constexpr int P = K - 1;
   const Slot s(group.batch);
   const ConvArgs<A>& a = group.conv[s.conv];
@@ -139,7 +141,7 @@ __global__ void short_conv_forward_kernel(ConvGroup<A> group) {
 // The thread owns outputs i in [i0, i1) of dxe (rows of [dprefix_in; dx]) and the dw terms of
 // rows t in that range. It starts K-1 rows early so that the dpre window is full at i0.
 template <class A, int K>
-__global__ void short_conv_backward_kernel(ConvGroup<A> group, int64_t tiles) {
+__global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> group, int64_t tiles) {
   constexpr int P = K - 1;
   const Slot s(group.batch);
   const ConvArgs<A>& a = group.conv[s.conv];
