@@ -1,6 +1,7 @@
 #include "train/cost_profile.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +111,8 @@ std::vector<std::vector<int64_t>> profile_chunkings(int64_t T, int64_t multiple)
 CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
   SF_CHECK(o.seq_len >= 1 && o.batch >= 1 && o.repeats >= 1, "cost profile: needs a sequence length, a batch and "
                                                              "at least one repeat");
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   MemoryTracker tracker("cost profile");
   CostModel out;
   const int n = Model::num_layers_of(o.model);
@@ -120,6 +123,8 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
     Model model(o.model, o.dtype, 0, n, o.device);
     AdamW optimizer(model.params(), AdamWConfig{});  // its state counts in the resident bytes
     const MemorySnapshot built = tracker.snapshot();
+    log << "cost profile: model built, " << std::chrono::duration<double>(Clock::now() - started).count() << " s\n"
+        << std::flush;
     const int64_t resident = built.current_of(MemCategory::Weights) + built.current_of(MemCategory::Grads) +
                              built.current_of(MemCategory::Optimizer);
     out.resident_bytes_per_parameter = double(resident) / double(o.model.num_parameters());
@@ -180,10 +185,10 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
         }
       }
       for (auto& l : layer) l->set_profile(nullptr);
-      if (timed)
-        log << "cost profile: pass " << pass << "/" << o.repeats * chunkings.size() << " (chunks "
-            << lengths.size() << ")\n"
-            << std::flush;
+      log << "cost profile: " << (timed ? cat("pass ", pass, "/", o.repeats * chunkings.size()) : std::string("warm-up"))
+          << " (chunks " << lengths.size() << "), " << std::chrono::duration<double>(Clock::now() - started).count()
+          << " s since the start\n"
+          << std::flush;
     }
   }
   if (o.device != Device::CPU) device_backend(o.device).release_memory(tracker);
