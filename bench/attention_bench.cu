@@ -1,9 +1,11 @@
-// Benchmark of the GPU prefix attention kernels (mixers/attention/prefix_attention_cuda.h):
-// causal attention over a whole sequence, then (with --chunk-len) the chunked case, one
-// chunk of queries against the K/V prefix of every chunk before it, per chunk position.
+// Benchmark of GPU prefix attention (mixers/attention/prefix_attention_cuda.h), each
+// implementation in turn: cuDNN's fused attention with its deterministic backward (the
+// default), cuDNN with its atomic-dQ backward (nondeterministic; measurement only), and our
+// kernels. Causal attention over a whole sequence, then (with --chunk-len) the chunked case,
+// one chunk of queries against the K/V prefix of every chunk before it, per chunk position.
 // CUDA events, median of --reps after warm-ups (bench/bench_util.cuh). Shapes, inputs (drawn
-// on the device), the whole sequence's launches and FLOPs are the prefix_attention op's
-// (mixers/attention/prefix_attention_op.cpp).
+// on the device) and FLOPs are the prefix_attention op's (mixers/attention/prefix_attention_op.cpp).
+// The anchor, PyTorch's SDPA on the same shapes, is bench/sdpa_anchor.py.
 //
 //   attention_bench [--len 32768] [--heads 16] [--kv-heads 16] [--head-dim 128] [--batch 1]
 //                   [--reps 10] [--chunk-len 0]
@@ -23,6 +25,7 @@
 #include "bench_util.cuh"
 #include "kernels/cuda/op_buffers.h"
 #include "kernels/op_def.h"
+#include "mixers/attention/cudnn_attention.h"
 #include "mixers/attention/prefix_attention_cuda.h"
 
 namespace {
@@ -33,7 +36,6 @@ using namespace stateflow;
 struct Buffers {
   bf16 *q, *k, *v, *o, *dout, *dq;
   float *lse, *dk, *dv;
-  void* ws;
 };
 
 struct Times {
@@ -47,12 +49,41 @@ Times time_fwd_bwd(Fwd&& fwd, Bwd&& bwd, int reps) {
   return {bench::median_ms(fwd, reps), bench::median_ms(bwd, reps)};
 }
 
-// One chunk's queries at d.offset against the K/V prefix in b.
-Times time_chunk(const AttentionDims& d, const Buffers& b, int reps) {
-  return time_fwd_bwd([&] { prefix_attention_forward_cuda(d, b.q, b.k, b.v, b.o, b.lse, nullptr); },
+enum class Impl { Cudnn, CudnnAtomic, Kernels };
+const char* impl_name(Impl i) {
+  return i == Impl::Cudnn ? "cuDNN" : i == Impl::CudnnAtomic ? "cuDNN, atomic dQ (nondeterministic)" : "our kernels";
+}
+
+// A device workspace that grows to the largest size asked for.
+struct Workspace {
+  void* p = nullptr;
+  size_t bytes = 0;
+  void* at_least(size_t n) {
+    if (n > bytes) {
+      if (p) CK(cudaFree(p));
+      CK(cudaMalloc(&p, n));
+      bytes = n;
+    }
+    return p;
+  }
+};
+
+// One call's queries at d.offset against the K/V prefix in b, by `impl`.
+Times time_chunk(Impl impl, const AttentionDims& d, const Buffers& b, Workspace& w, int reps) {
+  const CudnnBackward mode = impl == Impl::CudnnAtomic ? CudnnBackward::AtomicDq : CudnnBackward::Deterministic;
+  void* ws = w.at_least(impl == Impl::Kernels ? prefix_attention_kernels_workspace_bytes(d)
+                                              : cudnn_attention_workspace_bytes(d, mode));
+  if (impl == Impl::Kernels)
+    return time_fwd_bwd([&] { prefix_attention_forward_kernels(d, b.q, b.k, b.v, b.o, b.lse, nullptr); },
+                        [&] {
+                          prefix_attention_backward_kernels(d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, ws,
+                                                            nullptr);
+                        },
+                        reps);
+  return time_fwd_bwd([&] { cudnn_attention_forward(d, mode, b.q, b.k, b.v, b.o, b.lse, ws, nullptr); },
                       [&] {
-                        prefix_attention_backward_cuda(d, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, b.ws,
-                                                       nullptr);
+                        cudnn_attention_backward(d, mode, b.q, b.k, b.v, b.o, b.lse, b.dout, b.dq, b.dk, b.dv, ws,
+                                                 nullptr);
                       },
                       reps);
 }
@@ -104,22 +135,32 @@ int main(int argc, char** argv) {
   auto bf = [&](const char* name) { return static_cast<bf16*>(buf.ptr(name)); };
   auto f32 = [&](const char* name) { return static_cast<float*>(buf.ptr(name)); };
   const Buffers b{bf("q"), bf("k"), bf("v"),  bf("o"),  bf("dout"), bf("dq"),
-                  f32("lse"), f32("dk"), f32("dv"), buf.workspace()};
+                  f32("lse"), f32("dk"), f32("dv")};
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("attention_bench on %s: batch %lld, %lld query heads, %lld K/V heads of %lld, causal, bf16, median of %d\n",
               prop.name, (long long)batch, (long long)heads, (long long)kv_heads, (long long)head_dim, reps);
 
-  std::printf("\n| tokens | forward ms | backward ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n");
-  std::printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
-  // The whole sequence: the op's own launches.
-  const Times t = time_fwd_bwd([&] { buf.run(op.pass("fwd")); }, [&] { buf.run(op.pass("bwd")); }, reps);
-  const double f = op.pass("fwd").flops(shape), fb = f + op.pass("bwd").flops(shape);
-  std::printf("| %lld | %.3f | %.3f | %.3f | %.1f | %.1f |\n", (long long)len, t.fwd, t.bwd, t.fwd + t.bwd,
-              f / t.fwd * 1e-9, fb / (t.fwd + t.bwd) * 1e-9);
-
-  if (chunk_len > 0 && batch == 1) {  // chunk rows are contiguous only for one sequence
-    std::printf("\nOne chunk of %lld queries against the prefix (K/V rows 0 .. offset + chunk):\n", (long long)chunk_len);
+  Workspace w;
+  for (Impl impl : {Impl::Cudnn, Impl::CudnnAtomic, Impl::Kernels}) {
+    if (impl != Impl::Kernels) {
+      const CudnnBackward mode = impl == Impl::CudnnAtomic ? CudnnBackward::AtomicDq : CudnnBackward::Deterministic;
+      const std::string why = cudnn_attention_refusal(whole, mode);
+      std::printf("\n%s: %s\n", impl_name(impl),
+                  why.empty() ? cudnn_attention_describe(whole, mode).c_str() : ("not run: " + why).c_str());
+      if (!why.empty()) continue;
+    } else {
+      std::printf("\n%s:\n", impl_name(impl));
+    }
+    std::printf("| tokens | forward ms | backward ms | fwd+bwd ms | fwd TFLOP/s | fwd+bwd TFLOP/s |\n");
+    std::printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    const Times t = time_chunk(impl, whole, b, w, reps);
+    const double f = op.pass("fwd").flops(shape), fb = f + op.pass("bwd").flops(shape);
+    std::printf("| %lld | %.3f | %.3f | %.3f | %.1f | %.1f |\n", (long long)len, t.fwd, t.bwd, t.fwd + t.bwd,
+                f / t.fwd * 1e-9, fb / (t.fwd + t.bwd) * 1e-9);
+    if (chunk_len == 0 || batch != 1) continue;  // chunk rows are contiguous only for one sequence
+    std::printf("\nOne chunk of %lld queries against the prefix (K/V rows 0 .. offset + chunk):\n",
+                (long long)chunk_len);
     std::printf("| chunk | offset | forward ms | backward ms | fwd TFLOP/s | bwd TFLOP/s |\n");
     std::printf("| ---: | ---: | ---: | ---: | ---: | ---: |\n");
     double sum = 0;
@@ -130,7 +171,7 @@ int main(int argc, char** argv) {
       Buffers bc = b;
       bc.q += d.offset * row, bc.o += d.offset * row, bc.dout += d.offset * row, bc.dq += d.offset * row;
       bc.lse += d.offset * heads;
-      const Times tc = time_chunk(d, bc, reps);
+      const Times tc = time_chunk(impl, d, bc, w, reps);
       const OpShape chunk = shape.with("offset", d.offset).with("len", d.len);
       sum += tc.fwd + tc.bwd;
       std::printf("| %lld | %lld | %.3f | %.3f | %.1f | %.1f |\n", (long long)c, (long long)d.offset, tc.fwd, tc.bwd,

@@ -14,10 +14,10 @@
 #   --out     where the logs go (default chunk-tax-logs)
 #   --sweep   chunk counts of runs 1 and 2 (default 1,16,32; N = 1 is the baseline)
 #   --single  chunk counts of run 3 (default none: no run 3)
-#   --levers  the levers (default conv_tiles,norm_rows,gemm_rows)
+#   --levers  the levers (default: all of kernels/cuda/levers.h)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers=conv_tiles,norm_rows,gemm_rows dry=0
+bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream dry=0
 while (($#)); do
   case $1 in
     --bin) bin=$2; shift 2 ;;

@@ -15,13 +15,21 @@ TEST(Levers, NamesAreCollectedBetweenCommas) {
   EXPECT_EQ(parse_levers_off(",norm_rows"), ",norm_rows,");
 }
 
+TEST(Levers, EveryListedLeverIsAccepted) {
+  std::string all, expected = ",";
+  for (const char* lever : kLeverNames) all += std::string(lever) + ",", expected += std::string(lever) + ",";
+  EXPECT_EQ(parse_levers_off(all), expected);
+  EXPECT_EQ(parse_levers_off("reduce_ahead"), ",reduce_ahead,");
+}
+
 TEST(Levers, AnUnknownNameIsRefusedNamingTheLevers) {
   try {
     parse_levers_off("conv_tiles,norm_row");
     FAIL() << "a misspelt lever was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'norm_row'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("conv_tiles, norm_rows, gemm_rows"), std::string::npos) << e.what();
+    const std::string listed = "conv_tiles, norm_rows, gemm_rows, reduce_ahead, embed_ahead, side_stream";
+    EXPECT_NE(std::string(e.what()).find(listed), std::string::npos) << e.what();
   }
 }
 

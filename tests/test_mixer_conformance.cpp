@@ -34,7 +34,8 @@ struct MixerCase {
 const MixerCase kMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}}},
     {'S', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}}},
-    {'M', {{"heads", 4}, {"head_dim", 3}, {"state_size", 6}, {"rank", 2}, {"groups", 2}, {"block_size", 5}}},
+    {'M',
+     {{"heads", 4}, {"head_dim", 3}, {"state_size", 6}, {"rank", 2}, {"groups", 2}, {"block_size", 5}, {"output_norm", true}}},
     {'A', {{"heads", 4}, {"kv_heads", 2}, {"head_dim", 6}, {"rotary_dim", 4}, {"rope_theta", 100.0}}},
 };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # On a GPU machine: configure with CUDA (sm_90a + compute_80 PTX), build with ninja, run the CUDA
 # tests and then every test through CTest, then the GDN, Mamba-3 and attention kernel benchmarks and the benchmark of
-# the other kernels (GEMM ceiling, fused kernels' bandwidth). Logs go to $OUT when set (else
+# the other kernels (GEMM ceiling, fused kernels' bandwidth). cuDNN comes from the nvidia-cudnn
+# wheel where the image has it (STATEFLOW_ATTENTION picks the attention). Logs go to $OUT when set (else
 # build-gpu/logs); a summary table is printed last.
 #   SANITIZE=1  also runs one small GPU test under compute-sanitizer (memcheck, racecheck);
 #               SANITIZE=auto (default) does so when the CUDA tests fail
@@ -51,6 +52,16 @@ fi
 if [[ -z ${NCCL_ROOT:-} && ! -f /usr/include/nccl.h && ! -f /usr/local/cuda/include/nccl.h ]]; then
   NCCL_ROOT=$(python3 -c 'import nvidia.nccl as n; print(n.__path__[0])' 2>/dev/null) && export NCCL_ROOT &&
     echo "gpu-check: NCCL from $NCCL_ROOT"
+fi
+
+# cuDNN (the attention's fused kernels): the image ships it in the Python nvidia-cudnn wheel. Its
+# headers serve the build where the CUDA tree has none; its lib/ must be on the loader path at run
+# time (the library is loaded then; without it attention runs on our kernels and says so).
+CUDNN_WHEEL=$(python3 -c 'import nvidia.cudnn as n; print(n.__path__[0])' 2>/dev/null) || CUDNN_WHEEL=
+if [[ -n $CUDNN_WHEEL ]]; then
+  export LD_LIBRARY_PATH=$CUDNN_WHEEL/lib:${LD_LIBRARY_PATH:-}
+  [[ -z ${CUDNN_ROOT:-} && ! -f /usr/local/cuda/include/cudnn_graph.h ]] && export CUDNN_ROOT=$CUDNN_WHEEL
+  echo "gpu-check: cuDNN from $CUDNN_WHEEL"
 fi
 
 if [[ -n ${PREBUILT:-} ]]; then

@@ -188,7 +188,7 @@ ModelConfig model_preset(const std::string& name) {
   const nlohmann::json mamba3_1_3b = {{"heads", 32}, {"head_dim", 64}, {"state_size", 128}, {"block_size", 64}};
   if (name == "mamba3-small")
     return with_mamba3(gdn_preset(name, 96, 128, 2, 4, 32, 32, 32, 256), "MM",
-                       {{"heads", 4}, {"head_dim", 32}, {"state_size", 32}, {"block_size", 32}});
+                       {{"heads", 4}, {"head_dim", 32}, {"state_size", 32}, {"block_size", 32}, {"output_norm", true}});
   if (name == "mamba3-1.3b")
     return with_mamba3(gdn_preset(name, 32000, 2048, 24, 16, 128, 128, 64, 5632), std::string(24, 'M'), mamba3_1_3b);
   if (name == "gdn-mamba3-1.3b") {

@@ -14,6 +14,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/side_stream_cuda.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "layer_testing.h"
 #include "model/device_path.h"
@@ -37,7 +38,7 @@ struct GpuMixerCase {
 const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}},
-    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}}},
+    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}}},
     {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
@@ -166,6 +167,33 @@ TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUn
     const std::string diff = first_difference(gpu, got, whole);
     std::printf("[ chunks %s vs whole ] loss %.17g vs %.17g, first difference: %s\n", lengths_name(lengths).c_str(),
                 got.loss, whole.loss, diff.empty() ? "none (bitwise equal)" : diff.c_str());
+    EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths);
+  }
+}
+
+// The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step
+// with everything on the main stream, chunked and unchunked.
+TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const ModelConfig cfg = model_of(GetParam(), seed);
+  Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
+  const int64_t S = kWeightGradTokens, T = S + 200;
+  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  bool& overlap = side_work_enabled_for_thread();
+  const bool was = overlap;
+  for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77}}) {
+    overlap = false;
+    const StepResult serial = run_step(gpu, b, lengths);
+    overlap = true;
+    const StepResult beside = run_step(gpu, b, lengths);
+    overlap = was;
+    const std::string diff = first_difference(gpu, beside, serial);
+    std::printf("[ chunks %s, side stream vs serial ] first difference: %s\n",
+                lengths_name(lengths).c_str(), diff.empty() ? "none (bitwise equal)" : diff.c_str());
     EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths);
   }
 }

@@ -4,6 +4,7 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/levers.h"
 
 namespace stateflow {
 namespace {
@@ -11,6 +12,7 @@ namespace {
 using cuda::bf16;
 
 constexpr int kBackwardThreads = 64;  // column vectors (of 8) per backward block
+constexpr int kBackwardAhead = 8;     // rows of a run whose loads one thread issues together
 
 template <class A>
 __global__ void embedding_forward_kernel(const int32_t* tokens, const float* table, A* out, int64_t rows,
@@ -45,8 +47,11 @@ __global__ void reverse_token_order_kernel(const int32_t* tokens, int32_t* keys,
 
 // Block (i, y) owns the run of equal tokens that starts at sorted position i (blocks at other
 // positions return at once), columns [512 y, 512 y + 512). The run's rows are in reverse token
-// order, and each is added straight into the table row in that order.
-template <class A>
+// order, and each is added straight into the table row in that order. The rows of a frequent
+// token make a long run: Ahead rows' loads are issued before any is added, so the walk is not
+// one memory latency per row (Ahead = 1 is the walk before this lever,
+// STATEFLOW_LEVERS_OFF=embed_ahead; the same additions either way).
+template <class A, int Ahead>
 __global__ void embedding_backward_kernel(const int32_t* token_sorted, const int32_t* row_sorted, const A* dout,
                                           float* dtable, int64_t rows, int64_t nvec, int64_t vocab) {
   const int64_t i = blockIdx.x;
@@ -55,13 +60,23 @@ __global__ void embedding_backward_kernel(const int32_t* token_sorted, const int
   const int64_t c = (int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8;
   const int64_t dim = nvec * 8;
   if (c >= dim) return;
-  float acc[8], g[8];
+  float acc[8];
   float* drow = dtable + int64_t(v) * dim + c;
   cuda::load8(drow, acc);
-  for (int64_t j = i; j < rows && token_sorted[j] == v; ++j) {
-    cuda::load8(dout + int64_t(row_sorted[j]) * dim + c, g);
+  for (int64_t j = i; j < rows; j += Ahead) {
+    bool in_run[Ahead];  // a prefix of the Ahead positions: the ids are sorted
+    float g[Ahead][8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) acc[e] += g[e];
+    for (int u = 0; u < Ahead; ++u) {
+      in_run[u] = j + u < rows && token_sorted[j + u] == v;
+      if (in_run[u]) cuda::load8(dout + int64_t(row_sorted[j + u]) * dim + c, g[u]);
+    }
+#pragma unroll
+    for (int u = 0; u < Ahead; ++u)
+      if (in_run[u])
+#pragma unroll
+        for (int e = 0; e < 8; ++e) acc[e] += g[u][e];
+    if (!in_run[Ahead - 1]) break;
   }
   cuda::store8(drow, acc);
 }
@@ -132,8 +147,12 @@ void embedding_backward_cuda(const int32_t* tokens, const A* dout, float* dtable
              "cub::DeviceRadixSort::SortPairs");
   const int64_t nvec = dim / 8;
   const dim3 grid(unsigned(rows), unsigned((nvec + kBackwardThreads - 1) / kBackwardThreads));
-  embedding_backward_kernel<<<grid, kBackwardThreads, 0, stream>>>(token_sorted, row_sorted, dout, dtable, rows, nvec,
-                                                                      vocab);
+  if (lever_off("embed_ahead"))
+    embedding_backward_kernel<A, 1>
+        <<<grid, kBackwardThreads, 0, stream>>>(token_sorted, row_sorted, dout, dtable, rows, nvec, vocab);
+  else
+    embedding_backward_kernel<A, kBackwardAhead>
+        <<<grid, kBackwardThreads, 0, stream>>>(token_sorted, row_sorted, dout, dtable, rows, nvec, vocab);
   cuda_check_launch("embedding_backward_kernel");
 }
 

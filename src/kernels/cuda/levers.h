@@ -1,10 +1,15 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
-// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows runs the named levers the way the code
-// ran before them, so that one build measures each lever on and off in one device session.
-//   conv_tiles  short conv: 64-row tiles in both passes (instead of shorter forward tiles for
-//               short chunks and 16-row backward tiles)
-//   norm_rows   RMS norm backward: 16 rows per lane team (instead of 4)
-//   gemm_rows   cuBLASLt: the pinned algorithm chosen for 16K rows (instead of 2K)
+// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream runs
+// the named levers the way the code ran before them, so that one build measures each on and off
+// in one session.
+//   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
+//                 short chunks, and 16-row backward tiles summed per 64-token block)
+//   norm_rows     RMS norm backward: 16 rows per lane team (instead of 4)
+//   gemm_rows     cuBLASLt: the pinned algorithm chosen for 16K rows (instead of 2K)
+//   reduce_ahead  token-block reductions: each segment's load waited for (instead of 8 at once)
+//   embed_ahead   embedding backward: each row of a token's run waited for (instead of 8 at once)
+//   side_stream   every kernel of a layer on the main stream (instead of weight gradients, the
+//                 GDN's gate projections and x W3 on a side stream: kernels/cuda/side_stream_cuda.h)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 #pragma once
 #include <cstdlib>
@@ -14,17 +19,25 @@
 
 namespace stateflow {
 
+// Every lever's name, in the order the comment above lists them.
+inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_rows",
+                                           "reduce_ahead", "embed_ahead", "side_stream"};
+
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).
 inline std::string parse_levers_off(const std::string& value) {
-  static const std::string known = ",conv_tiles,norm_rows,gemm_rows,";
+  std::string known = ",", listed;
+  for (const char* lever : kLeverNames) {
+    known += std::string(lever) + ",";
+    listed += (listed.empty() ? "" : ", ") + std::string(lever);
+  }
   std::string names = ",";
   for (size_t at = 0; at <= value.size();) {
     size_t end = value.find(',', at);
     if (end == std::string::npos) end = value.size();
     const std::string name = value.substr(at, end - at);
     SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, "STATEFLOW_LEVERS_OFF names '",
-             name, "', which is no lever; the levers are conv_tiles, norm_rows, gemm_rows");
+             name, "', which is no lever; the levers are ", listed);
     if (!name.empty()) names += name + ",";
     at = end + 1;
   }

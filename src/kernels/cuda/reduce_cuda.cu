@@ -3,15 +3,20 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/levers.h"
 
 namespace stateflow {
 namespace {
 
 constexpr int kThreads = 128;
-constexpr int kAhead = 8;  // blocks whose partials one thread loads before adding them
+constexpr int kAhead = 8;  // partials one thread loads before adding them
 
 // Each block's segments, summed in ascending order from 0, into the block's first segment
-// (parallel over blocks and columns).
+// (parallel over blocks and columns). The loads of Ahead segments are issued before they are
+// added: a short chunk has few blocks, so few threads, and a walk of one memory latency per
+// segment (256 segments for a gated norm's block) was most of the norm backward's time there.
+// Ahead = 1 is the walk before this lever (STATEFLOW_LEVERS_OFF=reduce_ahead); same sums.
+template <int Ahead>
 __global__ void sum_segments_kernel(float* partials, int64_t batch, int64_t blocks, int64_t seq_stride, int64_t segs,
                                     int64_t width) {
   const int64_t n = batch * blocks * width;
@@ -19,7 +24,14 @@ __global__ void sum_segments_kernel(float* partials, int64_t batch, int64_t bloc
     const int64_t j = e % width, k = (e / width) % blocks, b = e / (width * blocks);
     float* p = partials + (b * seq_stride + k) * segs * width + j;
     float s = 0.f;
-    for (int64_t q = 0; q < segs; ++q) s += p[q * width];
+    for (int64_t q0 = 0; q0 < segs; q0 += Ahead) {
+      float v[Ahead];
+#pragma unroll
+      for (int u = 0; u < Ahead; ++u) v[u] = q0 + u < segs ? p[(q0 + u) * width] : 0.f;
+#pragma unroll
+      for (int u = 0; u < Ahead; ++u)
+        if (q0 + u < segs) s += v[u];
+    }
     p[0] = s;
   }
 }
@@ -55,8 +67,11 @@ void add_token_block_partials_cuda(float* partials, int64_t batch, int64_t block
   if (width == 0 || batch == 0 || blocks == 0) return;
   if (segs > 1) {
     const int64_t n = batch * blocks * width;
-    sum_segments_kernel<<<unsigned(std::min<int64_t>((n + 255) / 256, 65536)), 256, 0, stream>>>(
-        partials, batch, blocks, seq_stride, segs, width);
+    const unsigned grid = unsigned(std::min<int64_t>((n + 255) / 256, 65536));
+    if (lever_off("reduce_ahead"))
+      sum_segments_kernel<1><<<grid, 256, 0, stream>>>(partials, batch, blocks, seq_stride, segs, width);
+    else
+      sum_segments_kernel<kAhead><<<grid, 256, 0, stream>>>(partials, batch, blocks, seq_stride, segs, width);
     cuda_check_launch("sum_segments_kernel");
   }
   add_blocks_in_order_kernel<<<unsigned((width + kThreads - 1) / kThreads), kThreads, 0, stream>>>(

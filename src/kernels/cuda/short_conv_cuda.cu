@@ -13,12 +13,13 @@ namespace {
 
 using cuda::bf16;
 
-// Rows one backward thread walks, and so the rows of one dw partial: tiles start at multiples
-// of kBackwardTileRows of the chunk, hence of the sequence when the cuts are (kTokenBlock and
-// kWeightGradTokens are multiples). Short, so that a 1-2K-token chunk still has tens of
-// thousands of threads: each thread walks its rows one after another.
+// Rows one backward thread walks, and so the rows of one dw partial. Short, so that a 1-2K-token
+// chunk still has tens of thousands of threads: each thread walks its rows one after another.
+// The tiles of one token block are its segments in add_token_block_partials_cuda (summed in
+// order, in parallel over blocks), so the blocks' chain of additions is no longer than with
+// one tile per block, and cuts at token blocks give the unsplit sums.
 constexpr int kBackwardTileRows = 16;
-static_assert(kTokenBlock % kBackwardTileRows == 0, "cuts at token blocks must fall on tile starts");
+static_assert(kTokenBlock % kBackwardTileRows == 0, "a token block is a whole number of tiles");
 // Both passes' tiles before this lever (STATEFLOW_LEVERS_OFF=conv_tiles, kernels/cuda/levers.h).
 constexpr int kOldTileRows = int(kTokenBlock);
 // The forward has no reduction, so its tile can be anything: the longest of these that still
@@ -209,13 +210,16 @@ void check_shape(const char* name, int64_t batch, int64_t len, int64_t ch, int64
            " must be <= 65535 and len = ", len, " below 2^31 rows");
 }
 
-int64_t backward_tile_rows() { return lever_off("conv_tiles") ? kOldTileRows : kBackwardTileRows; }
-
-// Tiles of the backward: rows of [dprefix_in; dx], K - 1 more than the chunk's.
-int64_t backward_tiles(int64_t len, int64_t K) {
-  const int64_t rows = backward_tile_rows();
-  return (len + K - 1 + rows - 1) / rows;
-}
+// The backward's tiles over the rows of [dprefix_in; dx] (K - 1 more than the chunk's), a whole
+// number of token blocks of them: tiles past the chunk's rows write zero partials.
+struct BackwardTiling {
+  int64_t rows, segs, tiles;
+  BackwardTiling(int64_t len, int64_t K) {
+    rows = lever_off("conv_tiles") ? kOldTileRows : kBackwardTileRows;
+    segs = kTokenBlock / rows;
+    tiles = ((len + K - 1 + rows - 1) / rows + segs - 1) / segs * segs;
+  }
+};
 
 dim3 grid_for(int64_t ch, int64_t tiles, int64_t batch) {
   return dim3(unsigned(tiles), unsigned((ch / 8 + kThreads - 1) / kThreads), unsigned(batch));
@@ -252,7 +256,7 @@ void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, 
 }
 
 size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K) {
-  return size_t(batch * backward_tiles(len, K)) * size_t(ch * K) * sizeof(float);
+  return size_t(batch * BackwardTiling(len, K).tiles) * size_t(ch * K) * sizeof(float);
 }
 
 template <class A>
@@ -268,17 +272,17 @@ void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const
   SF_CHECK(K == 1 || dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
   if (batch == 0) return;
   SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate short_conv_backward_workspace_bytes()");
-  const int64_t tiles = backward_tiles(len, K);
+  const BackwardTiling tiling(len, K);
   const ConvArgs<A> a{x, prefix, dy, w, dprefix_out, nullptr, nullptr, dx, dprefix_in,
-                      static_cast<float*>(workspace), len, ch, backward_tile_rows()};
-  if (tiles == 0) return;  // K = 1 and len = 0: nothing to do
+                      static_cast<float*>(workspace), len, ch, tiling.rows};
+  if (tiling.tiles == 0) return;  // K = 1 and len = 0: nothing to do
   dispatch_conv_size(name, K, [&](auto k) {
-    short_conv_backward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a, tiles);
+    short_conv_backward_kernel<A, k.value><<<grid_for(ch, tiling.tiles, batch), kThreads, 0, stream>>>(a, tiling.tiles);
     cuda_check_launch("short_conv_backward_kernel");
   });
-  // Tiles past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
-  const int64_t dw_tiles = (len + a.tile_rows - 1) / a.tile_rows;
-  add_token_block_partials_cuda(a.partial, batch, dw_tiles, tiles, 1, ch * K, dw, stream);
+  // Blocks past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
+  add_token_block_partials_cuda(a.partial, batch, token_blocks(len), tiling.tiles / tiling.segs, tiling.segs, ch * K,
+                                dw, stream);
 }
 
 #define SF_INSTANTIATE(A)                                                                                       \

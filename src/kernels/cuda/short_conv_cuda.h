@@ -10,11 +10,11 @@
 //
 // Each thread walks a tile of rows for 8 channels with the K-row window in registers; the
 // forward's tiles shrink for short chunks (no reduction: any tiling gives the same rows), the
-// backward's are 16 rows. Chunk invariance (cuts at multiples of 16 tokens, so of
-// kTokenBlock, give the unsplit results bitwise): the backward tiles' dw partial sums are
-// added by add_token_block_partials_cuda last tile first; and the gradient of a row that
-// reaches the next chunk starts from the carried dprefix_out, whose terms come first in the
-// unsplit sum.
+// backward's are 16 rows. Chunk invariance (cuts at multiples of kTokenBlock give the unsplit
+// results bitwise): the backward tiles' dw partial sums are summed per token block in order,
+// and the blocks added into dw last block first (add_token_block_partials_cuda); and the
+// gradient of a row that reaches the next chunk starts from the carried dprefix_out, whose
+// terms come first in the unsplit sum.
 // Supported: 1 <= K <= 8, ch a multiple of 8, 16-byte aligned pointers.
 #pragma once
 #include <cuda_runtime.h>

@@ -69,8 +69,11 @@ Tensor Attention::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State
   state_out = s->kv;
 
   s->o = bf16_out({rows, QW}), s->lse = f32_out({rows * Hq_});
-  prefix_attention_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->kv[kKeys]), bf16_ptr(s->kv[kValues]), bf16_ptr(s->o),
-                                f32_ptr(s->lse), st);
+  {
+    DeviceBuffer ws = cuda_scratch(prefix_attention_workspace_bytes(d));
+    prefix_attention_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->kv[kKeys]), bf16_ptr(s->kv[kValues]),
+                                  bf16_ptr(s->o), f32_ptr(s->lse), ws.get(), st);
+  }
   s->y = s->o;
   if (cfg_.output_gate) {
     s->gate = proj(Wg_, QW), s->y = bf16_out({rows, QW});

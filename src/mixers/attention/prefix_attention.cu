@@ -398,19 +398,19 @@ void check_attention_dims_cuda(const AttentionDims& d) {
            " exceeds the GPU launch grid; use shorter chunks or smaller microbatches");
 }
 
-size_t prefix_attention_workspace_bytes(const AttentionDims& d) {
+size_t prefix_attention_kernels_workspace_bytes(const AttentionDims& d) {
   return size_t(d.batch * d.len * d.q_heads) * sizeof(float);
 }
 
-void prefix_attention_forward_cuda(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, bf16* o,
-                                   float* lse, cudaStream_t stream) {
+void prefix_attention_forward_kernels(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v, bf16* o,
+                                     float* lse, cudaStream_t stream) {
   Args a = make_args(d);
   a.q = q, a.k = k, a.v = v, a.out = o, a.lse_out = lse;
   if (d.head_dim == 128) forward_d<128>(d, a, stream);
   else forward_d<256>(d, a, stream);
 }
 
-void prefix_attention_backward_cuda(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
+void prefix_attention_backward_kernels(const AttentionDims& d, const bf16* q, const bf16* k, const bf16* v,
                                     const bf16* o, const float* lse, const bf16* dout, bf16* dq, float* dk,
                                     float* dv, void* workspace, cudaStream_t stream) {
   Args a = make_args(d);

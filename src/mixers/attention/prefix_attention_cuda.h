@@ -1,5 +1,6 @@
 // Prefix attention on NVIDIA GPUs: the semantics of prefix_attention.h (a chunk's queries
-// against K/V rows 0..offset+len-1, causal mask aligned bottom-right, grouped K/V heads) as
+// against K/V rows 0..offset+len-1, causal mask aligned bottom-right, grouped K/V heads),
+// through cuDNN's fused attention (cudnn_attention.h) or, below, our own
 // fused flash-attention kernels on tensor cores (mma.sync, bf16 operands, fp32 accumulation
 // and softmax statistics). Layouts as on the CPU:
 //
@@ -29,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <string>
 
 #include "mixers/attention/prefix_attention.h"
 
@@ -40,15 +42,36 @@ constexpr int64_t kAttentionBlock = 64;
 // Throws stateflow::Error when the GPU kernels do not support dims d (naming the field).
 void check_attention_dims_cuda(const AttentionDims& d);
 
-// Device workspace bytes prefix_attention_backward_cuda needs (delta: 4 bytes per query row and head).
+// Which implementation runs (STATEFLOW_ATTENTION, read once; an unknown value is refused):
+//   cudnn          cuDNN's fused flash attention with its deterministic backward (default);
+//                  where cuDNN is missing or refuses a shape, our kernels, said once per shape
+//   kernels        our kernels below
+//   cudnn-atomic   cuDNN with its faster backward whose dQ is summed with atomics: NOT
+//                  deterministic (dQ's last bits vary run to run); for measurement only
+enum class AttentionImpl { Cudnn, Kernels, CudnnAtomic };
+AttentionImpl parse_attention_impl(const char* value);  // null or "" -> Cudnn
+AttentionImpl attention_impl();
+// What runs d under attention_impl(): "cuDNN 91900, forward engine ..." or "our kernels (why)".
+std::string attention_impl_describe(const AttentionDims& d);
+
+// The dispatching entry points (what the layer calls): workspace of
+// prefix_attention_workspace_bytes(d) bytes, for forward and backward alike.
 size_t prefix_attention_workspace_bytes(const AttentionDims& d);
-
 void prefix_attention_forward_cuda(const AttentionDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
-                                   const __nv_bfloat16* v, __nv_bfloat16* o, float* lse, cudaStream_t stream);
-
+                                   const __nv_bfloat16* v, __nv_bfloat16* o, float* lse, void* workspace,
+                                   cudaStream_t stream);
 void prefix_attention_backward_cuda(const AttentionDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
                                     const __nv_bfloat16* v, const __nv_bfloat16* o, const float* lse,
                                     const __nv_bfloat16* dout, __nv_bfloat16* dq, float* dk, float* dv,
                                     void* workspace, cudaStream_t stream);
+
+// Our kernels alone. Workspace: delta, 4 bytes per query row and head (backward only).
+size_t prefix_attention_kernels_workspace_bytes(const AttentionDims& d);
+void prefix_attention_forward_kernels(const AttentionDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                      const __nv_bfloat16* v, __nv_bfloat16* o, float* lse, cudaStream_t stream);
+void prefix_attention_backward_kernels(const AttentionDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
+                                       const __nv_bfloat16* v, const __nv_bfloat16* o, const float* lse,
+                                       const __nv_bfloat16* dout, __nv_bfloat16* dq, float* dk, float* dv,
+                                       void* workspace, cudaStream_t stream);
 
 }  // namespace stateflow

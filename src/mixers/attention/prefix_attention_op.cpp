@@ -3,7 +3,8 @@
 // buffers of `kv_rows` rows; bf16 q, k, v, dout, o, dq; fp32 lse; fp32 dK/dV added to.
 // Reference: the float64 kernels of mixers/attention/prefix_attention.h. Test shapes: a whole
 // sequence with a short last block, a chunk shorter than its prefix at an unaligned offset,
-// head_dim 256, a one-token chunk; grouped K/V heads.
+// head_dim 256, a one-token chunk; grouped K/V heads. Launches: what the layer calls (the
+// dispatcher of prefix_attention_cuda.h: cuDNN by default, STATEFLOW_ATTENTION=kernels for ours).
 #include <cmath>
 
 #include "kernels/op_def.h"
@@ -97,7 +98,7 @@ OpDef make_prefix_attention_op() {
   op.workspace_bytes = [](const OpShape& s) { return prefix_attention_workspace_bytes(dims_of(s)); };
   op.passes[0].run = [](const OpLaunch& l) {
     prefix_attention_forward_cuda(dims_of(l.shape), l.at<bf16>("q"), l.at<bf16>("k"), l.at<bf16>("v"),
-                                  l.at<bf16>("o"), l.at<float>("lse"), nullptr);
+                                  l.at<bf16>("o"), l.at<float>("lse"), l.workspace, nullptr);
   };
   op.passes[1].run = [](const OpLaunch& l) {
     prefix_attention_backward_cuda(dims_of(l.shape), l.at<bf16>("q"), l.at<bf16>("k"), l.at<bf16>("v"),

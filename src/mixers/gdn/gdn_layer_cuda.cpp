@@ -9,6 +9,7 @@
 #include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/short_conv_cuda.h"
+#include "kernels/cuda/side_stream_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "mixers/gdn/gdn_layer.h"
 #include "model/device_path.h"
@@ -42,18 +43,31 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   auto s = std::make_unique<GdnCudaStash>();
   s->x = x;
   s->state_in = state_in;
-  auto proj = [&](const Param& W, int64_t out) {
-    Tensor y = bf16_out({rows, out});
-    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
-    return y;
+  // The output gate's projection and the gates (projections and kernel) run on the side stream
+  // beside the q, k, v projections, convs and L2 norms: neither reads the other's outputs until
+  // the core. The side's outputs are made before the fork (a zero-fill or test poison of them
+  // runs on the main stream, so the fork orders it first).
+  s->qp = bf16_out({rows, HK}), s->kp = bf16_out({rows, HK}), s->vp = bf16_out({rows, HV});
+  s->z = bf16_out({rows, HV}), s->a = bf16_out({rows, H_}), s->b = bf16_out({rows, H_});
+  s->g = f32_out({rows, H_}), s->beta = f32_out({rows, H_});
+  SideWork side;
+  const CublasGemm& beside = side.fork();
+  auto proj = [&](const CublasGemm& on, const Param& W, const Tensor& y, int64_t out) {
+    linear_forward_cuda<bf16, bf16>(on, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
   };
   {
     OpScope part("gdn.in_proj");
-    s->qp = proj(Wq_, HK), s->kp = proj(Wk_, HK), s->vp = proj(Wv_, HV), s->z = proj(Wg_, HV);
+    proj(beside, Wg_, s->z, HV);
+    proj(gemm, Wq_, s->qp, HK), proj(gemm, Wk_, s->kp, HK), proj(gemm, Wv_, s->vp, HV);
   }
   {
     OpScope part("gdn.gate_proj");
-    s->a = proj(Wa_, H_), s->b = proj(Wb_, H_);
+    proj(beside, Wa_, s->a, H_), proj(beside, Wb_, s->b, H_);
+  }
+  {
+    OpScope part("gdn.gates");
+    gdn_gates_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
+                                 f32_ptr(s->g), f32_ptr(s->beta), rows, H_, beside.stream());
   }
 
   state_out.assign(kStateSize, Tensor());
@@ -84,13 +98,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
     l2norm_forward_cuda<bf16>(bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq), rows * H_, dk_, kL2Eps, st);
     l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
   }
-
-  s->g = f32_out({rows, H_}), s->beta = f32_out({rows, H_});
-  {
-    OpScope part("gdn.gates");
-    gdn_gates_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
-                                 f32_ptr(s->g), f32_ptr(s->beta), rows, H_, st);
-  }
+  side.join();  // the core reads g and beta
 
   const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   s->o = bf16_out({rows, HV});
@@ -120,6 +128,8 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
                                     State& dstate_in, Stash& stash) {
   SF_CHECK(dstate_out.empty() || dstate_out.size() == kStateSize, "gdn: boundary-state gradient has ",
            dstate_out.size(), " tensors, expected ", int(kStateSize));
+  // Weight gradients run on the side stream beside the rest (kernels/cuda/side_stream_cuda.h)
+  SideWork side;
   auto& s = static_cast<GdnCudaStash&>(stash);
   const int64_t rows = dout.dim(0), B = ctx.batch, L = rows / B;
   const int64_t HK = H_ * dk_, HV = H_ * dv_;
@@ -129,7 +139,8 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   // output projection and gated norm
   {
     OpScope part("gdn.out_proj.wgrad");
-    linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_, B);
+    linear_backward_weight_cuda<bf16>(side.fork(), bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, HV, D_,
+                                      B);
   }
   Tensor dy = bf16_out({rows, HV});
   {
@@ -145,6 +156,15 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), bf16_ptr(s.z), f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
                                       bf16_ptr(dy), bf16_ptr(do_), bf16_ptr(dz), f32_ptr(out_norm_.grad), rows * H_,
                                       dv_, per_head, ws.get(), st);
+  }
+  // Each input projection's weight gradient is forked as soon as its dY is issued: the output
+  // gate's beside the core, the gates' beside the L2 norms and convs, q, k, v's beside dx.
+  auto wgrad = [&](Param& W, const Tensor& dY, int64_t out) {
+    linear_backward_weight_cuda<bf16>(side.fork(), bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
+  };
+  {
+    OpScope part("gdn.in_proj.wgrad");
+    wgrad(Wg_, dz, HV);
   }
 
   // core: gradients of q, k, v, beta, g and of the state that entered the chunk
@@ -177,6 +197,10 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
                                   f32_ptr(dg), f32_ptr(dbeta), bf16_ptr(da), bf16_ptr(db), f32_ptr(A_log_.grad),
                                   f32_ptr(dt_bias_.grad), rows, H_, B, ws.get(), st);
   }
+  {
+    OpScope part("gdn.gate_proj.wgrad");
+    wgrad(Wa_, da, H_), wgrad(Wb_, db, H_);
+  }
 
   // L2 norms, then the convs (which also route the next chunk's prefix gradient)
   Tensor dqc = bf16_out({rows, HK}), dkc = bf16_out({rows, HK});
@@ -201,20 +225,13 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
 
   // input projections
   Tensor dx = bf16_out({rows, D_});  // the first product overwrites it
-  auto wgrad = [&](Param& W, const Tensor& dY, int64_t out) {
-    linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
-  };
   auto dgrad = [&](Param& W, const Tensor& dY, int64_t out, bool accumulate = true) {
     linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out,
                                           accumulate);
   };
   {
     OpScope part("gdn.in_proj.wgrad");
-    wgrad(Wq_, dqp, HK), wgrad(Wk_, dkp, HK), wgrad(Wv_, dvp, HV), wgrad(Wg_, dz, HV);
-  }
-  {
-    OpScope part("gdn.gate_proj.wgrad");
-    wgrad(Wa_, da, H_), wgrad(Wb_, db, H_);
+    wgrad(Wq_, dqp, HK), wgrad(Wk_, dkp, HK), wgrad(Wv_, dvp, HV);
   }
   {  // dx sums the six products in the order q, k, v, a, b, z (bf16 adds: the order is the result)
     OpScope part("gdn.in_proj.dgrad");
@@ -228,6 +245,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     OpScope part("gdn.in_proj.dgrad");
     dgrad(Wg_, dz, HV);
   }
+  side.join();
   return dx;
 }
 

@@ -1,6 +1,7 @@
 // The Mamba-3 mixer's config section, "mamba3" (docs/mamba3.md): {"heads", "head_dim",
-// "state_size", "rank", "groups", "rope_fraction", "block_size"} (MATH.md section 6 names:
-// H, P, N, R, G, the share of N that rotates, C).
+// "state_size", "rank", "groups", "rope_fraction", "block_size", "output_norm"} (MATH.md
+// section 6 names: H, P, N, R, G, the share of N that rotates, C; the reference's
+// is_outproj_norm).
 #pragma once
 #include <cstdint>
 
@@ -16,6 +17,7 @@ struct Mamba3Config {
   int64_t groups;        // G: B/C groups; head h reads group h / (H/G)
   double rope_fraction;  // share of the N state coordinates the rotary angles turn
   int64_t block_size;    // C: inner sub-chunk of the chunked core
+  bool output_norm;      // RMSNorm of each head's core output (per rank) before the silu(z) gate
 
   // Rotary angles: NA = floor(N * rope_fraction / 2) coordinate pairs.
   int64_t angles() const { return int64_t(double(state_size) * rope_fraction / 2); }

@@ -34,9 +34,14 @@ Mamba3Mixer::Mamba3Mixer(const std::string& p, const ModelConfig& model, DType d
     mimo_x_ = make_param(p + ".mimo_x", {H_, R_, P_}, dt);
     mimo_z_ = make_param(p + ".mimo_z", {H_, R_, P_}, dt);
     mimo_o_ = make_param(p + ".mimo_o", {H_, R_, P_}, dt);
-    fill_constant(mimo_x_.value, 1.0);
+    // As the reference: X and the output start as the means over ranks, the gate as SISO's.
+    fill_constant(mimo_x_.value, 1.0 / double(R_));
     fill_constant(mimo_z_.value, 1.0);
-    fill_constant(mimo_o_.value, 1.0 / double(R_));  // the output starts as the mean over ranks
+    fill_constant(mimo_o_.value, 1.0 / double(R_));
+  }
+  if (cfg_.output_norm) {
+    out_norm_ = make_param(p + ".out_norm", {P_}, dt);
+    fill_constant(out_norm_.value, 1.0);
   }
   const double in_std = 1.0 / std::sqrt(double(D_));
   for (Param* w : {&Wz_, &Wx_, &WB_, &WC_, &Wdt_, &WA_, &Wtrap_, &Wang_}) fill_normal(w->value, rng, in_std);
@@ -58,6 +63,7 @@ std::vector<Param*> Mamba3Mixer::params() {
   std::vector<Param*> ps{&Wz_,      &Wx_,     &WB_,     &WC_,     &Wdt_,    &WA_,     &Wtrap_, &Wang_,
                          &dt_bias_, &B_norm_, &C_norm_, &B_bias_, &C_bias_, &D_skip_, &Wo_};
   if (R_ > 1) ps.insert(ps.end(), {&mimo_x_, &mimo_z_, &mimo_o_});
+  if (cfg_.output_norm) ps.push_back(&out_norm_);
   return ps;
 }
 
@@ -131,8 +137,14 @@ Tensor Mamba3Mixer::forward_impl(const ChunkCtx& ctx, const Tensor& x, const Sta
                           s->y.data<T>(),
                           {state_out[kS].data<T>(), state_out[kXPrev].data<T>(), state_out[kBPrev].data<T>()});
 
+  if (cfg_.output_norm) {  // each head's P channels, per rank, normalised before the gate
+    s->yn = Tensor::zeros({rows, H_, R_, P_}, dt), s->rstd_y = Tensor::zeros({rows * H_ * R_}, dt);
+    rmsnorm_forward<T>(s->y.data<T>(), out_norm_.value.data<T>(), s->yn.data<T>(), s->rstd_y.data<T>(),
+                       rows * H_ * R_, P_, norm_eps_);
+  }
+  const Tensor& gate_in = cfg_.output_norm ? s->yn : s->y;
   s->o = Tensor::zeros({rows, HP}, dt);
-  mamba3_output_gate_forward<T>(s->y.data<T>(), s->z.data<T>(), ptr_or_null<T>(mimo_z_.value),
+  mamba3_output_gate_forward<T>(gate_in.data<T>(), s->z.data<T>(), ptr_or_null<T>(mimo_z_.value),
                                 ptr_or_null<T>(mimo_o_.value), s->o.data<T>(), rows, H_, R_, P_);
   Tensor out = Tensor::zeros({rows, D_}, dt);
   linear_forward<T>(s->o.data<T>(), Wo_.value.data<T>(), out.data<T>(), rows, HP, D_);
@@ -155,10 +167,17 @@ Tensor Mamba3Mixer::backward_impl(const ChunkCtx& ctx, const Tensor& dout, const
   linear_backward_weight<T>(s.o.data<T>(), dout.data<T>(), Wo_.grad.data<T>(), rows, HP, D_);
   Tensor d_o = zeros({rows, HP});
   linear_backward_data<T>(dout.data<T>(), Wo_.value.data<T>(), d_o.data<T>(), rows, HP, D_);
+  const Tensor& gate_in = cfg_.output_norm ? s.yn : s.y;
   Tensor dy = zeros({rows, H_, R_, P_}), dz = zeros({rows, HP});
-  mamba3_output_gate_backward<T>(s.y.data<T>(), s.z.data<T>(), ptr_or_null<T>(mimo_z_.value),
+  mamba3_output_gate_backward<T>(gate_in.data<T>(), s.z.data<T>(), ptr_or_null<T>(mimo_z_.value),
                                  ptr_or_null<T>(mimo_o_.value), d_o.data<T>(), dy.data<T>(), dz.data<T>(),
                                  mut_or_null<T>(mimo_z_.grad), mut_or_null<T>(mimo_o_.grad), rows, H_, R_, P_);
+  if (cfg_.output_norm) {
+    Tensor dyn = std::move(dy);
+    dy = zeros({rows, H_, R_, P_});
+    rmsnorm_backward<T>(s.y.data<T>(), out_norm_.value.data<T>(), s.rstd_y.data<T>(), dyn.data<T>(), dy.data<T>(),
+                        out_norm_.grad.data<T>(), rows * H_ * R_, P_);
+  }
 
   // core: gradients of its inputs and of the edge that entered the chunk
   dstate_in = zero_state(B, dt);

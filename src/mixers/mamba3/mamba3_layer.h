@@ -52,6 +52,7 @@ class Mamba3Mixer : public MixerLayer<Mamba3Mixer> {
   Param B_bias_, C_bias_;                              // [H, R, N]
   Param D_skip_;                                       // [H]
   Param mimo_x_, mimo_z_, mimo_o_;                     // [H, R, P]; MIMO (R > 1) only
+  Param out_norm_;                                     // [P], shared by heads and ranks; output_norm only
   Param Wo_;                                           // output projection [H*P, D]
 };
 

@@ -15,6 +15,7 @@ Mamba3Config mamba3_config(const ModelConfig& cfg) {
   m.groups = section_int(cfg, "mamba3", "groups", 1, m.heads);
   m.rope_fraction = section_number(cfg, "mamba3", "rope_fraction", 0, 1);
   m.block_size = section_int(cfg, "mamba3", "block_size", 1, 1024);
+  m.output_norm = section_flag(cfg, "mamba3", "output_norm");
   SF_CHECK(m.heads % m.groups == 0, "model config: mamba3.groups = ", m.groups, " must divide mamba3.heads = ",
            m.heads, " (each group's B and C serve heads/groups heads)");
   SF_CHECK(m.angles() >= 1, "model config: mamba3.rope_fraction = ", m.rope_fraction, " with mamba3.state_size = ",
@@ -27,10 +28,11 @@ namespace {
 int64_t mamba3_parameters(const ModelConfig& cfg) {
   const Mamba3Config m = mamba3_config(cfg);
   const int64_t D = cfg.d_model, HP = m.heads * m.head_dim, BC = m.rank * m.groups * m.state_size;
-  // Wz Wx WB WC Wdt WA Wtrap Wang; dt_bias, the B and C norms, their biases, D; mimo_x/z/o; Wo.
+  // Wz Wx WB WC Wdt WA Wtrap Wang; dt_bias, the B and C norms, their biases, D; mimo_x/z/o;
+  // the output norm; Wo.
   const int64_t mimo = m.rank > 1 ? 3 * m.heads * m.rank * m.head_dim : 0;
   return D * (2 * HP + 2 * BC + 3 * m.heads + m.angles()) + m.heads + 2 * m.state_size +
-         2 * m.heads * m.rank * m.state_size + m.heads + mimo + HP * D;
+         2 * m.heads * m.rank * m.state_size + m.heads + mimo + (m.output_norm ? m.head_dim : 0) + HP * D;
 }
 
 // MATH.md section 9: the core per head and token with blocks of C tokens, rank R.
@@ -46,12 +48,14 @@ MixerFlops mamba3_flops(const ModelConfig& cfg) {
   return f;
 }
 
-// The stash per token: projections, rank-R inputs and rotated B/C, core output, gated output.
+// The stash per token: projections, rank-R inputs and rotated B/C, core output (and its
+// normalised copy), gated output.
 double mamba3_activation_width(const ModelConfig& cfg) {
   const Mamba3Config m = mamba3_config(cfg);
   const double HP = double(m.heads * m.head_dim), HRP = double(m.heads * m.rank * m.head_dim);
   const double HRN = double(m.heads * m.rank * m.state_size), RGN = double(m.rank * m.groups * m.state_size);
-  return 3 * HP + 2 * HRP + 2 * HRN + 2 * RGN + double(m.heads) * (6 + double(m.angles()));
+  const double norm = m.output_norm ? HRP + double(m.heads * m.rank) : 0;
+  return 3 * HP + 2 * HRP + 2 * HRN + 2 * RGN + double(m.heads) * (6 + double(m.angles())) + norm;
 }
 
 std::vector<StateTensorSpec> mamba3_state(const ModelConfig& cfg) {
@@ -68,7 +72,7 @@ Mixer make_mamba3_mixer() {
   m.name = "mamba3";
   m.description = "Mamba-3";
   m.defaults = {{"heads", 2},   {"head_dim", 6},         {"state_size", 8}, {"rank", 1},
-                {"groups", 1},  {"rope_fraction", 0.5}, {"block_size", 8}};
+                {"groups", 1},  {"rope_fraction", 0.5}, {"block_size", 8}, {"output_norm", false}};
   m.validate = [](const ModelConfig& cfg) { mamba3_config(cfg); };
   m.make_layer = [](const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng) -> std::unique_ptr<Layer> {
     return std::make_unique<Mamba3Mixer>(prefix, cfg, dtype, rng);

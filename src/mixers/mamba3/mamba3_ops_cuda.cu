@@ -85,53 +85,142 @@ __global__ void gates_backward_kernel(const bf16* dd_dt, const bf16* dd_A, const
 }
 
 // ---------------------------------------------------------------------------------------
-// angles: one thread per (sequence, head, angle) walks the tokens; loads run 8 tokens ahead
+// angles. A walk over a chunk's tokens is a chain of dependent adds, latency-bound, and one
+// thread per (sequence, head, angle) is too few threads to hide it; so the forward cuts the
+// chunk into segments of kTokenBlock tokens (cuts at multiples of it give the same segments):
+//   local:  l_t = wrap(l_{t-1} + dt_t pi tanh(ang_t)) from l = 0 at each segment's start;
+//   carry:  P_0 = phi_in,  P_{s+1} = wrap(P_s + l_last(s))  (the angle after segment s);
+//   apply:  phi_t = wrap(P_s + l_t).
+// Each step reduces to [-pi, pi] as the CPU's per-token rule does; the two differ only in
+// rounding (the CPU adds token by token), and a chunked run gives bitwise the unchunked angles
+// when its cuts are multiples of kTokenBlock.
 // ---------------------------------------------------------------------------------------
-constexpr int kAhead = 8;
+constexpr int kAhead = 16;
 
-__global__ void angles_forward_kernel(const bf16* ang, const float* dt, const float* phi_in, float* phi,
-                                      float* phi_out, int64_t batch, int64_t len, int64_t H, int64_t NA) {
+// remainderf(v, 2 pi) bit for bit: for |v| <= pi the quotient rounds to 0 (float pi is half of
+// float 2 pi, and the tie goes to the even quotient), so v is the result and the costly call
+// runs only when the angle actually wraps.
+__device__ float wrap_angle(float v) { return fabsf(v) <= kPi ? v : remainderf(v, kTwoPi); }
+
+// Row of the last token of segment seg of sequence b.
+__device__ int64_t segment_last_row(int64_t b, int64_t seg, int64_t len) {
+  return b * len + min(len, (seg + 1) * kTokenBlock) - 1;
+}
+
+// One thread per (sequence, segment, head, angle): phi = l_t.
+__global__ void angles_local_kernel(const bf16* ang, const float* dt, float* phi, int64_t batch, int64_t len,
+                                    int64_t H, int64_t NA) {
+  const int64_t segs = (len + kTokenBlock - 1) / kTokenBlock, k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= batch * segs * H * NA) return;
+  const int64_t a = k % NA, h = (k / NA) % H, seg = (k / (NA * H)) % segs, b = k / (NA * H * segs);
+  float run = 0.f;
+  for (int64_t row = b * len + seg * kTokenBlock; row <= segment_last_row(b, seg, len); ++row) {
+    run = wrap_angle(__fadd_rn(run, __fmul_rn(dt[row * H + h], kPi * tanhf(to_f32(ang[row * NA + a])))));
+    phi[(row * H + h) * NA + a] = run;
+  }
+}
+
+// One thread per (sequence, head, angle) walks the segments: each one's last angle becomes
+// P_{s+1}, its final value; phi_out = the last.
+__global__ void angles_carry_kernel(const float* phi_in, float* phi, float* phi_out, int64_t batch, int64_t len,
+                                    int64_t H, int64_t NA) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= batch * H * NA) return;
-  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA;
+  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA, segs = (len + kTokenBlock - 1) / kTokenBlock;
+  auto at = [&](int64_t seg) { return phi + (segment_last_row(b, seg, len) * H + h) * NA + a; };
+  float next[kAhead];
+  auto load = [&](int64_t s0) {
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) next[j] = s0 + j < segs ? *at(s0 + j) : 0.f;
+  };
   float run = phi_in ? phi_in[k] : 0.f;
-  for (int64_t t0 = 0; t0 < len; t0 += kAhead) {
-    float inc[kAhead];
+  load(0);
+  for (int64_t s0 = 0; s0 < segs; s0 += kAhead) {
+    float cur[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) cur[j] = next[j];
+    load(s0 + kAhead);
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      const int64_t row = b * len + t0 + j;
-      inc[j] = t0 + j < len ? __fmul_rn(dt[row * H + h], kPi * tanhf(to_f32(ang[row * NA + a]))) : 0.f;
-    }
-#pragma unroll
-    for (int j = 0; j < kAhead && t0 + j < len; ++j) {
-      run = remainderf(__fadd_rn(run, inc[j]), kTwoPi);
-      phi[((b * len + t0 + j) * H + h) * NA + a] = run;
+      if (s0 + j >= segs) break;
+      run = wrap_angle(__fadd_rn(run, cur[j]));
+      *at(s0 + j) = run;
     }
   }
   phi_out[k] = run;
 }
 
-// suffix[t] = dphi_out + sum_{t' >= t} dphi[t'] per (sequence, head, angle), over dphi's layout.
-__global__ void angles_suffix_kernel(const float* dphi, const float* dphi_out, float* suffix, float* dphi_in,
-                                     int64_t batch, int64_t len, int64_t H, int64_t NA) {
+// Every angle but a segment's last: phi_t = wrap(P_s + l_t).
+__global__ void angles_apply_kernel(const float* phi_in, float* phi, int64_t batch, int64_t len, int64_t H,
+                                    int64_t NA) {
+  const int64_t n = batch * len * H * NA;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = i % NA, h = (i / NA) % H, row = i / (NA * H), b = row / len, t = row % len;
+    const int64_t seg = t / kTokenBlock;
+    if (row == segment_last_row(b, seg, len)) continue;
+    const float P = seg > 0 ? phi[(segment_last_row(b, seg - 1, len) * H + h) * NA + a]
+                            : (phi_in ? phi_in[(b * H + h) * NA + a] : 0.f);
+    phi[i] = wrap_angle(__fadd_rn(P, phi[i]));
+  }
+}
+
+// suffix[t] = dphi_out + sum_{t' >= t} dphi[t'] per (sequence, head, angle), over dphi's
+// layout, by segments as the forward: a local suffix sum per segment, then a walk over the
+// segments from the last (suffix at a segment's first token = the next segment's first
+// token's + the local sum), then every other token's local sum plus the next segment's.
+__device__ int64_t segment_first_row(int64_t b, int64_t seg, int64_t len) { return b * len + seg * kTokenBlock; }
+
+__global__ void angles_local_suffix_kernel(const float* dphi, float* suffix, int64_t batch, int64_t len, int64_t H,
+                                           int64_t NA) {
+  const int64_t segs = (len + kTokenBlock - 1) / kTokenBlock, k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (k >= batch * segs * H * NA) return;
+  const int64_t a = k % NA, h = (k / NA) % H, seg = (k / (NA * H)) % segs, b = k / (NA * H * segs);
+  float s = 0.f;
+  for (int64_t row = segment_last_row(b, seg, len); row >= segment_first_row(b, seg, len); --row) {
+    const int64_t i = (row * H + h) * NA + a;
+    s += dphi[i];
+    suffix[i] = s;
+  }
+}
+
+__global__ void angles_suffix_carry_kernel(const float* dphi_out, float* suffix, float* dphi_in, int64_t batch,
+                                           int64_t len, int64_t H, int64_t NA) {
   const int64_t k = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (k >= batch * H * NA) return;
-  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA;
-  float s = dphi_out ? dphi_out[k] : 0.f;
-  for (int64_t t1 = len; t1 > 0; t1 -= kAhead) {
-    float d[kAhead];
+  const int64_t b = k / (H * NA), h = (k / NA) % H, a = k % NA, segs = (len + kTokenBlock - 1) / kTokenBlock;
+  auto at = [&](int64_t seg) { return suffix + (segment_first_row(b, seg, len) * H + h) * NA + a; };
+  float next[kAhead];
+  auto load = [&](int64_t s1) {  // segments s1 - 1, s1 - 2, ...
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) next[j] = s1 - 1 - j >= 0 ? *at(s1 - 1 - j) : 0.f;
+  };
+  float c = dphi_out ? dphi_out[k] : 0.f;
+  load(segs);
+  for (int64_t s1 = segs; s1 > 0; s1 -= kAhead) {
+    float cur[kAhead];
+#pragma unroll
+    for (int j = 0; j < kAhead; ++j) cur[j] = next[j];
+    load(s1 - kAhead);
 #pragma unroll
     for (int j = 0; j < kAhead; ++j) {
-      const int64_t t = t1 - 1 - j;
-      d[j] = t >= 0 ? dphi[((b * len + t) * H + h) * NA + a] : 0.f;
-    }
-#pragma unroll
-    for (int j = 0; j < kAhead && t1 - 1 - j >= 0; ++j) {
-      s += d[j];
-      suffix[((b * len + t1 - 1 - j) * H + h) * NA + a] = s;
+      if (s1 - 1 - j < 0) break;
+      c += cur[j];
+      *at(s1 - 1 - j) = c;
     }
   }
-  dphi_in[k] = s;
+  dphi_in[k] = c;
+}
+
+__global__ void angles_suffix_apply_kernel(const float* dphi_out, float* suffix, int64_t batch, int64_t len, int64_t H,
+                                           int64_t NA) {
+  const int64_t n = batch * len * H * NA, segs = (len + kTokenBlock - 1) / kTokenBlock;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = i % NA, h = (i / NA) % H, row = i / (NA * H), b = row / len, seg = (row % len) / kTokenBlock;
+    if (row == segment_first_row(b, seg, len)) continue;
+    const float c = seg + 1 < segs ? suffix[(segment_first_row(b, seg + 1, len) * H + h) * NA + a]
+                                   : (dphi_out ? dphi_out[(b * H + h) * NA + a] : 0.f);
+    suffix[i] += c;
+  }
 }
 
 // ddt[row, h] += sum_a suffix theta;  dang[row, a] = pi (1 - tanh^2) sum_h suffix dt.
@@ -184,31 +273,36 @@ __device__ float2 unrotated(const bf16* dout, const float* phi, int64_t row, int
   return make_float2(d0 * c + d1 * s, -d0 * s + d1 * c);
 }
 
-// Block = one token block of one sequence; thread e owns pair j of rank r and group g.
-__global__ void rotary_backward_kernel(const bf16* dout, const float* phi, bf16* dbc, int64_t len, int64_t H,
-                                       int64_t R, int64_t G, int64_t N, int64_t NA, float* partial) {
-  const TokenBlock tb(len);
-  const int64_t half = N / 2, hg = H / G;
-  for (int64_t e = threadIdx.x; e < R * G * half; e += blockDim.x) {
-    const int64_t j = e % half, g = (e / half) % G, r = e / (half * G);
-    for (int64_t row = tb.r0; row < tb.r1; ++row) {  // dbc: the group's heads, in order
-      float2 s = make_float2(0.f, 0.f);
-      for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {
-        const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
-        s.x += u.x, s.y += u.y;
-      }
-      cuda::put2(dbc + ((row * R + r) * G + g) * N + 2 * j, s.x, s.y);
+// dbc: one thread per (row, rank, group, pair) sums the group's heads in order.
+__global__ void rotary_dbc_kernel(const bf16* dout, const float* phi, bf16* dbc, int64_t rows, int64_t H, int64_t R,
+                                  int64_t G, int64_t N, int64_t NA) {
+  const int64_t half = N / 2, hg = H / G, n = rows * R * G * half;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = i % half, g = (i / half) % G, r = (i / (half * G)) % R, row = i / (half * G * R);
+    float2 s = make_float2(0.f, 0.f);
+    for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {
+      const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
+      s.x += u.x, s.y += u.y;
     }
-    for (int64_t h = g * hg; h < (g + 1) * hg; ++h) {  // dbias: the block's tokens, in order
-      float2 s = make_float2(0.f, 0.f);
-      for (int64_t row = tb.r0; row < tb.r1; ++row) {
-        const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
-        s.x += u.x, s.y += u.y;
-      }
-      float* p = partial + tb.partial(H * R * N) + (h * R + r) * N + 2 * j;
-      p[0] = s.x, p[1] = s.y;
-    }
+    cuda::put2(dbc + ((row * R + r) * G + g) * N + 2 * j, s.x, s.y);
   }
+}
+
+// dbias partials: block (token block, sequence, slice); thread e of the slice owns pair j of
+// (head, rank) and sums the block's tokens in order.
+__global__ void rotary_dbias_kernel(const bf16* dout, const float* phi, int64_t len, int64_t H, int64_t R, int64_t N,
+                                    int64_t NA, float* partial) {
+  const TokenBlock tb(len);
+  const int64_t half = N / 2, e = int64_t(blockIdx.z) * blockDim.x + threadIdx.x;
+  if (e >= H * R * half) return;
+  const int64_t j = e % half, r = (e / half) % R, h = e / (half * R);
+  float2 s = make_float2(0.f, 0.f);
+  for (int64_t row = tb.r0; row < tb.r1; ++row) {
+    const float2 u = unrotated(dout, phi, row, h, r, j, H, R, N, NA);
+    s.x += u.x, s.y += u.y;
+  }
+  float* p = partial + tb.partial(H * R * N) + (h * R + r) * N + 2 * j;
+  p[0] = s.x, p[1] = s.y;
 }
 
 // dphi[row, h, j] += sum_r (-d0 out1 + d1 out0) of pair j.
@@ -278,7 +372,20 @@ __global__ void output_gate_forward_kernel(const bf16* y, const bf16* z, const f
   }
 }
 
-// Partials of dmimo_z and dmimo_o (when mimo_z is given; else unused).
+// SISO (no rank parameters, so nothing to reduce): one thread per entry; the MIMO kernel below
+// with its ones, bit for bit.
+__global__ void output_gate_backward_siso_kernel(const bf16* y, const bf16* z, const bf16* dout, bf16* dy, bf16* dz,
+                                                 int64_t n) {
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const float zv = to_f32(z[i]), d = to_f32(dout[i]), yv = to_f32(y[i]);
+    float gate, gate_grad;
+    cuda::silu_and_grad(zv, gate, gate_grad);
+    dy[i] = __float2bfloat16(d * gate);
+    dz[i] = __float2bfloat16(d * yv * gate_grad);
+  }
+}
+
+// MIMO: partials of dmimo_z and dmimo_o.
 __global__ void output_gate_backward_kernel(const bf16* y, const bf16* z, const float* mimo_z, const float* mimo_o,
                                             const bf16* dout, bf16* dy, bf16* dz, int64_t len, int64_t H, int64_t R,
                                             int64_t P, float* partial_z, float* partial_o) {
@@ -307,15 +414,13 @@ __global__ void output_gate_backward_kernel(const bf16* y, const bf16* z, const 
       }
       dz[i] = __float2bfloat16(dz_acc);
     }
-    if (mimo_z) {
 #pragma unroll
-      for (int r = 0; r < kMaxRank; ++r)
-        if (r < R) {
-          const int64_t m = (h * R + r) * P + p;
-          partial_z[tb.partial(W) + m] = acc_z[r];
-          partial_o[tb.partial(W) + m] = acc_o[r];
-        }
-    }
+    for (int r = 0; r < kMaxRank; ++r)
+      if (r < R) {
+        const int64_t m = (h * R + r) * P + p;
+        partial_z[tb.partial(W) + m] = acc_z[r];
+        partial_o[tb.partial(W) + m] = acc_o[r];
+      }
   }
 }
 
@@ -352,9 +457,17 @@ void mamba3_angles_forward_cuda(const bf16* ang, const float* dt, const float* p
                                 int64_t batch, int64_t len, int64_t H, int64_t NA, cudaStream_t stream) {
   const int64_t n = batch * H * NA;
   if (n == 0) return;
-  angles_forward_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(ang, dt, phi_in, phi, phi_out, batch, len,
-                                                                       H, NA);
-  cuda_check_launch("mamba3 angles forward");
+  if (len > 0) {
+    angles_local_kernel<<<unsigned((n * token_blocks(len) + 255) / 256), 256, 0, stream>>>(ang, dt, phi, batch,
+                                                                                           len, H, NA);
+    cuda_check_launch("mamba3 angles forward (local)");
+  }
+  angles_carry_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(phi_in, phi, phi_out, batch, len, H, NA);
+  cuda_check_launch("mamba3 angles forward (carry)");
+  if (len > 0) {
+    angles_apply_kernel<<<grid_for(n * len), 256, 0, stream>>>(phi_in, phi, batch, len, H, NA);
+    cuda_check_launch("mamba3 angles forward (apply)");
+  }
 }
 
 size_t mamba3_angles_backward_workspace_bytes(int64_t rows, int64_t H, int64_t NA) {
@@ -368,10 +481,17 @@ void mamba3_angles_backward_cuda(const bf16* ang, const float* dt, const float* 
   if (n == 0) return;
   SF_CHECK(workspace != nullptr || rows == 0, "mamba3 angles backward: workspace is null");
   auto* suffix = static_cast<float*>(workspace);
-  angles_suffix_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(dphi, dphi_out, suffix, dphi_in, batch, len,
-                                                                       H, NA);
-  cuda_check_launch("mamba3 angles suffix");
+  if (rows > 0) {
+    angles_local_suffix_kernel<<<unsigned((n * token_blocks(len) + 255) / 256), 256, 0, stream>>>(dphi, suffix, batch,
+                                                                                                  len, H, NA);
+    cuda_check_launch("mamba3 angles suffix (local)");
+  }
+  angles_suffix_carry_kernel<<<unsigned((n + 127) / 128), 128, 0, stream>>>(dphi_out, suffix, dphi_in, batch, len, H,
+                                                                             NA);
+  cuda_check_launch("mamba3 angles suffix (carry)");
   if (rows == 0) return;
+  angles_suffix_apply_kernel<<<grid_for(rows * H * NA), 256, 0, stream>>>(dphi_out, suffix, batch, len, H, NA);
+  cuda_check_launch("mamba3 angles suffix (apply)");
   angles_grads_kernel<<<unsigned((rows * (H + NA) + 255) / 256), 256, 0, stream>>>(ang, dt, suffix, dang, ddt, rows,
                                                                                    H, NA);
   cuda_check_launch("mamba3 angles grads");
@@ -398,9 +518,12 @@ void mamba3_rotary_bc_backward_cuda(const bf16* dout, const bf16* out, const flo
   if (rows == 0) return;
   const int64_t len = rows / batch;
   auto* partial = static_cast<float*>(workspace);
-  rotary_backward_kernel<<<token_block_grid(len, batch), 256, 0, stream>>>(dout, phi, dbc, len, H, R, G, N, NA,
-                                                                          partial);
-  cuda_check_launch("mamba3 rotary backward");
+  rotary_dbc_kernel<<<grid_for(rows * R * G * (N / 2)), 256, 0, stream>>>(dout, phi, dbc, rows, H, R, G, N, NA);
+  cuda_check_launch("mamba3 rotary backward (dbc)");
+  dim3 grid = token_block_grid(len, batch);
+  grid.z = unsigned((H * R * (N / 2) + 255) / 256);
+  rotary_dbias_kernel<<<grid, 256, 0, stream>>>(dout, phi, len, H, R, N, NA, partial);
+  cuda_check_launch("mamba3 rotary backward (dbias)");
   add_token_block_partials_cuda(partial, batch, token_blocks(len), token_blocks(len), 1, H * R * N, dbias, stream);
   if (NA > 0) {
     rotary_dphi_kernel<<<unsigned((rows * H * NA + 255) / 256), 256, 0, stream>>>(dout, out, dphi, rows, H, R, N, NA);
@@ -455,15 +578,18 @@ void mamba3_output_gate_backward_cuda(const bf16* y, const bf16* z, const float*
            "mamba3 output gate backward: workspace is null; allocate 2 x mamba3_rank_params_workspace_bytes");
   if (rows == 0) return;
   const int64_t len = rows / batch, W = H * R * P, blocks = token_blocks(len);
+  if (!mimo_z) {
+    output_gate_backward_siso_kernel<<<grid_for(rows * H * P), 256, 0, stream>>>(y, z, dout, dy, dz, rows * H * P);
+    cuda_check_launch("mamba3 output gate backward");
+    return;
+  }
   float* partial_z = static_cast<float*>(workspace);
-  float* partial_o = partial_z ? partial_z + batch * blocks * W : nullptr;
+  float* partial_o = partial_z + batch * blocks * W;
   output_gate_backward_kernel<<<token_block_grid(len, batch), 256, 0, stream>>>(y, z, mimo_z, mimo_o, dout, dy, dz,
                                                                                len, H, R, P, partial_z, partial_o);
   cuda_check_launch("mamba3 output gate backward");
-  if (mimo_z) {
-    add_token_block_partials_cuda(partial_z, batch, blocks, blocks, 1, W, dmimo_z, stream);
-    add_token_block_partials_cuda(partial_o, batch, blocks, blocks, 1, W, dmimo_o, stream);
-  }
+  add_token_block_partials_cuda(partial_z, batch, blocks, blocks, 1, W, dmimo_z, stream);
+  add_token_block_partials_cuda(partial_o, batch, blocks, blocks, 1, W, dmimo_o, stream);
 }
 
 }  // namespace stateflow

@@ -27,7 +27,9 @@ void mamba3_gates_backward_cuda(const __nv_bfloat16* dd_dt, const __nv_bfloat16*
                                 float* d_dt_bias, int64_t rows, int64_t H, int64_t batch, double a_floor,
                                 void* workspace, cudaStream_t stream);
 
-// phi_t[h] = wrap(phi_{t-1}[h] + dt_t[h] pi tanh(ang_t)), wrap = remainder(., 2 pi) per token;
+// phi_t[h] = wrap(phi_{t-1}[h] + dt_t[h] pi tanh(ang_t)), wrap = remainder(., 2 pi) per token,
+// summed per segment of kTokenBlock tokens and then across them (the .cu says how; bitwise
+// chunk-invariant at cuts at multiples of kTokenBlock, the CPU op's values up to rounding);
 // ang bf16 [rows, NA], dt fp32 [rows, H], phi fp32 [rows, H, NA], phi_in / phi_out [batch, H, NA]
 // (phi_in null: zeros).
 void mamba3_angles_forward_cuda(const __nv_bfloat16* ang, const float* dt, const float* phi_in, float* phi,
@@ -35,7 +37,7 @@ void mamba3_angles_forward_cuda(const __nv_bfloat16* ang, const float* dt, const
                                 cudaStream_t stream);
 size_t mamba3_angles_backward_workspace_bytes(int64_t rows, int64_t H, int64_t NA);
 // dphi fp32 [rows, H, NA] and dphi_out (null: zeros) -> dang bf16 [rows, NA], ddt += [rows, H],
-// dphi_in [batch, H, NA].
+// dphi_in [batch, H, NA]; the suffix sums of dphi go by segments as the forward's angles.
 void mamba3_angles_backward_cuda(const __nv_bfloat16* ang, const float* dt, const float* dphi,
                                  const float* dphi_out, __nv_bfloat16* dang, float* ddt, float* dphi_in,
                                  int64_t batch, int64_t len, int64_t H, int64_t NA, void* workspace,

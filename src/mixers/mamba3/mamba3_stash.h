@@ -14,6 +14,7 @@ struct Mamba3Stash : Stash {
   Tensor dt, adt, lam, phi;       // gates [rows, H]; cumulative angle [rows, H, NA]
   Tensor X, b, c;                 // core inputs [rows, H, R, P|N] (b, c rotated; GPU SISO: X is xr)
   Tensor y, o;                    // core output [rows, H, R, P]; gated output [rows, H*P]
+  Tensor yn, rstd_y;              // output_norm: RMSNorm of y (the gate's input) and its statistics
 };
 
 }  // namespace stateflow

@@ -31,7 +31,7 @@ ModelConfig siso_config() {
 
 ModelConfig mimo_config() {
   return model_with({{"heads", 4}, {"head_dim", 3}, {"state_size", 4}, {"rank", 2}, {"groups", 2},
-                     {"rope_fraction", 1.0}, {"block_size", 5}});
+                     {"rope_fraction", 1.0}, {"block_size", 5}, {"output_norm", true}});
 }
 
 struct Fixture {
@@ -177,4 +177,48 @@ TEST(Mamba3Config, ParameterCountMatchesTheLayer) {
     for (Param* p : layer.params()) n += p->value.numel();
     EXPECT_EQ(n, mixer_for_letter('M').num_parameters(c));
   }
+}
+
+// The initial weights are the reference's (state-spaces/mamba, modules/mamba3.py): step sizes
+// dt = softplus(dt_bias) log-uniform in [1e-3, 1e-1] per head; B/C norm weights, B/C biases,
+// D and the output norm at 1; MIMO's x and output weights at 1/R (means over ranks), its gate
+// weights at 1; input projections N(0, 1/d_model); the output projection
+// N(0, 1/(H P) / (2 blocks)) (small residual branches, as the other blocks).
+TEST(Mamba3Layer, InitialisationFollowsTheReference) {
+  ModelConfig c = model_with({{"heads", 64}, {"head_dim", 3}, {"state_size", 4}, {"rank", 2}, {"groups", 2},
+                              {"rope_fraction", 1.0}, {"block_size", 5}, {"output_norm", true}});
+  c.d_model = 256;
+  Rng rng(fresh_seed());
+  Mamba3Mixer layer("m", c, DType::F64, rng);
+  auto values = [&](const std::string& name) {
+    for (Param* p : layer.params())
+      if (p->name == "m." + name) return std::vector<double>(p->value.data<double>(), p->value.data<double>() + p->value.numel());
+    ADD_FAILURE() << "no parameter m." << name;
+    return std::vector<double>{};
+  };
+  auto all_equal = [&](const std::string& name, double v) {
+    for (double x : values(name)) ASSERT_EQ(x, v) << name;
+  };
+  for (const char* name : {"B_norm", "C_norm", "B_bias", "C_bias", "D", "out_norm", "mimo_z"}) all_equal(name, 1.0);
+  all_equal("mimo_x", 0.5), all_equal("mimo_o", 0.5);
+
+  // dt: inside [1e-3, 1e-1], spread over it (64 heads: each decade's half holds some)
+  int low = 0, high = 0;
+  for (double b : values("dt_bias")) {
+    const double dt = std::log1p(std::exp(b));
+    EXPECT_GE(dt, 1e-3 * (1 - 1e-12));
+    EXPECT_LE(dt, 1e-1 * (1 + 1e-12));
+    low += dt < 1e-2, high += dt >= 1e-2;
+  }
+  EXPECT_GE(low, 16);
+  EXPECT_GE(high, 16);
+
+  auto std_of = [&](const std::string& name) {
+    double s = 0;
+    const std::vector<double> v = values(name);
+    for (double x : v) s += x * x;
+    return std::sqrt(s / double(v.size()));
+  };
+  for (const char* name : {"Wz", "Wx", "WB", "WC"}) EXPECT_NEAR(std_of(name), 1.0 / 16, 0.1 / 16) << name;
+  EXPECT_NEAR(std_of("Wo"), 1.0 / std::sqrt(64.0 * 3) / 2, 0.1 / std::sqrt(64.0 * 3) / 2);  // 2 blocks
 }

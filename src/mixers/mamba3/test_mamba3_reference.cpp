@@ -54,6 +54,7 @@ void check_case(const nlohmann::json& c) {
   cfg.d_model = Dm, cfg.pattern = "M";
   cfg.mixers = {{"mamba3", {{"heads", H}, {"head_dim", P}, {"state_size", N}, {"rank", R}, {"groups", 1},
                             {"rope_fraction", 2.0 * double(NA) / double(N)}, {"block_size", dm["block"]}}}};
+  cfg.complete_sections();
   cfg.validate();
   ASSERT_EQ(mamba3_config(cfg).angles(), NA);
   Rng rng(1);

@@ -1,0 +1,76 @@
+#include "kernels/cuda/side_stream_cuda.h"
+
+#include <map>
+#include <memory>
+
+#include "core/op_scope.h"
+#include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/levers.h"
+
+namespace stateflow {
+namespace {
+
+// The thread's side stream on one GPU: non-blocking, so the legacy default stream (the main
+// one) does not serialise with it; the events carry the order instead.
+struct SideStream {
+  cudaStream_t stream = nullptr;
+  cudaEvent_t main_reached = nullptr, side_done = nullptr;
+  std::unique_ptr<CublasGemm> gemm;
+  SideStream() {
+    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (side stream)");
+    cuda_check(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming), "cudaEventCreate (side stream)");
+    cuda_check(cudaEventCreateWithFlags(&side_done, cudaEventDisableTiming), "cudaEventCreate (side stream)");
+    gemm = std::make_unique<CublasGemm>(stream);
+  }
+  ~SideStream() {  // at thread exit; destructors must not throw
+    gemm.reset();
+    cudaEventDestroy(side_done), cudaEventDestroy(main_reached);
+    cudaStreamDestroy(stream);
+  }
+};
+
+SideStream& side_stream_for_thread() {
+  thread_local std::map<int, std::unique_ptr<SideStream>> per_gpu;  // as cublas_for_thread: one per GPU
+  int gpu = 0;
+  cuda_check(cudaGetDevice(&gpu), "cudaGetDevice");
+  auto& s = per_gpu[gpu];
+  if (!s) s = std::make_unique<SideStream>();
+  return *s;
+}
+
+}  // namespace
+
+bool& side_work_enabled_for_thread() {
+  thread_local bool enabled = !lever_off("side_stream");
+  return enabled;
+}
+
+SideWork::SideWork() : overlap_(side_work_enabled_for_thread() && thread_op_timer() == nullptr) {}
+
+SideWork::~SideWork() {
+  if (!pending_) return;
+  try {
+    join();
+  } catch (...) {  // a CUDA error here was or will be reported by the next checked call
+  }
+}
+
+const CublasGemm& SideWork::fork() {
+  if (!overlap_) return cublas_for_thread();
+  SideStream& s = side_stream_for_thread();
+  cuda_check(cudaEventRecord(s.main_reached, cublas_for_thread().stream()), "cudaEventRecord (fork)");
+  cuda_check(cudaStreamWaitEvent(s.stream, s.main_reached, 0), "cudaStreamWaitEvent (fork)");
+  pending_ = true;
+  return *s.gemm;
+}
+
+void SideWork::join() {
+  if (!pending_) return;
+  SideStream& s = side_stream_for_thread();
+  cuda_check(cudaEventRecord(s.side_done, s.stream), "cudaEventRecord (join)");
+  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), s.side_done, 0), "cudaStreamWaitEvent (join)");
+  pending_ = false;
+}
+
+}  // namespace stateflow

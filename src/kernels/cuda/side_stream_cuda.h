@@ -1,0 +1,52 @@
+// Work that may run beside the calling thread's main stream (cublas_for_thread()'s): a second
+// cuBLAS handle of the thread on a stream of its own, and the two events that order it against
+// the main stream. The layers give it GEMMs whose operands are ready and whose results the
+// main stream does not need for a while: the weight gradients (each writes only its
+// parameter's gradient; over 2048-token steps each is one wave of tiles whose fp32
+// read-modify-write leaves SMs idle), the GDN's gate projections and gates in the forward
+// (beside the convs), x W3 beside x W1. Short chunks gain most: their small kernels and
+// GEMMs of few tiles leave most of the GPU idle. Results are bitwise those of the serial
+// order: every gradient is still accumulated by one stream in the same order, and no kernel
+// uses atomics. (STATEFLOW_LEVERS_OFF=side_stream, kernels/cuda/levers.h, keeps all on the
+// main stream.)
+//
+//   make the side work's outputs                 (a zero-fill or poison runs on the main stream)
+//   SideWork side;
+//   const CublasGemm& g = side.fork();           (side stream waits for the main stream so far)
+//   linear_backward_weight_cuda(g, ...);         (runs beside what the main stream does next)
+//   side.join();                                 (main stream waits for it; also on destruction)
+//
+// The caching allocator hands a freed block to the next allocation at once, for work on the
+// main stream: so join() before the side work's operands and outputs go out of scope. (The
+// destructor joins too, before any later allocation: an exception on the way is safe.)
+#pragma once
+#include "kernels/cuda/gemm_cuda.h"
+
+namespace stateflow {
+
+// Whether SideWork overlaps on this thread: true unless STATEFLOW_LEVERS_OFF names
+// side_stream; tests switch it per thread. While `--breakdown` times a layer's parts (an
+// OpTimer on the thread) side work runs on the main stream anyway, so each part's device time
+// is its own.
+bool& side_work_enabled_for_thread();
+
+class SideWork {
+ public:
+  SideWork();
+  ~SideWork();
+  SideWork(const SideWork&) = delete;
+  SideWork& operator=(const SideWork&) = delete;
+
+  // The handle to issue overlapping work on, after the side stream was made to wait for all
+  // work issued on the main stream so far; without overlap, the main stream's handle.
+  const CublasGemm& fork();
+  // Makes the main stream wait for the work issued through fork() (nothing without overlap or
+  // before the first fork).
+  void join();
+
+ private:
+  bool overlap_;
+  bool pending_ = false;  // forked since the last join
+};
+
+}  // namespace stateflow
