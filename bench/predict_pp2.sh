@@ -24,35 +24,45 @@ while (($#)); do
   shift
 done
 [[ -d $profiles ]] || { echo "predict_pp2.sh: --profiles DIR (the cost profiles of bench/planner_protocol.sh)" >&2; exit 2; }
-profile_of() {  # the recorded profile of a preset
-  local f
-  f=$(ls "$profiles"/costs-"$1"-*.json 2>/dev/null | head -1)
-  [[ -n $f ]] || { echo "predict_pp2.sh: no profile of $1 in $profiles" >&2; exit 1; }
-  echo "$f"
-}
-# plan MODEL T B [plan options...]: the ranked table of one space (P = 2, one GPU per stage).
+# The recorded profile that prices a preset: its own, else another model's with its layers
+# (a hybrid's prices its GDN-only model); empty when none does.
+declare -A profile_for
+for m in gdn-1.3b mamba3-1.3b hybrid-1.3b; do
+  profile_for[$m]=""
+  for f in "$profiles"/costs-"$m"-*.json "$profiles"/costs-*.json; do
+    [[ -f $f ]] || continue
+    if "$bin" plan --auto --device cuda --preset "$m" --stages 2 --batch 1 --seq-len 32768 --cost-profile "$f" \
+         --top 1 >/dev/null 2>&1; then profile_for[$m]=$f; break; fi
+  done
+  echo "predict_pp2.sh: $m priced by ${profile_for[$m]:-no profile (its rows are left out)}" >&2
+done
+profile_of() { echo "${profile_for[$1]}"; }
+# plan MODEL T B [plan options...]: the ranked table of one space (P = 2, one GPU per stage);
+# its error when nothing fits goes to stderr.
 plan() {
   local model=$1 T=$2 B=$3; shift 3
   "$bin" plan --auto --device cuda --preset "$model" --stages 2 --batch "$B" --seq-len "$T" --memory-gib "$gib" \
-    --cost-profile "$(profile_of "$model")" --top 1000 "$@"
+    --cost-profile "$(profile_of "$model")" --top 1000 "$@" || true  # nothing fits: rows marked over the limit
 }
 # A ranked row as table cells: step, tokens/s, bubble, peak, chunks (or OOM when over the limit).
 cells() {
   awk '{ over = ($0 ~ /over the memory limit/);
          printf "%s | %.3f s | %d | %.3f | %s %s%s", $5, $7, $8, $9, $10, $11, over ? " (OOM)" : "" }'
 }
-first_row() { awk '$1 == 1'; }
+first_row() { awk '$1 == 1'; }  # reads to the end: an early exit would fail the pipeline
 
 echo "| T | B | recompute | schedule | N | step | tokens/s | bubble | peak/GPU | x 1f1b |"
 echo "|---:|---:|---|---|---:|---:|---:|---:|---:|---:|"
-for T in 32768 131072 262144; do
+[[ -n $(profile_of gdn-1.3b) ]] && for T in 32768 131072 262144; do
   for B in 1 2 8; do
     for rec in none full; do
       base=$(plan gdn-1.3b "$T" "$B" --schedule 1f1b --microbatches "$B" --recompute "$rec" | first_row)
       base_tps=$(awk '{print $8}' <<<"$base")
       echo "| $T | $B | $rec | 1f1b | $(cells <<<"$base") | 1.000 |"
       for N in 2 4 8 16 32; do
-        row=$(plan gdn-1.3b "$T" "$B" --schedule stateflow --microbatches "$B" --recompute "$rec" --chunks "$N" | first_row)
+        # Nearly equal chunks of 1024-token multiples, as the measured matrix cut them.
+        row=$(plan gdn-1.3b "$T" "$B" --schedule stateflow --microbatches "$B" --recompute "$rec" --chunks "$N" \
+          --chunk-multiple 1024 | first_row)
         ratio=$(awk -v b="$base_tps" '{printf "%.3f", $8 / b}' <<<"$row")
         echo "| $T | $B | $rec | stateflow | $(cells <<<"$row") | $ratio |"
       done
@@ -64,14 +74,16 @@ echo
 echo "| model | T | B | run | M | rec | N | alpha | step | tokens/s | bubble | peak/GPU |"
 echo "|---|---:|---:|---|---:|---|---:|---:|---:|---:|---:|---:|"
 for model in mamba3-1.3b hybrid-1.3b; do
+  [[ -n $(profile_of "$model") ]] || continue
   for T in 32768 131072; do
     for B in 1 2; do
       all=$(plan "$model" "$T" "$B")
-      best=$(awk '$2 == "stateflow" && !/over the memory/' <<<"$all" | head -1)
-      base=$(awk '$2 == "1f1b" && !/over the memory/' <<<"$all" | head -1)
+      # The first match only (no head: its early exit would fail the pipeline under pipefail).
+      best=$(awk '$2 == "stateflow" && !/over the memory/ { print; exit }' <<<"$all")
+      base=$(awk '$2 == "1f1b" && !/over the memory/ { print; exit }' <<<"$all")
       read -r _ _ M rec N _ <<<"$best"
       equal=$(plan "$model" "$T" "$B" --schedule stateflow --microbatches "$M" --chunks "$N" \
-        --recompute "$([[ $rec == full ]] && echo full || echo none)" | awk '$6 == "0.00"' | head -1)
+        --recompute "$([[ $rec == full ]] && echo full || echo none)" | awk '$6 == "0.00" { print; exit }')
       for pair in "equal chunks at its N:$equal" "best stateflow (tuned):$best" "best 1f1b (tuned):$base"; do
         r=${pair#*:}
         [[ -n $r ]] || { echo "| $model | $T | $B | ${pair%%:*} | nothing fits | | | | | | | |"; continue; }
@@ -84,4 +96,4 @@ for model in mamba3-1.3b hybrid-1.3b; do
 done
 
 echo
-plan gdn-1.3b 32768 2 --recompute none --longest-seq-len --max-seq-len 4194304
+[[ -n $(profile_of gdn-1.3b) ]] && plan gdn-1.3b 32768 2 --recompute none --longest-seq-len --max-seq-len 4194304

@@ -3,8 +3,8 @@
 #  * verify: --chunks -3 / 0, an empty --chunk-lengths, --tolerance -1 / 0 / nan are errors
 #    naming the option (they used to run the built-in chunkings and default tolerance);
 #    plan --seq-len 0 likewise; --chunks auto where it cannot run, and a missing plan file;
-#  * plan --auto profiles once and then uses its cache, or a recorded profile of the same model
-#    and device (--cost-profile), and finds the longest sequence that fits; train runs a plan file's chunks and
+#  * plan --auto profiles once and then uses its cache, or a recorded profile of a model with
+#    the same layers and device (--cost-profile), and finds the longest sequence that fits; train runs a plan file's chunks and
 #    --chunks auto says what it chose and tunes;
 #  * train --resume: --recompute and --metrics given again apply (they used to be dropped),
 #    a data option that differs from the checkpoint's is refused saying why, and a bare
@@ -60,8 +60,10 @@ recorded=(--preset tiny --pattern "GA|AG" --batch 2 --seq-len 64 --stages 2 --co
   fail "plan --auto --cost-profile: $(cat "$dir/plan3.log")"
 grep -q "^chosen: stateflow train" "$dir/plan3.log" || fail "plan --auto --cost-profile chose nothing: $(cat "$dir/plan3.log")"
 [[ ! -e $dir/none ]] || fail "plan --auto --cost-profile profiled again"
-refused "plan --cost-profile of another model" "was measured on model 'tiny', not on this one" \
-  "$bin" plan --auto --preset tiny --pattern "GG|GG" --cost-profile "$profile" --batch 2 --seq-len 64 --stages 2
+refused "plan --cost-profile of another model" "was measured on model 'tiny', whose layers are not this one's" \
+  "$bin" plan --auto --preset small --cost-profile "$profile" --batch 2 --seq-len 64 --stages 2
+"$bin" plan --auto --preset tiny --pattern "GG|GG" --cost-profile "$profile" --batch 2 --seq-len 64 --stages 2 \
+  >"$dir/plan4.log" 2>&1 || fail "plan --cost-profile of a hybrid for its GDN-only model: $(cat "$dir/plan4.log")"
 refused "plan --cost-profile of another device" "give --device cpu" \
   "$bin" plan --auto "${recorded[@]}" --device cuda
 "$bin" plan --auto "${recorded[@]}" --recompute none --memory-gib 0.01 --chunk-multiple 64 \

@@ -65,3 +65,14 @@ TEST(CostProfile, ProfilesEveryLayerKindAndCaches) {
 TEST(CostProfile, NotACostModelIsAnErrorNamingTheFile) {
   EXPECT_THROW(cost_model_from_json(nlohmann::json{{"kinds", 3}}, "x.json"), Error);
 }
+
+// A profile prices a model when every layer kind it has was profiled at its shapes.
+TEST(CostProfile, PricesModelsOfTheSameLayers) {
+  const nlohmann::json hybrid = resolve_model_config("hybrid-1.3b", "", "").to_json();
+  EXPECT_TRUE(profile_prices_model(hybrid, model_preset("hybrid-1.3b")));
+  EXPECT_TRUE(profile_prices_model(hybrid, model_preset("gdn-1.3b")));  // its G blocks, MLPs, head
+  EXPECT_FALSE(profile_prices_model(hybrid, model_preset("mamba3-1.3b")));  // no M layers profiled
+  EXPECT_FALSE(profile_prices_model(hybrid, model_preset("gdn-3b")));        // other widths
+  EXPECT_FALSE(profile_prices_model(model_preset("gdn-1.3b").to_json(), model_preset("hybrid-1.3b")));
+  EXPECT_FALSE(profile_prices_model(nlohmann::json(), model_preset("gdn-1.3b")));
+}

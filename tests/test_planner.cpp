@@ -243,3 +243,31 @@ TEST(CostCalibration, RecoversMeasuredFactorsAndMessageLatency) {
   predict_plan(truth, true_stages, true_space, expected);
   EXPECT_NEAR(other.step_s, expected.step_s, 1e-9 * expected.step_s);
 }
+
+// Stages sharing one device: each action's measured time holds the other stage's interleaved
+// work too (here 1.8x), so the calibration keeps the profile's shape scaled to the measured
+// step, and predicts other partitions of the same device as the truth.
+TEST(CostCalibration, SharedDeviceScalesToTheMeasuredStep) {
+  const CostModel profiled = hybrid_costs();
+  PlanSpace space = hybrid_space();
+  space.shared_device = true;
+  const std::vector<PassCosts> stages = profiled.stage_costs(space.model, 2);
+  std::vector<PassCosts> truth = stages;
+  for (PassCosts& t : truth) t.forward = t.forward.scaled(1.3), t.backward = t.backward.scaled(1.3);
+  Plan run;
+  run.microbatches = 2, run.chunk_lengths = std::vector<int64_t>(4, 2048);
+  CostTable measured = plan_cost_table(profiled, truth, space, run);
+  for (auto* pass : {&measured.forward_time, &measured.backward_time})
+    for (auto& stage : *pass)
+      for (double& t : stage) t *= 1.8;
+  predict_plan(profiled, truth, space, run);
+  CostCalibration calibration(profiled, space);
+  calibration.add(run, measured, run.step_s);
+  EXPECT_EQ(calibration.space().message_s, 0);
+  Plan other;
+  other.microbatches = 1, other.chunk_lengths = alpha_partition(unit_cost(stages, false), 4, space.seq_len, 8, 1.0, 64);
+  Plan expected = other;
+  calibration.predict(other);
+  predict_plan(profiled, truth, space, expected);
+  EXPECT_NEAR(other.step_s, expected.step_s, 1e-9 * expected.step_s);
+}

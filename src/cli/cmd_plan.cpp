@@ -113,14 +113,18 @@ void plan_automatically(const PlanOptions& o, const CLI::App& app) {
     nlohmann::json key;
     costs = cost_model_from_file(o.cost_profile, &key);
     const nlohmann::json model = key.value("model", nlohmann::json());
-    SF_CHECK(model == space.model.to_json(), "the cost profile '", o.cost_profile, "' was measured on model '",
-             model.value("name", std::string("?")), "', not on this one ('", space.model.name,
+    const std::string profiled = model.is_object() ? model.value("name", std::string("?")) : std::string("?");
+    SF_CHECK(profile_prices_model(model, space.model), "the cost profile '", o.cost_profile,
+             "' was measured on model '", profiled, "', whose layers are not this one's ('", space.model.name,
              "'): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
     const std::string where = key.value("device", std::string());
     SF_CHECK(where.rfind(device_name(space.device), 0) == 0, "the cost profile '", o.cost_profile,
              "' was measured on '", where, "': give --device ", where.substr(0, where.find(' ')));
     std::cout << "cost profile: " << o.cost_profile << " (recorded: " << key.value("device", std::string("?")) << ", "
               << key.value("batch", 0) << " x " << key.value("seq_len", 0) << " tokens per pass)\n";
+    if (profiled != space.model.name)
+      std::cout << "cost profile: measured on " << profiled << ", whose layer kinds have " << space.model.name
+                << "'s shapes\n";
   } else {
     init_device(space.device);
     costs = cached_cost_model(profile_options(space), o.profile_dir, std::cout);
@@ -196,7 +200,8 @@ void add_plan_command(CLI::App& root) {
   app->add_option("--top", o->top, "--auto: rows of the ranked table")->capture_default_str();
   app->add_option("--cost-profile", o->cost_profile,
                   "--auto: plan on this recorded cost profile (a file of --profile-dir, e.g. measured on a GPU "
-                  "machine and copied here) instead of profiling on --device; the model must be the profile's");
+                  "machine and copied here) instead of profiling on --device; the profile's model, or one whose layer kinds have its shapes (a "
+                  "hybrid's profile prices its GDN-only model)");
   app->add_flag("--shared-gpu", o->shared_gpu,
                 "--auto: every stage on one GPU (what --transport local does with --device cuda): the stages' work "
                 "runs one action at a time and their memory adds up on that GPU");

@@ -48,6 +48,13 @@ void CostCalibration::add(const Plan& p, const CostTable& measured, double step_
   Plan q = p;
   space_.message_s = 0;
   predict(q);
+  if (space_.shared_device) {
+    // Stages sharing a device time each other's work into their actions (their kernels
+    // interleave on its stream): keep the fitted shape, scale it to the measured step.
+    if (q.step_s > 0 && step_s > 0)
+      for (PassCosts& t : tuned_) t.forward = t.forward.scaled(step_s / q.step_s), t.backward = t.backward.scaled(step_s / q.step_s);
+    return;
+  }
   if (P > 1 && step_s > q.step_s) {
     double lo = 0, hi = step_s;
     for (int i = 0; i < 50; ++i) {

@@ -4,7 +4,9 @@
 // and the step's time) adds to a fit, per stage and pass, of two non-negative factors: how far
 // the profile's linear part and its pair part are off (over every run added so far). Then the
 // latency per message between stages that makes the simulator's step as long as the measured
-// one is found by bisection (the makespan grows with it). Used by the online tuner
+// one is found by bisection (the makespan grows with it). Stages sharing one device
+// (PlanSpace::shared_device) time each other's work into their actions, so there the fitted
+// costs are scaled to the measured step instead, and no latency is fitted. Used by the online tuner
 // (chunk_tuner.h) and by `bench --chunks auto` (predictions calibrated on one run).
 #pragma once
 #include <array>

@@ -1,6 +1,7 @@
 #include "train/cost_profile.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -110,6 +111,8 @@ std::vector<std::vector<int64_t>> profile_chunkings(int64_t T, int64_t multiple)
 CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
   SF_CHECK(o.seq_len >= 1 && o.batch >= 1 && o.repeats >= 1, "cost profile: needs a sequence length, a batch and "
                                                              "at least one repeat");
+  using Clock = std::chrono::steady_clock;
+  const auto started = Clock::now();
   MemoryTracker tracker("cost profile");
   CostModel out;
   const int n = Model::num_layers_of(o.model);
@@ -120,6 +123,8 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
     Model model(o.model, o.dtype, 0, n, o.device);
     AdamW optimizer(model.params(), AdamWConfig{});  // its state counts in the resident bytes
     const MemorySnapshot built = tracker.snapshot();
+    log << "cost profile: model built, " << std::chrono::duration<double>(Clock::now() - started).count() << " s\n"
+        << std::flush;
     const int64_t resident = built.current_of(MemCategory::Weights) + built.current_of(MemCategory::Grads) +
                              built.current_of(MemCategory::Optimizer);
     out.resident_bytes_per_parameter = double(resident) / double(o.model.num_parameters());
@@ -127,6 +132,10 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
     // One executor per layer, so that each layer's stash is measured on its own.
     std::vector<std::unique_ptr<StageExecutor>> layer;
     for (int i = 0; i < n; ++i) layer.push_back(std::make_unique<StageExecutor>(model.layers(i, i + 1), i));
+    // One profile per layer for the whole run: a GPU profile's clock allocates pinned memory and
+    // synchronises the device when it goes, which cost ~20 ms per layer call when made per call.
+    for (auto& l : layer) l->set_profile(std::make_unique<LayerProfile>(o.device));
+    std::vector<std::array<double, 2>> timed_so_far(size_t(n), {0.0, 0.0});  // device s by layer, pass
     const Batch batch = random_batch(o.batch, o.seq_len, o.model.vocab_size);
     const auto chunkings = profile_chunkings(o.seq_len, o.multiple);
     // One untimed pass (first calls allocate, pick algorithms), then the timed ones.
@@ -139,9 +148,15 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
       auto sample = [&](const Unit& u, double value) {
         return CostSample{double(o.batch), double(u.ctx.len), double(u.ctx.offset), value};
       };
-      auto seconds = [&](int i) {
-        const std::vector<LayerTiming>& t = layer[size_t(i)]->profile()->timings();
-        return t.empty() ? 0.0 : t.front().device_s;
+      // Layer i's device time in its last call of this pass (its profile sums over calls).
+      auto seconds = [&](int i, Pass pass) {
+        double total = 0;
+        for (const LayerTiming& t : layer[size_t(i)]->profile()->timings())
+          if (t.pass == pass) total += t.device_s;
+        double& before = timed_so_far[size_t(i)][pass == Pass::Forward ? 0 : 1];
+        const double s = total - before;
+        before = total;
+        return s;
       };
       // A call's working memory: how far the tracked total rose above what is held before and after it.
       int64_t held_before = 0;
@@ -157,12 +172,12 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
         units.push_back(plan.make_unit(0, c, &stats));
         Tensor h = units.back().tokens;
         for (int i = 0; i < n; ++i) {
-          layer[size_t(i)]->set_profile(std::make_unique<LayerProfile>(o.device));
           const int64_t before = layer[size_t(i)]->stash_bytes();
           start_call();
           h = layer[size_t(i)]->forward(units.back().ctx, h);
+          const double t = seconds(i, Pass::Forward);
           if (!timed) continue;
-          forward[kinds[size_t(i)]].push_back(sample(units.back(), seconds(i)));
+          forward[kinds[size_t(i)]].push_back(sample(units.back(), t));
           forward_work[kinds[size_t(i)]].push_back(sample(units.back(), working_bytes()));
           stash[kinds[size_t(i)]].push_back(
               sample(units.back(), double(layer[size_t(i)]->stash_bytes() - before)));
@@ -171,19 +186,18 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
       for (int c = plan.chunks() - 1; c >= 0; --c) {
         Tensor g;
         for (int i = n - 1; i >= 0; --i) {
-          layer[size_t(i)]->set_profile(std::make_unique<LayerProfile>(o.device));
           start_call();
           g = layer[size_t(i)]->backward(units[size_t(c)].ctx, g);
+          const double t = seconds(i, Pass::Backward);
           if (!timed) continue;
-          backward[kinds[size_t(i)]].push_back(sample(units[size_t(c)], seconds(i)));
+          backward[kinds[size_t(i)]].push_back(sample(units[size_t(c)], t));
           backward_work[kinds[size_t(i)]].push_back(sample(units[size_t(c)], working_bytes()));
         }
       }
-      for (auto& l : layer) l->set_profile(nullptr);
-      if (timed)
-        log << "cost profile: pass " << pass << "/" << o.repeats * chunkings.size() << " (chunks "
-            << lengths.size() << ")\n"
-            << std::flush;
+      log << "cost profile: " << (timed ? cat("pass ", pass, "/", o.repeats * chunkings.size()) : std::string("warm-up"))
+          << " (chunks " << lengths.size() << "), " << std::chrono::duration<double>(Clock::now() - started).count()
+          << " s since the start\n"
+          << std::flush;
     }
   }
   if (o.device != Device::CPU) device_backend(o.device).release_memory(tracker);
@@ -257,6 +271,19 @@ CostModel cost_model_from_file(const std::string& path, nlohmann::json* key) {
            "' is not a cost profile (one is written by stateflow plan --auto under --profile-dir)");
   if (key) *key = j["key"];
   return cost_model_from_json(j["costs"], path);
+}
+
+bool profile_prices_model(const nlohmann::json& profiled, const ModelConfig& m) {
+  if (!profiled.is_object()) return false;
+  const nlohmann::json mine = m.to_json();
+  const std::string blocks = m.blocks();
+  for (const auto& [field, value] : mine.items()) {
+    if (field == "name" || field == "pattern" || field == "seed" || field == "init_std") continue;
+    const Mixer* mixer = find_mixer(field);
+    if (mixer && blocks.find(mixer->letter) == std::string::npos) continue;  // a section m does not use
+    if (!profiled.contains(field) || profiled[field] != value) return false;
+  }
+  return true;
 }
 
 CostModel cached_cost_model(const ProfileOptions& o, const std::string& dir, std::ostream& log) {

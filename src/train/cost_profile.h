@@ -49,5 +49,10 @@ CostModel cost_model_from_json(const nlohmann::json& j, const std::string& where
 // that a machine without that GPU plans for it): its cost model, and in `key` what was measured
 // where (model, precision, device, unit shape, build). Throws Error naming the file.
 CostModel cost_model_from_file(const std::string& path, nlohmann::json* key = nullptr);
+// Whether a profile of the model `profiled` (its config JSON, from the profile's key) prices
+// model m: every layer kind m has was profiled at m's shapes (the same width, vocabulary, MLP
+// and the sections of the mixers m uses; names, patterns, seeds and unused mixers aside). A
+// hybrid's profile so prices the pure model of its GDN blocks.
+bool profile_prices_model(const nlohmann::json& profiled, const ModelConfig& m);
 
 }  // namespace stateflow
