@@ -6,8 +6,12 @@
 // the definition the kernel's CUDA test checks (tests/cuda/test_op_defs_cuda.cpp).
 //
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
-//                  [--value-tile 0] [--split default,off,512,...] [--piece-tile 0]
-//                  [--chunk-len 1024,2048,...] [--json FILE]
+//                  [--sweep default,rows,tiles] [--sweep-key-split 0] [--sweep-warps 0] [--value-tile 0]
+//                  [--split default,off,512,...] [--piece-tile 0] [--chunk-len 1024,2048,...] [--json FILE]
+// --sweep: the unsplit core's sweeps to run, each over every --split and --len: "default"
+// (STATEFLOW_GDN_SWEEP, rows when unset), "rows" (each warp keeps 16 state rows in registers)
+// or "tiles" (the earlier tile sweeps). --sweep-key-split: warps per 16 state rows of the row
+// sweeps (1, 2; 0 = core's); --sweep-warps: warps per row-sweep block (2, 4, 8; 0 = core's).
 // --split: the sweeps' piece lengths to run, each over every --len: "default" (what the core
 // does unasked: STATEFLOW_GDN_PIECE_LEN, unsplit when unset), "off" (the unsplit sequential
 // sweeps) or tokens per piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).
@@ -48,6 +52,7 @@ T* dalloc(size_t n, size_t& total) {
 struct Result {
   int64_t len, chunk_len;  // chunk_len 0: one call
   int piece_len;           // 0: unsplit
+  int sweep;               // GdnCudaConfig::Sweep as resolved (meaningful when unsplit)
   float chunked_fwd_ms, chunked_fwdbwd_ms;
   unsigned long long chunked_bytes_differing;  // in o, dq, dk, dv, dbeta, dg, S_out, dS_in
   float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, stage_ms[11];  // Pre ST Out | B1 B2 B3 B4 | same, saved
@@ -64,6 +69,9 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   sizes.batch = B, sizes.heads = H, sizes.tokens = T;
   const stateflow::OpShape shape = op.bench_shapes(sizes)
                                        .front()
+                                       .with("sweep", cfg.sweep)
+                                       .with("sweep_key_split", cfg.sweep_key_split)
+                                       .with("sweep_warps", cfg.sweep_warps)
                                        .with("value_tile", cfg.value_tile)
                                        .with("piece_len", cfg.piece_len)
                                        .with("piece_tile", cfg.piece_tile);
@@ -95,6 +103,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   Result r{};
   r.len = T;
   r.piece_len = stateflow::gdn_cuda_piece_len(d, cfg);
+  r.sweep = cfg.sweep ? cfg.sweep : stateflow::gdn_cuda_default_sweep();
   r.fwd_ms = time_it(fwd);
   r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
   r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd_saved(); });
@@ -183,12 +192,30 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
 
 std::string piece_name(int piece_len) { return piece_len ? std::to_string(piece_len) : "off"; }
 
+// The sweeps a result ran: the split core's pieces, or the unsplit core's row or tile sweeps.
+std::string sweep_name(const Result& r) {
+  if (r.piece_len) return "split";
+  return r.sweep == stateflow::GdnCudaConfig::kTileSweeps ? "tiles" : "rows";
+}
+
+// Splits "a,b,c" into its items.
+std::vector<std::string> parse_words(const char* s) {
+  std::vector<std::string> out;
+  for (const char* p = s; *p;) {
+    const char* end = std::strchr(p, ',');
+    out.emplace_back(p, end ? end : p + std::strlen(p));
+    p = end ? end + 1 : p + std::strlen(p);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   int64_t B = 1, H = 16;
   std::vector<int64_t> lens = {8192, 32768, 131072};
-  int reps = 20, value_tile = 0, piece_tile = 0;
+  int reps = 20, value_tile = 0, piece_tile = 0, sweep_warps = 0, key_split = 0;
+  std::vector<int> sweeps = {stateflow::GdnCudaConfig::kDefaultSweep};
   std::vector<int> splits = {0};  // piece lengths; 0 = default, GdnCudaConfig::kUnsplit = off
   std::vector<int64_t> chunk_lens;
   const char* json = nullptr;
@@ -199,6 +226,21 @@ int main(int argc, char** argv) {
     else if (a == "--len") lens = parse_list(argv[i + 1]);
     else if (a == "--reps") reps = std::atoi(argv[i + 1]);
     else if (a == "--value-tile") value_tile = std::atoi(argv[i + 1]);
+    else if (a == "--sweep-warps") sweep_warps = std::atoi(argv[i + 1]);
+    else if (a == "--sweep-key-split") key_split = std::atoi(argv[i + 1]);
+    else if (a == "--sweep") {
+      sweeps.clear();
+      for (const std::string& item : parse_words(argv[i + 1])) {
+        using Cfg = stateflow::GdnCudaConfig;
+        if (item == "default") sweeps.push_back(Cfg::kDefaultSweep);
+        else if (item == "rows") sweeps.push_back(Cfg::kRowSweeps);
+        else if (item == "tiles") sweeps.push_back(Cfg::kTileSweeps);
+        else {
+          std::fprintf(stderr, "--sweep takes default, rows or tiles, got %s\n", item.c_str());
+          return 2;
+        }
+      }
+    }
     else if (a == "--piece-tile") piece_tile = std::atoi(argv[i + 1]);
     else if (a == "--split") {
       splits.clear();
@@ -231,38 +273,42 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("GDN core (CUDA) benchmark on %s (%d SMs): bf16, batch %lld, heads %lld, dk = dv = 128, C = 64, "
-              "value tile %s, piece tile %s, median of %d\n",
+              "row-sweep key split %s, warps %s, value tile %s, piece tile %s, median of %d\n",
               prop.name, prop.multiProcessorCount, (long long)B, (long long)H,
+              key_split ? std::to_string(key_split).c_str() : "auto",
+              sweep_warps ? std::to_string(sweep_warps).c_str() : "auto",
               value_tile ? std::to_string(value_tile).c_str() : "auto",
               piece_tile ? std::to_string(piece_tile).c_str() : "auto", reps);
   std::vector<Result> res;
   try {
-    for (int split : splits)
-      for (int64_t T : lens) {
-        stateflow::GdnCudaConfig cfg;
-        cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
-        res.push_back(run(B, H, T, reps, cfg, 0));
-        for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
-      }
+    for (int sweep : sweeps)
+      for (int split : splits)
+        for (int64_t T : lens) {
+          stateflow::GdnCudaConfig cfg;
+          cfg.sweep = sweep, cfg.sweep_warps = sweep_warps, cfg.sweep_key_split = key_split;
+          cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
+          res.push_back(run(B, H, T, reps, cfg, 0));
+          for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
+        }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gdn_core_bench: %s\n", e.what());
     return 1;
   }
-  std::printf("\n%8s %6s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "piece", "fwd ms",
+  std::printf("\n%8s %6s %6s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "sweep", "piece", "fwd ms",
               "TFLOP/s", "f+b ms", "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4",
               "sv B2 B3    B4", "wsGiB", "allGiB", "memGiB", "nonfinite");
   for (const Result& r : res) {
     if (r.chunk_len) continue;
-    std::printf("%8lld %6s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
+    std::printf("%8lld %6s %6s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
                 "%5.3f %5.3f %5.3f | %6.2f %6.2f %6.2f | %llu\n",
-                (long long)r.len, piece_name(r.piece_len).c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                 r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                 r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
                 r.total_gib, r.meminfo_gib, r.nonfinite);
   }
   if (!chunk_lens.empty()) {
     std::printf("\nIn chunks (state carried; backward last chunk first), against one call on the same inputs:\n");
-    std::printf("%8s %6s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "piece", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call",
+    std::printf("%8s %6s %6s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "sweep", "piece", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call",
                 "chunks", "bytes differing from one call");
     const Result* whole = nullptr;
     for (const Result& r : res) {
@@ -270,8 +316,8 @@ int main(int argc, char** argv) {
         whole = &r;
         continue;
       }
-      std::printf("%8lld %6s %8lld | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu\n", (long long)r.len,
-                  piece_name(r.piece_len).c_str(), (long long)r.chunk_len,
+      std::printf("%8lld %6s %6s %8lld | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu\n", (long long)r.len,
+                  sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), (long long)r.chunk_len,
                   r.chunked_fwd_ms, r.chunked_fwd_ms / whole->fwd_ms, r.chunked_fwdbwd_ms,
                   r.chunked_fwdbwd_ms / whole->fwdbwd_ms, (long long)((r.len + r.chunk_len - 1) / r.chunk_len),
                   r.chunked_bytes_differing);
@@ -288,13 +334,13 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < res.size(); ++i) {
       const Result& r = res[i];
       std::fprintf(f,
-                   "  {\"len\": %lld, \"piece_len\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
+                   "  {\"len\": %lld, \"sweep\": \"%s\", \"piece_len\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
                    "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, "
                    "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
                    "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f}, "
                    "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu, \"chunk_len\": %lld, "
                    "\"chunked_fwd_ms\": %.4f, \"chunked_fwdbwd_ms\": %.4f, \"chunked_bytes_differing\": %llu}%s\n",
-                   (long long)r.len, r.piece_len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                   (long long)r.len, sweep_name(r).c_str(), r.piece_len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                    r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                    r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
                    r.total_gib, r.nonfinite, (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwdbwd_ms,

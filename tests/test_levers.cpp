@@ -28,7 +28,7 @@ TEST(Levers, AnUnknownNameIsRefusedNamingTheLevers) {
     FAIL() << "a misspelt lever was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("'norm_row'"), std::string::npos) << e.what();
-    const std::string listed = "conv_tiles, norm_rows, gemm_rows, reduce_ahead, embed_ahead, side_stream";
+    const std::string listed = "conv_tiles, norm_rows, gemm_rows, reduce_ahead, embed_ahead, side_stream, conv_group";
     EXPECT_NE(std::string(e.what()).find(listed), std::string::npos) << e.what();
   }
 }

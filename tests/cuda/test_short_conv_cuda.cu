@@ -108,11 +108,77 @@ TYPED_TEST(ShortConvCuda, SplitBackwardAtMultiplesOf64IsBitwiseTheWhole) {
   EXPECT_TRUE(bitwise_equal(run({0, 128, 448, len}), whole)) << "128 + 320 + 64";
 }
 
+// A group of convs of different widths in one launch (the GDN's q, k, v) gives each conv's own
+// results bitwise: forward (its tiles are chosen for the whole group) and backward, with a
+// carried prefix and prefix gradient, over two sequences of a length no tile divides.
+TYPED_TEST(ShortConvCuda, AGroupGivesEachConvItsOwnResultsBitwise) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t B = 2, len = 300, K = 4, P = K - 1;
+  const int64_t widths[] = {32, 16, 48};
+  struct Conv {
+    Dev<A> x, prefix, dy, y, prefix_out, dx;
+    Dev<float> w, dprefix_out, dprefix_in, dw;
+    Dev<char> ws;
+    Conv(Rng& rng, int64_t B, int64_t len, int64_t ch, int64_t K, int64_t P)
+        : x(normal_vec(rng, B * len * ch)), prefix(normal_vec(rng, B * P * ch)), dy(normal_vec(rng, B * len * ch)),
+          y(size_t(B * len * ch)), prefix_out(size_t(B * P * ch)), dx(size_t(B * len * ch)),
+          w(normal_vec(rng, ch * K, 0.5)), dprefix_out(normal_vec(rng, B * P * ch)), dprefix_in(size_t(B * P * ch)),
+          dw(normal_vec(rng, ch * K)), ws(short_conv_backward_workspace_bytes(B, len, ch, K)) {}
+  };
+  std::vector<Conv> convs;
+  for (int64_t ch : widths) convs.emplace_back(rng, B, len, ch, K, P);
+  auto forward = [&](size_t i) {
+    Conv& c = convs[i];
+    return ShortConvForward<A>{c.x.p, c.prefix.p, c.w.p, c.y.p, c.prefix_out.p, widths[i]};
+  };
+  auto backward = [&](size_t i) {
+    Conv& c = convs[i];
+    return ShortConvBackward<A>{c.x.p,  c.prefix.p,     c.w.p,  c.dy.p,     c.dprefix_out.p,
+                                c.dx.p, c.dprefix_in.p, c.dw.p, widths[i], c.ws.p};
+  };
+  // Every output of every conv, as bytes.
+  auto outputs = [&] {
+    std::vector<char> out;
+    auto add = [&](const auto& d) {
+      const auto v = d.raw();
+      const char* b = reinterpret_cast<const char*>(v.data());
+      out.insert(out.end(), b, b + v.size() * sizeof(v[0]));
+    };
+    for (Conv& c : convs) add(c.y), add(c.prefix_out), add(c.dx), add(c.dprefix_in), add(c.dw);
+    return out;
+  };
+  std::vector<float> dw0[3];
+  for (size_t i = 0; i < 3; ++i) dw0[i] = convs[i].dw.raw();
+  for (size_t i = 0; i < 3; ++i) {
+    const ShortConvForward<A> f = forward(i);
+    const ShortConvBackward<A> b = backward(i);
+    short_conv_forward_group_cuda<A>(&f, 1, B, len, K, nullptr);
+    short_conv_backward_group_cuda<A>(&b, 1, B, len, K, nullptr);
+  }
+  sync_ok();
+  const std::vector<char> one_by_one = outputs();
+  for (size_t i = 0; i < 3; ++i) {
+    convs[i].dw.put(dw0[i]);
+    convs[i].y.poison(), convs[i].dx.poison();
+  }
+  const ShortConvForward<A> fs[] = {forward(0), forward(1), forward(2)};
+  const ShortConvBackward<A> bs[] = {backward(0), backward(1), backward(2)};
+  short_conv_forward_group_cuda<A>(fs, 3, B, len, K, nullptr);
+  short_conv_backward_group_cuda<A>(bs, 3, B, len, K, nullptr);
+  sync_ok();
+  EXPECT_TRUE(one_by_one == outputs());
+}
+
 TEST(ShortConvCudaChecks, RejectsUnsupportedShapes) {
   expect_error([] { short_conv_forward_cuda<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 8, 9, nullptr); },
                "K = 9");
   expect_error([] { short_conv_forward_cuda<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 12, 4, nullptr); },
                "ch = 12");
+  expect_error([] { short_conv_forward_group_cuda<float>(nullptr, 5, 1, 4, 4, nullptr); }, "5 convs in a group");
 }
 
 }  // namespace

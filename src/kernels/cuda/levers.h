@@ -1,7 +1,7 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
-// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream runs
-// the named levers the way the code ran before them, so that one build measures each on and off
-// in one session.
+// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group
+// runs the named levers the way the code ran before them, so that one build measures each on and
+// off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
 //                 short chunks, and 16-row backward tiles summed per 64-token block)
 //   norm_rows     RMS norm backward: 16 rows per lane team (instead of 4)
@@ -10,6 +10,7 @@
 //   embed_ahead   embedding backward: each row of a token's run waited for (instead of 8 at once)
 //   side_stream   every kernel of a layer on the main stream (instead of weight gradients, the
 //                 GDN's gate projections and x W3 on a side stream: kernels/cuda/side_stream_cuda.h)
+//   conv_group    short conv: one launch per conv (instead of the GDN's q, k, v convs in one)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 #pragma once
 #include <cstdlib>
@@ -21,7 +22,8 @@ namespace stateflow {
 
 // Every lever's name, in the order the comment above lists them.
 inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_rows",
-                                           "reduce_ahead", "embed_ahead", "side_stream"};
+                                           "reduce_ahead", "embed_ahead", "side_stream",
+                                           "conv_group"};
 
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).

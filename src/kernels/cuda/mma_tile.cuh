@@ -61,6 +61,27 @@ __device__ void load_tile_async(T tile, const bf16* g, int64_t gstride, int n_va
   }
 }
 
+// One thread's fixed share of copying a T tile with NT threads: 16-byte chunks in rows r0,
+// r0 + step, ... and one column, so the offsets are computed once and every copy of the tile
+// (one per sub-chunk in a sweep) is a fully unrolled run of cp.async with constant offsets.
+template <int NT, class T>
+struct TileCopy {
+  static constexpr int chunks = T::cols / 8, step = NT / chunks, per_thread = T::rows / step;
+  static_assert(NT % chunks == 0 && T::rows % step == 0, "the threads must split the tile into whole rows");
+  int r0, c0;
+  __device__ explicit TileCopy(int tid) : r0(tid / chunks), c0((tid % chunks) * 8) {}
+  // Rows [0, n_valid) of the tile from g (row r at g + r * gstride, 16-byte aligned), zeros below.
+  __device__ void operator()(T tile, const bf16* g, int64_t gstride, int n_valid = T::rows) const {
+    const bf16* src = g + r0 * gstride + c0;
+    bf16* dst = tile.at(r0, c0);
+#pragma unroll
+    for (int i = 0; i < per_thread; ++i) {
+      const bool ok = r0 + i * step < n_valid;
+      cp_async16(dst + i * step * T::ld, ok ? src + i * step * gstride : g, ok);
+    }
+  }
+};
+
 // n fp32 values (n a multiple of 4, 16-byte aligned at both ends).
 template <int NT>
 __device__ void load_floats_async(float* s, const float* g, int n, int tid) {
@@ -90,6 +111,18 @@ __device__ inline void ldmatrix_x2_trans(uint32_t (&r)[2], const bf16* p) {
                : "r"(smem_u32(p)));
 }
 
+// stmatrix (sm_90 and later; store_a falls back to plain stores elsewhere).
+__device__ inline void stmatrix_x4(const uint32_t (&r)[4], bf16* p) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_u32(p)), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+__device__ inline void stmatrix_x4_trans(const uint32_t (&r)[4], bf16* p) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1,%2,%3,%4};\n" ::"r"(smem_u32(p)),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+
 __device__ inline void mma_bf16(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
   asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
@@ -107,6 +140,32 @@ __device__ void load_a(uint32_t (&r)[4], T t, int m0, int k0) {
     const int j = l >> 3;
     ldmatrix_x4_trans(r, t.at(k0 + (l & 7) + (j >> 1) * 8, m0 + (j & 1) * 8));
   }
+}
+
+// The inverse of load_a (stmatrix, sm_90): writes an A fragment to rows m0, columns k0 of the
+// operand as stored in tile t (Lay::Col: transposed, at row k0 + j, column m0 + i).
+template <Lay LA, class T>
+__device__ void store_a(const uint32_t (&r)[4], T t, int m0, int k0) {
+  const int l = threadIdx.x & 31;
+#if __CUDA_ARCH__ >= 900
+  if constexpr (LA == Lay::Row) {
+    stmatrix_x4(r, t.at(m0 + (l & 15), k0 + (l >> 4) * 8));
+  } else {
+    const int j = l >> 3;
+    stmatrix_x4_trans(r, t.at(k0 + (l & 7) + (j >> 1) * 8, m0 + (j & 1) * 8));
+  }
+#else  // register h holds (m0 + l / 4 + 8 (h & 1), k0 + 8 (h >> 1) + 2 (l % 4) + {0, 1})
+#pragma unroll
+  for (int h = 0; h < 4; ++h) {
+    const int i = m0 + (l >> 2) + (h & 1) * 8, j = k0 + (h >> 1) * 8 + 2 * (l & 3);
+    if constexpr (LA == Lay::Row) {
+      *reinterpret_cast<uint32_t*>(t.at(i, j)) = r[h];
+    } else {
+      const __nv_bfloat162 v = *reinterpret_cast<const __nv_bfloat162*>(&r[h]);
+      *t.at(j, i) = v.x, *t.at(j + 1, i) = v.y;
+    }
+  }
+#endif
 }
 
 // B fragments of two 16 x 8 tiles (columns n0 and n0 + 8): r[0..1] and r[2..3].
@@ -203,6 +262,65 @@ __device__ void mma_acc(Frag<WM, WN>& acc, TA a, int m0, TB b, int n0) {
 __device__ inline float bf(bf16 x) { return __bfloat162float(x); }
 __device__ inline void put2(bf16* p, float a, float b) {
   *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(a, b);
+}
+// Two floats rounded to bf16 in one register (lo in the low half), and back.
+__device__ inline uint32_t pack2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ inline float2 unpack2(uint32_t r) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r));
+}
+
+// Operands kept in registers (flash-attention style): the A fragments of a 16 x K operand,
+// a[kb] covering columns 16 kb .. 16 kb + 15, in the register layout mma_bf16 takes.
+template <int K>
+using AFrags = uint32_t[K / 16][4];
+
+// A fragments of a 16 x WN accumulator rounded to bf16: the accumulator's n-tiles 2 kb and
+// 2 kb + 1 hold exactly the elements fragment kb needs, in the same lanes.
+template <int WN>
+__device__ void acc_to_a(const Frag<16, WN>& f, AFrags<WN>& a) {
+#pragma unroll
+  for (int kb = 0; kb < WN / 16; ++kb) {
+    a[kb][0] = pack2(f.x[0][2 * kb][0], f.x[0][2 * kb][1]);
+    a[kb][1] = pack2(f.x[0][2 * kb][2], f.x[0][2 * kb][3]);
+    a[kb][2] = pack2(f.x[0][2 * kb + 1][0], f.x[0][2 * kb + 1][1]);
+    a[kb][3] = pack2(f.x[0][2 * kb + 1][2], f.x[0][2 * kb + 1][3]);
+  }
+}
+
+// The transpose of a tile's columns [m0, m0 + 16) x rows [0, WN) in accumulator layout
+// (element (i, j) of f = t(j, m0 + i)), fp32: an ldmatrix.trans A fragment of the tile read as
+// Lay::Col holds, lane for lane, what two accumulator n-tiles hold.
+template <int WN, class T>
+__device__ void load_transposed(Frag<16, WN>& f, T t, int m0) {
+#pragma unroll
+  for (int kb = 0; kb < WN / 16; ++kb) {
+    uint32_t r[4];
+    load_a<Lay::Col>(r, t, m0, 16 * kb);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const float2 v = unpack2(r[h]);
+      float* x = f.x[0][2 * kb + (h >> 1)] + 2 * (h & 1);
+      x[0] = v.x, x[1] = v.y;
+    }
+  }
+}
+
+// acc(16 x WN) += A(16 x K, fragments in registers) * B[k0 : k0 + K, n0 : n0 + WN] (B from shared memory).
+template <int K, Lay LB, int WN, class TB>
+__device__ void mma_regs_acc(Frag<16, WN>& acc, const AFrags<K>& a, TB b, int n0, int k0 = 0) {
+  static_assert(WN % 16 == 0, "B fragments are loaded two n-tiles at a time");
+#pragma unroll
+  for (int kb = 0; kb < K / 16; ++kb)
+#pragma unroll
+    for (int j = 0; j < WN / 8; j += 2) {
+      uint32_t bf[4];
+      load_b2<LB>(bf, b, n0 + 8 * j, k0 + 16 * kb);
+      mma_bf16(acc.x[0][j], a[kb], bf[0], bf[1]);
+      mma_bf16(acc.x[0][j + 1], a[kb], bf[2], bf[3]);
+    }
 }
 
 // Sum over a warp's quad (the 4 lanes holding one accumulator row); the same order in every lane.

@@ -41,11 +41,24 @@ struct ConvArgs {
   int64_t tile_rows;
 };
 
-// Thread (tile, vector v of 8 channels, batch b) of the launch grid: tiles along x, which has
-// room for any sequence length.
+// The convs of one launch (a group of 1 for a single call), all over the same batch and len.
+// A kernel takes it as a __grid_constant__ parameter: a block picks its conv by index straight
+// from parameter memory, without a per-thread copy of the array.
+template <class A>
+struct ConvGroup {
+  ConvArgs<A> conv[kMaxConvGroup];
+  int64_t batch;
+};
+
+// Thread (tile, vector v of 8 channels, conv i and batch b) of the launch grid: tiles along x,
+// which has room for any sequence length; conv and batch along z.
 struct Slot {
-  int64_t c, b, tile;
-  __device__ Slot() : c((int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8), b(blockIdx.z), tile(blockIdx.x) {}
+  int64_t c, b, tile, conv;
+  __device__ explicit Slot(int64_t batch)
+      : c((int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8),
+        b(blockIdx.z % batch),
+        tile(blockIdx.x),
+        conv(blockIdx.z / batch) {}
 };
 
 // Row e of this sequence's extended input xe = [prefix; x] for 8 channels (CPU ExtendedInput),
@@ -92,9 +105,10 @@ __device__ void shift_window(float (&win)[K][8]) {
 }
 
 template <class A, int K>
-__global__ void short_conv_forward_kernel(ConvArgs<A> a) {
+__global__ void short_conv_forward_kernel(const __grid_constant__ ConvGroup<A> group) {
   constexpr int P = K - 1;
-  const Slot s;
+  const Slot s(group.batch);
+  const ConvArgs<A>& a = group.conv[s.conv];
   if (s.c >= a.ch) return;
   float wv[K][8], xw[K][8];
   load_weights<K>(a.w, s.c, wv);
@@ -127,9 +141,10 @@ __global__ void short_conv_forward_kernel(ConvArgs<A> a) {
 // The thread owns outputs i in [i0, i1) of dxe (rows of [dprefix_in; dx]) and the dw terms of
 // rows t in that range. It starts K-1 rows early so that the dpre window is full at i0.
 template <class A, int K>
-__global__ void short_conv_backward_kernel(ConvArgs<A> a, int64_t tiles) {
+__global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> group, int64_t tiles) {
   constexpr int P = K - 1;
-  const Slot s;
+  const Slot s(group.batch);
+  const ConvArgs<A>& a = group.conv[s.conv];
   if (s.c >= a.ch) return;
   float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {};
   load_weights<K>(a.w, s.c, wv);
@@ -221,8 +236,12 @@ struct BackwardTiling {
   }
 };
 
-dim3 grid_for(int64_t ch, int64_t tiles, int64_t batch) {
-  return dim3(unsigned(tiles), unsigned((ch / 8 + kThreads - 1) / kThreads), unsigned(batch));
+// Tiles along x, the widest conv's channel vectors along y, (conv, batch) along z.
+template <class Conv>
+dim3 grid_for(const Conv* convs, int n, int64_t tiles, int64_t batch) {
+  int64_t ch = 0;
+  for (int i = 0; i < n; ++i) ch = std::max(ch, convs[i].ch);
+  return dim3(unsigned(tiles), unsigned((ch / 8 + kThreads - 1) / kThreads), unsigned(batch * n));
 }
 
 int64_t forward_tile_rows(int64_t batch, int64_t len, int64_t ch) {
@@ -232,27 +251,88 @@ int64_t forward_tile_rows(int64_t batch, int64_t len, int64_t ch) {
   return rows;
 }
 
+void check_group(const char* name, int n, int64_t batch) {
+  SF_CHECK(n >= 1 && n <= kMaxConvGroup, name, ": ", n, " convs in a group; 1 to ", kMaxConvGroup, " are supported");
+  SF_CHECK(batch * n <= 65535, name, ": batch ", batch, " x ", n, " convs must be <= 65535 (launch grid)");
+}
+
+// One launch for all n convs (their shapes checked by the caller).
+template <class A>
+void launch_forward(const ShortConvForward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
+                    cudaStream_t stream) {
+  int64_t ch = 0;
+  for (int i = 0; i < n; ++i) ch += convs[i].ch;
+  const int64_t rows = forward_tile_rows(batch, len, ch);  // any tiling gives the same rows
+  ConvGroup<A> group{};
+  group.batch = batch;
+  for (int i = 0; i < n; ++i) {
+    const ShortConvForward<A>& c = convs[i];
+    group.conv[i] = {c.x, c.prefix, nullptr, c.w, nullptr, c.y, c.prefix_out, nullptr, nullptr, nullptr, len, c.ch, rows};
+  }
+  // At least one tile, so that prefix_out is written also for len = 0.
+  const int64_t tiles = std::max<int64_t>(1, (len + rows - 1) / rows);
+  dispatch_conv_size("short_conv_forward_cuda", K, [&](auto k) {
+    short_conv_forward_kernel<A, k.value><<<grid_for(convs, n, tiles, batch), kThreads, 0, stream>>>(group);
+    cuda_check_launch("short_conv_forward_kernel");
+  });
+}
+
+template <class A>
+void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
+                     cudaStream_t stream) {
+  const BackwardTiling tiling(len, K);
+  if (tiling.tiles == 0) return;  // K = 1 and len = 0: nothing to do
+  ConvGroup<A> group{};
+  group.batch = batch;
+  for (int i = 0; i < n; ++i) {
+    const ShortConvBackward<A>& c = convs[i];
+    group.conv[i] = {c.x,       c.prefix,     c.dy, c.w, c.dprefix_out, nullptr, nullptr, c.dx, c.dprefix_in,
+                     static_cast<float*>(c.workspace), len, c.ch, tiling.rows};
+  }
+  dispatch_conv_size("short_conv_backward_cuda", K, [&](auto k) {
+    short_conv_backward_kernel<A, k.value>
+        <<<grid_for(convs, n, tiling.tiles, batch), kThreads, 0, stream>>>(group, tiling.tiles);
+    cuda_check_launch("short_conv_backward_kernel");
+  });
+  // Blocks past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
+  for (int i = 0; i < n; ++i)
+    add_token_block_partials_cuda(group.conv[i].partial, batch, token_blocks(len), tiling.tiles / tiling.segs,
+                                  tiling.segs, convs[i].ch * K, convs[i].dw, stream);
+}
+
+// A group runs as one launch, or with STATEFLOW_LEVERS_OFF=conv_group as one launch per conv
+// (the results are the same either way).
+template <class Conv, class Launch>
+void run_group(const Conv* convs, int n, Launch&& launch) {
+  if (!lever_off("conv_group")) return launch(convs, n);
+  for (int i = 0; i < n; ++i) launch(convs + i, 1);
+}
+
 }  // namespace
+
+template <class A>
+void short_conv_forward_group_cuda(const ShortConvForward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
+                                   cudaStream_t stream) {
+  const char* name = "short_conv_forward_cuda";
+  check_group(name, n, batch);
+  for (int i = 0; i < n; ++i) {
+    const ShortConvForward<A>& c = convs[i];
+    check_shape(name, batch, len, c.ch, K);
+    SF_CHECK(K == 1 || (c.prefix_out && c.prefix_out != c.prefix), name,
+             ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
+    for (const void* p : {static_cast<const void*>(c.x), static_cast<const void*>(c.prefix),
+                          static_cast<const void*>(c.y), static_cast<const void*>(c.prefix_out)})
+      if (p) check_aligned16(p, name, "x, prefix, y and prefix_out");
+  }
+  if (batch == 0) return;
+  run_group(convs, n, [&](const ShortConvForward<A>* some, int m) { launch_forward(some, m, batch, len, K, stream); });
+}
 
 template <class A>
 void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, A* prefix_out, int64_t batch,
                              int64_t len, int64_t ch, int64_t K, cudaStream_t stream) {
-  const char* name = "short_conv_forward_cuda";
-  check_shape(name, batch, len, ch, K);
-  SF_CHECK(K == 1 || (prefix_out && prefix_out != prefix), name,
-           ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
-  for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(prefix), static_cast<const void*>(y),
-                        static_cast<const void*>(prefix_out)})
-    if (p) check_aligned16(p, name, "x, prefix, y and prefix_out");
-  if (batch == 0) return;
-  const int64_t rows = forward_tile_rows(batch, len, ch);
-  const ConvArgs<A> a{x, prefix, nullptr, w, nullptr, y, prefix_out, nullptr, nullptr, nullptr, len, ch, rows};
-  // At least one tile, so that prefix_out is written also for len = 0.
-  const int64_t tiles = std::max<int64_t>(1, (len + rows - 1) / rows);
-  dispatch_conv_size(name, K, [&](auto k) {
-    short_conv_forward_kernel<A, k.value><<<grid_for(ch, tiles, batch), kThreads, 0, stream>>>(a);
-    cuda_check_launch("short_conv_forward_kernel");
-  });
+  const ShortConvForward<A> conv{x, prefix, w, y, prefix_out, ch};
+  short_conv_forward_group_cuda<A>(&conv, 1, batch, len, K, stream);
 }
 
 size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K) {
@@ -260,32 +340,38 @@ size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t c
 }
 
 template <class A>
+void short_conv_backward_group_cuda(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
+                                    cudaStream_t stream) {
+  const char* name = "short_conv_backward_cuda";
+  check_group(name, n, batch);
+  for (int i = 0; i < n; ++i) {
+    const ShortConvBackward<A>& c = convs[i];
+    check_shape(name, batch, len, c.ch, K);
+    for (const void* p : {static_cast<const void*>(c.x), static_cast<const void*>(c.prefix),
+                          static_cast<const void*>(c.dy), static_cast<const void*>(c.dprefix_out),
+                          static_cast<const void*>(c.dx), static_cast<const void*>(c.dprefix_in)})
+      if (p) check_aligned16(p, name, "x, prefix, dy, dprefix_out, dx and dprefix_in");
+    SF_CHECK(K == 1 || c.dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
+    SF_CHECK(batch == 0 || c.workspace != nullptr, name,
+             ": workspace is null; allocate short_conv_backward_workspace_bytes()");
+  }
+  if (batch == 0) return;
+  run_group(convs, n, [&](const ShortConvBackward<A>* some, int m) { launch_backward(some, m, batch, len, K, stream); });
+}
+
+template <class A>
 void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const A* dy, const float* dprefix_out,
                               A* dx, float* dprefix_in, float* dw, int64_t batch, int64_t len, int64_t ch, int64_t K,
                               void* workspace, cudaStream_t stream) {
-  const char* name = "short_conv_backward_cuda";
-  check_shape(name, batch, len, ch, K);
-  for (const void* p : {static_cast<const void*>(x), static_cast<const void*>(prefix), static_cast<const void*>(dy),
-                        static_cast<const void*>(dprefix_out), static_cast<const void*>(dx),
-                        static_cast<const void*>(dprefix_in)})
-    if (p) check_aligned16(p, name, "x, prefix, dy, dprefix_out, dx and dprefix_in");
-  SF_CHECK(K == 1 || dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
-  if (batch == 0) return;
-  SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate short_conv_backward_workspace_bytes()");
-  const BackwardTiling tiling(len, K);
-  const ConvArgs<A> a{x, prefix, dy, w, dprefix_out, nullptr, nullptr, dx, dprefix_in,
-                      static_cast<float*>(workspace), len, ch, tiling.rows};
-  if (tiling.tiles == 0) return;  // K = 1 and len = 0: nothing to do
-  dispatch_conv_size(name, K, [&](auto k) {
-    short_conv_backward_kernel<A, k.value><<<grid_for(ch, tiling.tiles, batch), kThreads, 0, stream>>>(a, tiling.tiles);
-    cuda_check_launch("short_conv_backward_kernel");
-  });
-  // Blocks past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
-  add_token_block_partials_cuda(a.partial, batch, token_blocks(len), tiling.tiles / tiling.segs, tiling.segs, ch * K,
-                                dw, stream);
+  const ShortConvBackward<A> conv{x, prefix, w, dy, dprefix_out, dx, dprefix_in, dw, ch, workspace};
+  short_conv_backward_group_cuda<A>(&conv, 1, batch, len, K, stream);
 }
 
 #define SF_INSTANTIATE(A)                                                                                       \
+  template void short_conv_forward_group_cuda<A>(const ShortConvForward<A>*, int, int64_t, int64_t, int64_t,    \
+                                                 cudaStream_t);                                                 \
+  template void short_conv_backward_group_cuda<A>(const ShortConvBackward<A>*, int, int64_t, int64_t, int64_t,  \
+                                                  cudaStream_t);                                                \
   template void short_conv_forward_cuda<A>(const A*, const A*, const float*, A*, A*, int64_t, int64_t, int64_t, \
                                            int64_t, cudaStream_t);                                              \
   template void short_conv_backward_cuda<A>(const A*, const A*, const float*, const A*, const float*, A*,      \

@@ -16,6 +16,11 @@
 // gradient of a row that reaches the next chunk starts from the carried dprefix_out, whose
 // terms come first in the unsplit sum.
 // Supported: 1 <= K <= 8, ch a multiple of 8, 16-byte aligned pointers.
+//
+// The group calls run up to kMaxConvGroup convs over the same batch, len and K (each with its
+// own width and tensors: the GDN's q, k and v convs) in one launch, as a short chunk's conv
+// alone leaves most of the GPU idle; each conv's results are bitwise those of its own call
+// (STATEFLOW_LEVERS_OFF=conv_group launches them one by one).
 #pragma once
 #include <cuda_runtime.h>
 
@@ -23,6 +28,41 @@
 #include <cstdint>
 
 namespace stateflow {
+
+constexpr int kMaxConvGroup = 4;
+
+// One conv of a forward group: its tensors (as short_conv_forward_cuda's) and width.
+template <class A>
+struct ShortConvForward {
+  const A* x;
+  const A* prefix;
+  const float* w;
+  A* y;
+  A* prefix_out;
+  int64_t ch;
+};
+
+// One conv of a backward group: its tensors and workspace (as short_conv_backward_cuda's).
+template <class A>
+struct ShortConvBackward {
+  const A* x;
+  const A* prefix;
+  const float* w;
+  const A* dy;
+  const float* dprefix_out;
+  A* dx;
+  float* dprefix_in;
+  float* dw;
+  int64_t ch;
+  void* workspace;  // short_conv_backward_workspace_bytes(batch, len, ch, K)
+};
+
+template <class A>
+void short_conv_forward_group_cuda(const ShortConvForward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
+                                   cudaStream_t stream);
+template <class A>
+void short_conv_backward_group_cuda(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
+                                    cudaStream_t stream);
 
 template <class A>
 void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, A* prefix_out, int64_t batch,

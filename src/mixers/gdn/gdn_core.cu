@@ -32,6 +32,7 @@ namespace {
 
 using cuda::bf;
 using cuda::bf16;
+using cuda::AFrags;
 using cuda::Frag;
 using cuda::Lay;
 using cuda::mma_acc;
@@ -544,6 +545,306 @@ __global__ void __launch_bounds__(256) st_backward_kernel(Args a) {
 }
 
 // ---------------------------------------------------------------------------------------
+// Row sweeps: a warp keeps 16 value rows of the state (fp32) in its registers for the whole
+// sequence, either all 128 key columns (KS = 1) or one half of them (KS = 2, two warps per
+// rows), and does the step's products itself with the operands one product hands the next in
+// registers (accumulator -> A fragment): the state's bf16 rounding is the A operand of
+// V_new^T = U^T - S W^T, and V_new^T (scaled by e) that of S <- gamma_L S + V_new^T K. With
+// KS = 2 the two warps of a row group add their halves of S W^T through shared memory (a
+// barrier of the pair; each adds them in the same order, so both hold the same V_new). The
+// RG x KS warps of a block own 16 RG consecutive rows of one (batch, head) and share its W, K
+// (and Q) tiles, loaded once per block (cp.async, STAGES - 1 sub-chunks ahead): one block
+// barrier per step. Same products and roundings as the tile sweeps, in the transposed
+// orientation; the KS = 2 halves add S W^T in another order.
+// ---------------------------------------------------------------------------------------
+constexpr int RW = 16;  // value rows per warp
+
+template <int RG, int KS, int STAGES, bool REVERSE>
+struct RowSmem {
+  static constexpr int BV = RG * RW, NWB = RG * KS;
+  static constexpr int tk = Tile<C, DK>::bytes, tv = Tile<C, BV>::bytes;
+  // forward: W, K, U; reverse: K, W, Q, dO, dV_new_local (STAGES buffers of each)
+  static constexpr int K = 0, W = K + STAGES * tk, Q = W + STAGES * tk;
+  static constexpr int V = (REVERSE ? Q + STAGES * tk : Q);  // U, or dO then dV_new_local
+  static constexpr int V2 = V + STAGES * tv;  // reverse only
+  static constexpr int G = (REVERSE ? V2 : V) + STAGES * tv;
+  static constexpr int out = G + STAGES * C * 4;  // per warp: what it writes, staged for 16-byte stores
+  static constexpr int xch = out + NWB * Tile<RW, DK>::bytes;  // per warp: its half of S W^T (KS = 2)
+  static constexpr int bytes = xch + (KS > 1 ? NWB * RW * C * 4 : 0);
+};
+static_assert(Tile<C, RW>::bytes <= Tile<RW, DK>::bytes, "a warp's staging area holds its state rows or its 64 x 16 values");
+
+// Pipeline depth of the row sweeps: three sub-chunks in flight where shared memory allows.
+constexpr int kMaxSmem = 227 * 1024;
+template <int RG, int KS, bool REVERSE>
+__host__ __device__ constexpr int row_stages() {
+  return RowSmem<RG, KS, 3, REVERSE>::bytes <= kMaxSmem ? 3 : 2;
+}
+
+// A warp's bf16 16 x KW state rows (A fragments) to rows [0, 16), columns [0, KW) of a
+// [DV][DK] matrix g, through its staging area (stmatrix, then 16-byte stores of whole rows).
+template <int KW>
+__device__ void store_state_rows(const AFrags<KW>& s, char* stage, bf16* g) {
+  constexpr int CR = KW / 8;  // 16-byte chunks per row
+  const auto st = tile_at<Tile<RW, DK>>(stage, 0);
+#pragma unroll
+  for (int kb = 0; kb < KW / 16; ++kb) cuda::store_a<Lay::Row>(s[kb], st, 0, 16 * kb);
+  __syncwarp();
+  const int l = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < RW * CR / 32; ++i) {
+    const int r = l / CR + (32 / CR) * i, c = (l % CR) * 8;
+    *reinterpret_cast<uint4*>(g + r * DK + c) = *reinterpret_cast<const uint4*>(st.at(r, c));
+  }
+  __syncwarp();
+}
+
+// Token rows [j0, j0 + C / KS) of a warp's 16 x 64 fp32 accumulator f (f(i, j): value row i,
+// token j) rounded to bf16, to the [token][DV] rows g[j * DV + i], i < 16, through its staging
+// area (stmatrix.trans).
+template <int KS>
+__device__ void store_token_major(const Frag<RW, C>& f, int j0, char* stage, bf16* g) {
+  const auto st = tile_at<Tile<C, RW>>(stage, 0);
+  AFrags<C> a;
+  cuda::acc_to_a(f, a);
+#pragma unroll
+  for (int kb = 0; kb < C / 16; ++kb)  // a constant index into a: a run-time one would move it to local memory
+    if (16 * kb >= j0 && 16 * kb < j0 + C / KS) cuda::store_a<Lay::Col>(a[kb], st, 0, 16 * kb);
+  __syncwarp();
+  const int l = threadIdx.x & 31;
+#pragma unroll
+  for (int i = 0; i < C / KS * 2 / 32; ++i) {
+    const int r = j0 + (l >> 1) + 16 * i, c = (l & 1) * 8;
+    *reinterpret_cast<uint4*>(g + r * DV + c) = *reinterpret_cast<const uint4*>(st.at(r, c));
+  }
+  __syncwarp();
+}
+
+// KS = 2: the pair's sum of a 16 x 64 accumulator, first half's term first in both warps.
+template <int KS>
+__device__ void add_pair(Frag<RW, C>& f, int kh, float4* mine, const float4* theirs, int bar) {
+  if constexpr (KS > 1) {
+    const int l = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < C / 8; ++j) mine[j * 32 + l] = make_float4(f.x[0][j][0], f.x[0][j][1], f.x[0][j][2], f.x[0][j][3]);
+    cuda::group_sync(bar, 64);
+#pragma unroll
+    for (int j = 0; j < C / 8; ++j) {
+      const float4 o = theirs[j * 32 + l];
+      const float ov[4] = {o.x, o.y, o.z, o.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f.x[0][j][e] = kh == 0 ? f.x[0][j][e] + ov[e] : ov[e] + f.x[0][j][e];
+    }
+  }
+}
+
+// Per-token factors for the token columns j = 8 n + 2 (lane % 4) + p this lane holds in a
+// 16 x 64 accumulator: e_j = exp(G_L - G_j), and (reverse sweep) s gamma_j = s exp(G_j).
+__device__ void lane_decays(const float* G, float (&e)[C / 8][2]) {
+  const int c = 2 * (threadIdx.x & 3);
+  const float GL = G[C - 1];
+#pragma unroll
+  for (int n = 0; n < C / 8; ++n) e[n][0] = expf(GL - G[8 * n + c]), e[n][1] = expf(GL - G[8 * n + c + 1]);
+}
+__device__ void lane_gammas(const float* G, float s, float (&f)[C / 8][2]) {
+  const int c = 2 * (threadIdx.x & 3);
+#pragma unroll
+  for (int n = 0; n < C / 8; ++n) f[n][0] = s * expf(G[8 * n + c]), f[n][1] = s * expf(G[8 * n + c + 1]);
+}
+
+// 64 fp32 values (a sub-chunk's G) by the block's first 16 threads; zeros when !live.
+__device__ void copy_g_async(float* s, const float* g, int tid, bool live) {
+  if (tid < C / 4) cuda::cp_async16(s + 4 * tid, live ? g + 4 * tid : g, live);
+}
+
+// The rows a row-sweep warp owns: value rows v0.. (16), key columns k0.. (DK / KS).
+template <int RG, int KS>
+struct RowWarp {
+  int warp, kh, k0, v0;  // v0 relative to the block's first row
+  __device__ RowWarp() : warp(threadIdx.x >> 5), kh(warp % KS), k0(kh * (DK / KS)), v0((warp / KS) * RW) {}
+  __device__ int pair_bar() const { return 1 + warp / KS; }  // named barrier of the pair (ids 1..RG)
+};
+
+// Forward sweep over every sub-chunk of (b, h), rows [row0, row0 + 16 RG): from `from` (the
+// block's rows of S_in, or zero when null), the final rows to `to` when non-null, V_new and
+// the sub-chunk snapshots Hs to the workspace.
+template <int RG, int KS, int STAGES>
+__device__ void row_forward_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
+  using S = RowSmem<RG, KS, STAGES, false>;
+  constexpr int NT = S::NWB * 32, BV = S::BV, KW = DK / KS;
+  const int tid = threadIdx.x;
+  const RowWarp<RG, KS> w;
+  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * S::tk); };
+  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * S::tk); };
+  auto Ut = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V + s * S::tv); };
+  auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
+  char* stage = sm + S::out + w.warp * Tile<RW, DK>::bytes;
+  float4* xch = reinterpret_cast<float4*>(sm + S::xch) + w.warp * (RW * C / 4);
+  const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
+  const cuda::TileCopy<NT, Tile<C, BV>> copy_u(tid);
+
+  Frag<RW, KW> st;  // state rows row0 + v0.., key columns k0..
+  if (from) st.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
+  else st.fill(0.f);
+  // Sub-chunk n into buffer s; past the last sub-chunk the copies are zero-fills (no branch,
+  // so the step is one block of straight-line code the compiler can schedule as a whole).
+  auto issue = [&](int n, int s) {
+    const bool live = n < a.NS;
+    n = min(n, a.NS - 1);
+    const int t0 = n * C;
+    const int64_t ws0 = a.ws_row(b, h, n);
+    copy_rows(Wt(s), a.W + ws0 * DK, DK, live ? C : 0);
+    copy_rows(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, live ? min(C, a.T - t0) : 0);
+    copy_u(Ut(s), a.U + ws0 * DV + row0, DV, live ? C : 0);
+    copy_g_async(Gt(s), a.G + ws0, tid, live);
+  };
+  for (int i = 0; i < STAGES - 1; ++i) {
+    issue(i, i);
+    cuda::cp_async_commit();
+  }
+  for (int n = 0; n < a.NS; ++n) {
+    const int s = n % STAGES;
+    cuda::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled next
+    issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
+    AFrags<KW> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
+    cuda::acc_to_a(st, sa);
+    Frag<RW, C> vn;  // V_new^T: value rows, token columns
+    vn.fill(0.f);
+    cuda::mma_regs_acc<KW, Lay::Col>(vn, sa, Wt(s), 0, w.k0);
+    store_state_rows<KW>(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
+    add_pair<KS>(vn, w.kh, xch, xch + (1 - 2 * w.kh) * (RW * C / 4), w.pair_bar());
+    Frag<RW, C> u;
+    cuda::load_transposed(u, Ut(s), w.v0);
+    vn.each([&](int r, int c, float& x) { x = u.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] - x; });
+    store_token_major<KS>(vn, w.kh * (C / KS), stage, a.Vn + a.ws_row(b, h, n) * DV + row0 + w.v0);
+    const float* G = Gt(s);
+    float e[C / 8][2];
+    lane_decays(G, e);
+    vn.each([&](int, int c, float& x) { x *= e[c >> 3][c & 1]; });
+    AFrags<C> va;
+    cuda::acc_to_a(vn, va);
+    const float gl = expf(G[C - 1]);
+    st.each([&](int, int, float& x) { x *= gl; });
+    cuda::mma_regs_acc<C, Lay::Row>(st, va, Kt(s), w.k0);
+  }
+  if (to) st.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
+}
+
+// Reverse sweep (B3) over every sub-chunk of (b, h), last first, rows [row0, row0 + 16 RG) of
+// the gradient: from `from` (the block's rows of dS_out, or zero when null) to `to` (dS_in);
+// writes dV_new over dV_new_local and the snapshots dHs.
+template <int RG, int KS, int STAGES>
+__device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
+  using S = RowSmem<RG, KS, STAGES, true>;
+  constexpr int NT = S::NWB * 32, BV = S::BV, KW = DK / KS;
+  const int tid = threadIdx.x;
+  const RowWarp<RG, KS> w;
+  auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * S::tk); };
+  auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * S::tk); };
+  auto Qt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::Q + s * S::tk); };
+  auto dOt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V + s * S::tv); };
+  auto dVlt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V2 + s * S::tv); };
+  auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
+  char* stage = sm + S::out + w.warp * Tile<RW, DK>::bytes;
+  float4* xch = reinterpret_cast<float4*>(sm + S::xch) + w.warp * (RW * C / 4);
+  const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
+  const cuda::TileCopy<NT, Tile<C, BV>> copy_v(tid);
+
+  Frag<RW, KW> ds;
+  if (from) ds.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
+  else ds.fill(0.f);
+  auto issue = [&](int n, int s) {  // zero-fills for n < 0, as the forward's past its end
+    const bool live = n >= 0;
+    n = max(n, 0);
+    const int t0 = n * C, nv = live ? min(C, a.T - t0) : 0;
+    const int64_t ws0 = a.ws_row(b, h, n), r0 = a.tok(b, t0, h);
+    copy_rows(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv);
+    copy_rows(Wt(s), a.W + ws0 * DK, DK, live ? C : 0);
+    copy_rows(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv);
+    copy_v(dOt(s), a.dO + r0 * DV + row0, int64_t(a.H) * DV, nv);
+    copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, live ? C : 0);
+    copy_g_async(Gt(s), a.G + ws0, tid, live);
+  };
+  for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
+    issue(a.NS - 1 - i, i);
+    cuda::cp_async_commit();
+  }
+  for (int i = 0; i < a.NS; ++i) {
+    const int n = a.NS - 1 - i, s = i % STAGES;
+    cuda::cp_async_wait<STAGES - 2>();
+    __syncthreads();
+    issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
+    const float* G = Gt(s);
+    AFrags<KW> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
+    cuda::acc_to_a(ds, da);
+    Frag<RW, C> dvn;  // (K dSe^T)^T: value rows, token columns
+    dvn.fill(0.f);
+    cuda::mma_regs_acc<KW, Lay::Col>(dvn, da, Kt(s), 0, w.k0);
+    store_state_rows<KW>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
+    // The part of the update that does not need this sub-chunk's dV_new: gamma_L dS + s (diag(gamma) dO)^T Q.
+    float f[C / 8][2];
+    lane_gammas(G, a.scale, f);
+    AFrags<C> og;  // (s gamma_j dO_j)^T rounded to bf16, as the tile sweep rounds it
+#pragma unroll
+    for (int kb = 0; kb < C / 16; ++kb) {
+      cuda::load_a<Lay::Col>(og[kb], dOt(s), w.v0, 16 * kb);
+#pragma unroll
+      for (int hh = 0; hh < 4; ++hh) {  // register hh holds token columns 16 kb + 8 (hh / 2) + 2 (lane % 4) + {0, 1}
+        const float2 x = cuda::unpack2(og[kb][hh]);
+        const float* fj = f[2 * kb + (hh >> 1)];
+        og[kb][hh] = cuda::pack2(fj[0] * x.x, fj[1] * x.y);
+      }
+    }
+    const float gl = expf(G[C - 1]);
+    ds.each([&](int, int, float& x) { x *= gl; });
+    cuda::mma_regs_acc<C, Lay::Row>(ds, og, Qt(s), w.k0);
+    add_pair<KS>(dvn, w.kh, xch, xch + (1 - 2 * w.kh) * (RW * C / 4), w.pair_bar());
+    Frag<RW, C> dl;
+    cuda::load_transposed(dl, dVlt(s), w.v0);
+    float e[C / 8][2];
+    lane_decays(G, e);
+    dvn.each([&](int r, int c, float& x) { x = dl.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] + e[c >> 3][c & 1] * x; });
+    store_token_major<KS>(dvn, w.kh * (C / KS), stage, a.dVn + a.ws_row(b, h, n) * DV + row0 + w.v0);
+    dvn.each([&](int, int, float& x) { x = -x; });
+    AFrags<C> nd;
+    cuda::acc_to_a(dvn, nd);
+    cuda::mma_regs_acc<C, Lay::Row>(ds, nd, Wt(s), w.k0);
+  }
+  if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
+}
+
+// Forward ST: grid (DV / (16 RG), H, B), RG x KS warps.
+template <int RG, int KS>
+__global__ void __launch_bounds__(RG * KS * 32) row_forward_kernel(Args a) {
+  extern __shared__ __align__(128) char sm[];
+  const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
+  row_forward_sweep<RG, KS, row_stages<RG, KS, false>()>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr,
+                                                    a.S_out ? a.S_out + tile : nullptr, sm);
+}
+
+// B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
+// with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
+// SMs of their own, beside the reverse sweeps.
+template <int RG, int KS>
+__global__ void __launch_bounds__(RG * KS * 32) row_backward_kernel(Args a, bool recompute) {
+  extern __shared__ __align__(128) char sm[];
+  constexpr int tiles = DV / (RG * RW);
+  const int b = blockIdx.z, h = blockIdx.y, x = blockIdx.x;
+  const bool forward = recompute && x < tiles;
+  const int row0 = (forward || !recompute ? x : x - tiles) * RG * RW;
+  const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
+  if (forward)
+    row_forward_sweep<RG, KS, row_stages<RG, KS, false>()>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr, nullptr, sm);
+  else
+    row_reverse_sweep<RG, KS, row_stages<RG, KS, true>()>(a, b, h, row0, a.dS_out ? a.dS_out + tile : nullptr,
+                                                     a.dS_in + tile, sm);
+}
+
+// ---------------------------------------------------------------------------------------
 // Split core: each (batch, head)'s sub-chunks are cut into NP pieces of SP sub-chunks that are
 // swept in parallel. A sub-chunk maps the state as S <- S M_n + B_n (M_n = gamma_L I - W^T
 // diag(e) K, B_n = U^T diag(e) K), so a piece maps it as S <- S A_p + U_p with A_p the product
@@ -963,6 +1264,17 @@ int piece_len_of(const GdnCudaConfig& cfg) {
   return len;
 }
 
+// The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.
+int sweep_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.sweep >= GdnCudaConfig::kDefaultSweep && cfg.sweep <= GdnCudaConfig::kTileSweeps,
+           "GDN CUDA core: sweep must be kDefaultSweep, kRowSweeps or kTileSweeps, got ", cfg.sweep);
+  SF_CHECK(cfg.sweep_warps == 0 || cfg.sweep_warps == 2 || cfg.sweep_warps == 4 || cfg.sweep_warps == 8,
+           "GDN CUDA core: sweep_warps must be 2, 4 or 8 (or 0 for automatic), got ", cfg.sweep_warps);
+  SF_CHECK(cfg.sweep_key_split >= 0 && cfg.sweep_key_split <= 2,
+           "GDN CUDA core: sweep_key_split must be 1 or 2 (or 0 for automatic), got ", cfg.sweep_key_split);
+  return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
+}
+
 bool is_split(const GdnCudaConfig& cfg) { return piece_len_of(cfg) != GdnCudaConfig::kUnsplit; }
 
 int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
@@ -1008,6 +1320,7 @@ void check_dims(const GdnDims& d) {
 Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   SF_CHECK(workspace != nullptr,
            "GDN CUDA core: workspace is null; allocate gdn_cuda_workspace_bytes(dims, config) bytes");
+  sweep_of(cfg);  // refuses a bad sweep setting before anything runs
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1081,6 +1394,34 @@ int pick_piece_tile(int requested) {
   return requested ? requested : 64;
 }
 
+// Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed.
+template <int RG, int KS>
+void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+  constexpr int tiles = DV / (RG * RW), threads = RG * KS * 32;
+  constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes;
+  constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes;
+  if (!reverse) return launch(row_forward_kernel<RG, KS>, dim3(tiles, a.H, a.B), threads, fwd_smem, stream, a);
+  launch(row_backward_kernel<RG, KS>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), threads,
+         recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem, stream, a, recompute);
+}
+
+// warps: per block; key_split: warps per 16 state rows; 0 takes the defaults, the fastest
+// measured at batch 1 x 16 heads (docs/benchmarks.md): split keys, 2 warps per block (one
+// row group: 128 blocks), 4 for the backward that re-runs the forward sweep beside its own
+// (its 2 x 64 blocks fit on the GPU at once; 2 x 128 do not).
+void row_sweeps(int warps, int key_split, bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+  if (key_split == 0) key_split = 2;
+  if (warps == 0) warps = reverse && recompute && key_split == 2 ? 4 : 2;
+  switch (key_split * 100 + warps) {
+    case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
+    case 104: return row_sweeps<4, 1>(reverse, recompute, a, stream);
+    case 108: return row_sweeps<8, 1>(reverse, recompute, a, stream);
+    case 202: return row_sweeps<1, 2>(reverse, recompute, a, stream);
+    case 204: return row_sweeps<2, 2>(reverse, recompute, a, stream);
+    case 208: return row_sweeps<4, 2>(reverse, recompute, a, stream);
+  }
+}
+
 // Split core, forward sweeps (steps 1-3 above); S_out (when a.S_out) comes from the fold.
 template <int BV>
 void split_forward_sweeps(const Args& a, cudaStream_t stream) {
@@ -1127,6 +1468,13 @@ int gdn_cuda_default_piece_len() {
   return int(len);
 }
 
+int gdn_cuda_default_sweep() {
+  const char* env = std::getenv("STATEFLOW_GDN_SWEEP");
+  if (env == nullptr || std::strcmp(env, "rows") == 0) return GdnCudaConfig::kRowSweeps;
+  SF_CHECK(std::strcmp(env, "tiles") == 0, "STATEFLOW_GDN_SWEEP must be rows (the default) or tiles, got '", env, "'");
+  return GdnCudaConfig::kTileSweeps;
+}
+
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {
   return is_split(cfg) ? sub_chunks_per_piece(d, cfg) * C : 0;
 }
@@ -1148,6 +1496,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, cfg.sweep_key_split, false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -1182,7 +1531,9 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
       split_sweeps(false, tile, fwd, stream);
     }
     split_sweeps(true, tile, a, stream);
-  } else if (cfg.saved_forward)
+  } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
+    row_sweeps(cfg.sweep_warps, cfg.sweep_key_split, true, !cfg.saved_forward, a, stream);
+  else if (cfg.saved_forward)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);

@@ -17,12 +17,14 @@
 //
 // Stages (one kernel each):
 //   forward:  Pre (parallel over sub-chunks: G, T = (I+A)^-1, W, U)
-//             ST  (sequential over sub-chunks, parallel over batch x heads x dv/BV tiles)
+//             ST  (sequential over sub-chunks, parallel over batch x heads x dv row tiles;
+//                  GdnCudaConfig::sweep picks row sweeps, the default, or tile sweeps)
 //             Out (parallel over sub-chunks)
 //   backward: B1  Pre again (skipped when saved_forward)
 //             B2  dV_new_local = P^T dO (parallel)
-//             B3  the reverse dS sweep (sequential like ST); when nothing was kept a second
-//                 warpgroup per block re-runs the forward sweep (B1') beside it
+//             B3  the reverse dS sweep (sequential like ST); when nothing was kept the forward
+//                 sweep (B1') runs again beside it (row sweeps: in blocks of its own; tile
+//                 sweeps: a second warpgroup of each block)
 //             B4  all remaining gradients (parallel)
 // Split core (GdnCudaConfig::piece_len or STATEFLOW_GDN_PIECE_LEN; off by default): ST and B3
 // cut each sequence into pieces of piece_len tokens swept in parallel from a zero state, plus each
@@ -51,8 +53,22 @@
 namespace stateflow {
 
 struct GdnCudaConfig {
-  // Width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the widest tile
-  // that still gives at least one block per SM. The backward sweeps use BV = 16.
+  // The unsplit core's sequential sweeps (ST, B1', B3). kRowSweeps: each warp keeps 16 rows
+  // of the state (or half their columns) in registers for the whole sequence and a step needs
+  // one block barrier;
+  // kTileSweeps: the earlier sweeps (8 warps share a 16..64-row tile, three barriers a step),
+  // kept for comparison. Both give the same results up to rounding. kDefaultSweep takes
+  // STATEFLOW_GDN_SWEEP ("rows" or "tiles"; rows when unset).
+  enum Sweep { kDefaultSweep = 0, kRowSweeps = 1, kTileSweeps = 2 };
+  int sweep = kDefaultSweep;
+  // Row sweeps: warps per 16 state rows, each keeping DK / sweep_key_split key columns (1 or 2;
+  // 0 = 2), and warps per block (2, 4 or 8; 0 = 2, or 4 for a backward that recomputes the
+  // forward with split keys); a block owns consecutive rows of one (batch, head) and loads its
+  // streamed tiles once for all its warps.
+  int sweep_key_split = 0;
+  int sweep_warps = 0;
+  // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
+  // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
   int value_tile = 0;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
@@ -76,6 +92,10 @@ size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg = {})
 // What piece_len = 0 means: the environment variable STATEFLOW_GDN_PIECE_LEN, "off" (kUnsplit,
 // also when unset) or tokens per piece dividing 2048 (anything else is an error naming it).
 int gdn_cuda_default_piece_len();
+// What sweep = kDefaultSweep means: STATEFLOW_GDN_SWEEP, "rows" (kRowSweeps, also when unset) or
+// "tiles" (kTileSweeps); anything else is an error naming it.
+int gdn_cuda_default_sweep();
+
 // The piece length a call with these dims and config uses (0 when not split).
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});
 

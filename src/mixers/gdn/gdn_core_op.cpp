@@ -55,10 +55,14 @@ void reference_backward(const OpShape& s, DType, OpHost& h) {
 #ifdef STATEFLOW_HAVE_CUDA
 using bf16 = __nv_bfloat16;
 
-// The shape's kernel settings: value_tile, and piece_len / piece_tile of the split core
-// (piece_len 0: STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit).
+// The shape's kernel settings: sweep (0: STATEFLOW_GDN_SWEEP, default rows; 1 rows; 2 tiles),
+// sweep_key_split, sweep_warps, value_tile, and piece_len / piece_tile of the split core (piece_len 0:
+// STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit).
 GdnCudaConfig config_of(const OpShape& s, bool saved_forward = false) {
   GdnCudaConfig cfg;
+  cfg.sweep = int(s["sweep"]);
+  cfg.sweep_key_split = int(s["sweep_key_split"]);
+  cfg.sweep_warps = int(s["sweep_warps"]);
   cfg.value_tile = int(s["value_tile"]);
   cfg.piece_len = int(s["piece_len"]);
   cfg.piece_tile = int(s["piece_tile"]);
@@ -86,16 +90,20 @@ OpDef make_gdn_core_op() {
   op.label = "gdn core";
   op.bench = "gdn_core_bench";
   op.acts = {DType::BF16};  // the kernel's storage is fixed: bf16 vectors, fp32 scalars and states
-  // Short last sub-chunks (150 = 2 x 64 + 22, 200 = 3 x 64 + 8), a fixed and the automatic value
-  // tile, and the split core with pieces of 64 and 128 tokens (the last one short).
-  op.test_shapes = {
-      {{{"batch", 1}, {"len", 150}, {"heads", 2}, {"value_tile", 16}, {"piece_len", -1}, {"piece_tile", 0}}},
-      {{{"batch", 2}, {"len", 200}, {"heads", 3}, {"value_tile", 0}, {"piece_len", -1}, {"piece_tile", 0}}},
-      {{{"batch", 2}, {"len", 200}, {"heads", 3}, {"value_tile", 0}, {"piece_len", 64}, {"piece_tile", 32}}},
-      {{{"batch", 1}, {"len", 333}, {"heads", 2}, {"value_tile", 0}, {"piece_len", 128}, {"piece_tile", 128}}}};
-  op.bench_shapes = [](const BenchSizes& b) {
-    return std::vector<OpShape>{{{{"batch", b.batch}, {"len", b.tokens}, {"heads", b.heads}, {"value_tile", 0},
-                                  {"piece_len", 0}, {"piece_tile", 0}}}};
+  // Short last sub-chunks (150 = 2 x 64 + 22, 200 = 3 x 64 + 8): the row sweeps with whole and
+  // with split key columns, the tile sweeps with a fixed and the automatic value tile, and the
+  // split core with pieces of 64 and 128 tokens (the last one short).
+  auto shape = [](int64_t batch, int64_t len, int64_t heads, int64_t sweep, int64_t key_split, int64_t value_tile,
+                  int64_t piece_len, int64_t piece_tile) {
+    return OpShape{{{"batch", batch}, {"len", len}, {"heads", heads}, {"sweep", sweep},
+                    {"sweep_key_split", key_split}, {"sweep_warps", 0}, {"value_tile", value_tile},
+                    {"piece_len", piece_len}, {"piece_tile", piece_tile}}};
+  };
+  op.test_shapes = {shape(1, 150, 2, 1, 1, 0, -1, 0),  shape(2, 200, 3, 1, 2, 0, -1, 0),
+                    shape(1, 150, 2, 2, 0, 16, -1, 0), shape(2, 200, 3, 2, 0, 0, -1, 0),
+                    shape(2, 200, 3, 0, 0, 0, 64, 32), shape(1, 333, 2, 0, 0, 0, 128, 128)};
+  op.bench_shapes = [shape](const BenchSizes& b) {
+    return std::vector<OpShape>{shape(b.batch, b.tokens, b.heads, 0, 0, 0, 0, 0)};
   };
   op.arrays = [](const OpShape& s) {
     const int64_t nt = int64_t(head_tokens(s)), nk = int64_t(vectors(s)), ns = int64_t(states(s));

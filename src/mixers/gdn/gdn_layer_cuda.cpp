@@ -82,13 +82,15 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   Tensor qc = bf16_out({rows, HK}), kc = bf16_out({rows, HK});
   s->v = bf16_out({rows, HV});
   auto conv = [&](const Tensor& in, int i, const Param& w, const Tensor& out, int64_t ch) {
-    short_conv_forward_cuda<bf16>(bf16_ptr(in), bf16_or_null(state_at(state_in, i)), f32_ptr(w.value), bf16_ptr(out),
-                                  bf16_ptr(state_out[i]), B, L, ch, K_, st);
+    return ShortConvForward<bf16>{bf16_ptr(in), bf16_or_null(state_at(state_in, i)), f32_ptr(w.value),
+                                  bf16_ptr(out), bf16_ptr(state_out[i]), ch};
   };
   {
     OpScope part("gdn.conv");
-    conv(s->qp, kPrefixQ, conv_q_, qc, HK), conv(s->kp, kPrefixK, conv_k_, kc, HK);
-    conv(s->vp, kPrefixV, conv_v_, s->v, HV);
+    const ShortConvForward<bf16> convs[] = {conv(s->qp, kPrefixQ, conv_q_, qc, HK),
+                                            conv(s->kp, kPrefixK, conv_k_, kc, HK),
+                                            conv(s->vp, kPrefixV, conv_v_, s->v, HV)};
+    short_conv_forward_group_cuda<bf16>(convs, 3, B, L, K_, st);
   }
 
   s->q = bf16_out({rows, HK}), s->k = bf16_out({rows, HK});
@@ -210,17 +212,20 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
   }
   Tensor dqp = bf16_out({rows, HK}), dkp = bf16_out({rows, HK}), dvp = bf16_out({rows, HV});
-  auto conv_back = [&](const Tensor& in, int i, Param& w, const Tensor& dconv, const Tensor& dinput, int64_t ch) {
-    DeviceBuffer ws = cuda_scratch(short_conv_backward_workspace_bytes(B, L, ch, K_));
-    short_conv_backward_cuda<bf16>(bf16_ptr(in), bf16_or_null(state_at(s.state_in, i)), f32_ptr(w.value),
-                                   bf16_ptr(dconv), f32_or_null(state_at(dstate_out, i)), bf16_ptr(dinput),
-                                   f32_ptr(dstate_in[i]), f32_ptr(w.grad), B, L, ch, K_, ws.get(), st);
-  };
   {
     OpScope part("gdn.conv");
-    conv_back(s.qp, kPrefixQ, conv_q_, dqc, dqp, HK);
-    conv_back(s.kp, kPrefixK, conv_k_, dkc, dkp, HK);
-    conv_back(s.vp, kPrefixV, conv_v_, dv, dvp, HV);
+    const size_t ws_q = short_conv_backward_workspace_bytes(B, L, HK, K_);
+    DeviceBuffer ws = cuda_scratch(2 * ws_q + short_conv_backward_workspace_bytes(B, L, HV, K_));
+    auto conv_back = [&](const Tensor& in, int i, Param& w, const Tensor& dconv, const Tensor& dinput, int64_t ch,
+                         size_t ws_at) {
+      return ShortConvBackward<bf16>{bf16_ptr(in), bf16_or_null(state_at(s.state_in, i)), f32_ptr(w.value),
+                                     bf16_ptr(dconv), f32_or_null(state_at(dstate_out, i)), bf16_ptr(dinput),
+                                     f32_ptr(dstate_in[i]), f32_ptr(w.grad), ch, ws.get<char>() + ws_at};
+    };
+    const ShortConvBackward<bf16> convs[] = {conv_back(s.qp, kPrefixQ, conv_q_, dqc, dqp, HK, 0),
+                                             conv_back(s.kp, kPrefixK, conv_k_, dkc, dkp, HK, ws_q),
+                                             conv_back(s.vp, kPrefixV, conv_v_, dv, dvp, HV, 2 * ws_q)};
+    short_conv_backward_group_cuda<bf16>(convs, 3, B, L, K_, st);
   }
 
   // input projections

@@ -2,7 +2,8 @@
 // (mixers/gdn/gdn_core_op.cpp; the op test, tests/cuda/test_op_defs_cuda.cpp, checks each
 // pass against the float64 recurrence, the split core's too): splits at multiples of C
 // (unsplit core) or of the piece length (split core) are bitwise neutral, other splits stay
-// within 2x the unsplit error, null states mean zero, every value and piece tile agrees, the
+// within 2x the unsplit error, null states mean zero, every value and piece tile and every row
+// sweep block agrees, the row sweeps match the float64 recurrence like the tile sweeps, the
 // split core matches the float64 recurrence at extreme decays, the backward from the saved
 // forward equals the recompute, and every call is bitwise repeatable. Skips when no GPU is present.
 #include <cuda_bf16.h>
@@ -13,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -89,11 +91,21 @@ struct RunOptions {
   GdnCudaConfig cfg;
 };
 
-RunOptions unsplit() {
+RunOptions unsplit(int sweep = GdnCudaConfig::kDefaultSweep, int key_split = 0, int sweep_warps = 0) {
   RunOptions opt;
   opt.cfg.piece_len = GdnCudaConfig::kUnsplit;
+  opt.cfg.sweep = sweep, opt.cfg.sweep_key_split = key_split, opt.cfg.sweep_warps = sweep_warps;
   return opt;
 }
+
+// The unsplit core's sweeps, by name for traces (row sweeps: whole and split key columns).
+struct SweepCase {
+  const char* name;
+  int sweep, key_split;
+};
+const std::vector<SweepCase> kSweeps = {{"row sweeps", GdnCudaConfig::kRowSweeps, 1},
+                                        {"row sweeps, split keys", GdnCudaConfig::kRowSweeps, 2},
+                                        {"tile sweeps", GdnCudaConfig::kTileSweeps, 0}};
 
 RunOptions pieces_of(int len, int tile = 0) {
   RunOptions opt;
@@ -135,26 +147,35 @@ double tolerance(const std::string& name) {
   return op_named("gdn_core").array(shape_of({}), name).tolerance.at(DType::BF16);
 }
 
-TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryValueTileAgrees) {
+// Null states mean zero; the tile sweeps give the same bits for every value tile and the row
+// sweeps for every number of warps per block (each row's arithmetic is the same).
+TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryTilingAgrees) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   Problem p = make_problem(rng, 1, 150, 2);
-  RunOptions null_opt = unsplit();
-  null_opt.with_S_in = null_opt.with_dS_out = false;
-  const Gpu null_states = run_gpu(p, null_opt);
-  std::fill(p.S_in.begin(), p.S_in.end(), 0.0);
-  std::fill(p.dS_out.begin(), p.dS_out.end(), 0.0);
-  const Ref ref = reference(p);
-  for (int bv : {16, 32, 64}) {
-    RunOptions opt = unsplit();
-    opt.cfg.value_tile = bv;
-    const Gpu gpu = run_gpu(p, opt);
-    EXPECT_TRUE(bitwise_equal(gpu.raw_o, null_states.raw_o)) << "value tile " << bv;
-    for (auto [name, err] : errors(gpu, ref)) EXPECT_LE(err, tolerance(name)) << name << ", value tile " << bv;
+  Problem zero = p;
+  std::fill(zero.S_in.begin(), zero.S_in.end(), 0.0);
+  std::fill(zero.dS_out.begin(), zero.dS_out.end(), 0.0);
+  const Ref ref = reference(zero);
+  for (const SweepCase& sc : kSweeps) {
+    RunOptions null_opt = unsplit(sc.sweep, sc.key_split);
+    null_opt.with_S_in = null_opt.with_dS_out = false;
+    const Gpu null_states = run_gpu(p, null_opt);
+    for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", " << sc.name;
+    const bool rows = sc.sweep == GdnCudaConfig::kRowSweeps;
+    for (int tiling : rows ? std::vector<int>{2, 4, 8} : std::vector<int>{16, 32, 64}) {
+      RunOptions opt = unsplit(sc.sweep, sc.key_split, rows ? tiling : 0);
+      if (!rows) opt.cfg.value_tile = tiling;
+      const Gpu gpu = run_gpu(zero, opt);
+      SCOPED_TRACE(std::string(sc.name) + (rows ? ", warps per block " : ", value tile ") + std::to_string(tiling));
+      EXPECT_TRUE(bitwise_equal(gpu.raw_o, null_states.raw_o) && bitwise_equal(gpu.S_out, null_states.S_out));
+      EXPECT_TRUE(bitwise_equal(gpu.raw_dq, null_states.raw_dq) && bitwise_equal(gpu.raw_dk, null_states.raw_dk) &&
+                  bitwise_equal(gpu.raw_dv, null_states.raw_dv) && bitwise_equal(gpu.dg, null_states.dg) &&
+                  bitwise_equal(gpu.dS_in, null_states.dS_in));
+    }
   }
-  for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", null states";
   RunOptions split_null = pieces_of(64);  // the split core's null states: 3 pieces
   split_null.with_S_in = split_null.with_dS_out = false;
   for (auto [name, err] : errors(run_gpu(p, split_null), ref)) EXPECT_LE(err, tolerance(name)) << name << ", split";
@@ -215,7 +236,11 @@ TEST(GdnCoreCuda, UnsplitCoreSplitAtMultiplesOfCIsBitwiseNeutral) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   const Problem p = make_problem(rng, 2, 300, 2);
-  expect_bitwise_equal(run_split(p, {128, 192}, unsplit()), run_gpu(p, unsplit()));
+  for (const SweepCase& sc : kSweeps) {
+    SCOPED_TRACE(sc.name);
+    const RunOptions opt = unsplit(sc.sweep, sc.key_split);
+    expect_bitwise_equal(run_split(p, {128, 192}, opt), run_gpu(p, opt));
+  }
 }
 
 // The split core with 128-token pieces (2 sub-chunks): a call cut at multiples of 128 repeats
@@ -338,16 +363,51 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
-  RunOptions saved;
-  saved.cfg.saved_forward = true;
-  const Gpu a = run_gpu(p), b = run_gpu(p, saved);
-  EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
-              bitwise_equal(a.raw_dv, b.raw_dv))
-      << "dq, dk, dv";
-  EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
-      << "dbeta, dg, dS_in";
   const Ref ref = reference(p);
-  for (auto [name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(name)) << name << ", saved forward";
+  for (const SweepCase& sc : kSweeps) {
+    SCOPED_TRACE(sc.name);
+    RunOptions saved = unsplit(sc.sweep, sc.key_split);
+    saved.cfg.saved_forward = true;
+    const Gpu a = run_gpu(p, unsplit(sc.sweep, sc.key_split)), b = run_gpu(p, saved);
+    EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
+                bitwise_equal(a.raw_dv, b.raw_dv))
+        << "dq, dk, dv";
+    EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
+        << "dbeta, dg, dS_in";
+    for (auto [name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(name)) << name << ", saved forward";
+  }
+}
+
+// The row sweeps against the float64 recurrence with the layer's decays, decays near 1 and
+// near 0, batch 2 x 1 and x 3 heads: held to the band and to within 2x the tile sweeps'
+// whole-tensor error.
+TEST(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (const std::string decay : {"layer", "near 1", "near 0"})
+    for (int64_t heads : {1, 3}) {
+      Problem p = make_problem(rng, 2, 331, heads);  // 5 sub-chunks + 11 tokens
+      for (double& g : p.g) {
+        if (decay == "near 1") g = double(float(-1e-3 * rng.uniform(0, 1)));
+        if (decay == "near 0") g = double(float(-20 * rng.uniform(0.5, 1)));
+      }
+      const Ref ref = reference(p);
+      const auto e_tiles = errors(run_gpu(p, unsplit(GdnCudaConfig::kTileSweeps)), ref, rms_rel_err<double, double>);
+      for (int key_split : {1, 2}) {
+        const Gpu rows = run_gpu(p, unsplit(GdnCudaConfig::kRowSweeps, key_split));
+        const auto e_max = errors(rows, ref), e = errors(rows, ref, rms_rel_err<double, double>);
+        for (size_t i = 0; i < e.size(); ++i) {
+          const std::string name = e[i].first;
+          SCOPED_TRACE("decay " + decay + ", heads " + std::to_string(heads) + ", key split " +
+                       std::to_string(key_split) + ", output " + name);
+          // As in the split core's test: with g ~ -20 dg is held to the 2x rule only.
+          if (!(decay == "near 0" && name == "dg")) EXPECT_LE(e_max[i].second, tolerance(name));
+          EXPECT_LE(e[i].second, 2 * e_tiles[i].second + 1e-6);
+        }
+      }
+    }
 }
 
 TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
@@ -360,6 +420,15 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   GdnCudaConfig cfg;
   cfg.piece_len = 100;  // not a multiple of 64
   EXPECT_THROW(gdn_cuda_workspace_bytes(d, cfg), Error);
+  for (auto [sweep, warps, key_split] : {std::tuple{3, 0, 0}, {int(GdnCudaConfig::kRowSweeps), 3, 0},
+                                         {int(GdnCudaConfig::kRowSweeps), 16, 0}, {int(GdnCudaConfig::kRowSweeps), 0, 4}}) {
+    GdnCudaConfig bad;
+    bad.sweep = sweep, bad.sweep_warps = warps, bad.sweep_key_split = key_split;
+    EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                        &bad, nullptr, bad),
+                 Error)
+        << "sweep " << sweep << ", warps " << warps << ", key split " << key_split;
+  }
 }
 
 // Sets an environment variable for one scope, restoring what was there.
@@ -377,7 +446,7 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-TEST(GdnCoreCuda, DefaultPieceLengthComesFromTheEnvironment) {
+TEST(GdnCoreCuda, DefaultPieceLengthAndSweepComeFromTheEnvironment) {
   const char* var = "STATEFLOW_GDN_PIECE_LEN";
   GdnDims d;
   d.len = 4096, d.heads = 2;
@@ -393,6 +462,14 @@ TEST(GdnCoreCuda, DefaultPieceLengthComesFromTheEnvironment) {
     GdnCudaConfig unsplit_cfg;
     unsplit_cfg.piece_len = GdnCudaConfig::kUnsplit;  // the config's own choice wins
     EXPECT_EQ(gdn_cuda_piece_len(d, unsplit_cfg), 0);
+  }
+  {
+    ScopedEnv env("STATEFLOW_GDN_SWEEP", "tiles");
+    EXPECT_EQ(gdn_cuda_default_sweep(), GdnCudaConfig::kTileSweeps);
+  }
+  for (const char* bad : {"tile", "ROWS", ""}) {
+    ScopedEnv env("STATEFLOW_GDN_SWEEP", bad);
+    EXPECT_THROW(gdn_cuda_default_sweep(), Error) << "accepted '" << bad << "'";
   }
   // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
   for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
