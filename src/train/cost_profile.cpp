@@ -248,11 +248,12 @@ nlohmann::json cost_model_json(const CostModel& c) {
 CostModel cost_model_from_json(const nlohmann::json& j, const std::string& where) {
   try {
     CostModel c;
-    for (const auto& [kind, p] : j.at("kinds").items()) {
+    for (const auto& item : j.at("kinds").items()) {
+      const nlohmann::json& p = item.value();  // a named reference: lambdas may not capture bindings
       const double stash = p.at("stash_bytes_per_token").get<double>();
       // Profiles written before working memory was measured have none.
       auto work = [&](const char* name) { return p.contains(name) ? work_from_json(p.at(name)) : WorkTerms{}; };
-      c.kinds[kind] = {terms_from_json(p.at("forward")), terms_from_json(p.at("backward")), stash,
+      c.kinds[item.key()] = {terms_from_json(p.at("forward")), terms_from_json(p.at("backward")), stash,
                        {{work("forward_work"), work("backward_work"), stash}}};
     }
     c.resident_bytes_per_parameter = j.at("resident_bytes_per_parameter").get<double>();
