@@ -1,7 +1,7 @@
 // The Mamba-3 mixer's config section, "mamba3" (docs/mamba3.md): {"heads", "head_dim",
-// "state_size", "rank", "groups", "rope_fraction", "block_size", "output_norm"} (MATH.md
+// "state_size", "rank", "groups", "rope_fraction", "block_size", "output_norm", "dt_min", "dt_max"} (MATH.md
 // section 6 names: H, P, N, R, G, the share of N that rotates, C; the reference's
-// is_outproj_norm).
+// is_outproj_norm; the range of the initial step sizes).
 #pragma once
 #include <cstdint>
 
@@ -18,6 +18,7 @@ struct Mamba3Config {
   double rope_fraction;  // share of the N state coordinates the rotary angles turn
   int64_t block_size;    // C: inner sub-chunk of the chunked core
   bool output_norm;      // RMSNorm of each head's core output (per rank) before the silu(z) gate
+  double dt_min, dt_max; // initial step sizes: softplus(dt_bias) log-uniform in [dt_min, dt_max] over heads
 
   // Rotary angles: NA = floor(N * rope_fraction / 2) coordinate pairs.
   int64_t angles() const { return int64_t(double(state_size) * rope_fraction / 2); }

@@ -45,11 +45,12 @@ Mamba3Mixer::Mamba3Mixer(const std::string& p, const ModelConfig& model, DType d
   }
   const double in_std = 1.0 / std::sqrt(double(D_));
   for (Param* w : {&Wz_, &Wx_, &WB_, &WC_, &Wdt_, &WA_, &Wtrap_, &Wang_}) fill_normal(w->value, rng, in_std);
-  // Step sizes spread over heads: dt in [1e-3, 1e-1] log-uniform (as GDN and Mamba-2).
+  // Step sizes spread over heads: dt log-uniform in [dt_min, dt_max] (by default [1e-3, 1e-1], as GDN,
+  // Mamba-2 and the Mamba-3 reference).
   dispatch_float(dt, [&](auto zero) {
     using T = decltype(zero);
     for (int64_t h = 0; h < H_; ++h) {
-      const double dtv = std::exp(rng.uniform(std::log(1e-3), std::log(1e-1)));
+      const double dtv = std::exp(rng.uniform(std::log(cfg_.dt_min), std::log(cfg_.dt_max)));
       dt_bias_.value.data<T>()[h] = static_cast<T>(dtv + std::log(-std::expm1(-dtv)));  // softplus^-1
     }
   });

@@ -16,10 +16,14 @@ Mamba3Config mamba3_config(const ModelConfig& cfg) {
   m.rope_fraction = section_number(cfg, "mamba3", "rope_fraction", 0, 1);
   m.block_size = section_int(cfg, "mamba3", "block_size", 1, 1024);
   m.output_norm = section_flag(cfg, "mamba3", "output_norm");
+  m.dt_min = section_number(cfg, "mamba3", "dt_min", 1e-6, 10);
+  m.dt_max = section_number(cfg, "mamba3", "dt_max", 1e-6, 10);
   SF_CHECK(m.heads % m.groups == 0, "model config: mamba3.groups = ", m.groups, " must divide mamba3.heads = ",
            m.heads, " (each group's B and C serve heads/groups heads)");
   SF_CHECK(m.angles() >= 1, "model config: mamba3.rope_fraction = ", m.rope_fraction, " with mamba3.state_size = ",
            m.state_size, " turns no coordinate pair; raise either so that state_size * rope_fraction >= 2");
+  SF_CHECK(m.dt_min <= m.dt_max, "model config: mamba3.dt_min = ", m.dt_min, " is above mamba3.dt_max = ", m.dt_max,
+           "; the initial step sizes are drawn from [dt_min, dt_max]");
   return m;
 }
 
@@ -72,7 +76,8 @@ Mixer make_mamba3_mixer() {
   m.name = "mamba3";
   m.description = "Mamba-3";
   m.defaults = {{"heads", 2},   {"head_dim", 6},         {"state_size", 8}, {"rank", 1},
-                {"groups", 1},  {"rope_fraction", 0.5}, {"block_size", 8}, {"output_norm", false}};
+                {"groups", 1},  {"rope_fraction", 0.5}, {"block_size", 8}, {"output_norm", false},
+                {"dt_min", 1e-3}, {"dt_max", 1e-1}};
   m.validate = [](const ModelConfig& cfg) { mamba3_config(cfg); };
   m.make_layer = [](const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng) -> std::unique_ptr<Layer> {
     return std::make_unique<Mamba3Mixer>(prefix, cfg, dtype, rng);

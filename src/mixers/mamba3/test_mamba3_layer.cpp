@@ -166,6 +166,8 @@ TEST(Mamba3Config, ValidationNamesTheField) {
   bad({{"state_size", 2}, {"rope_fraction", 0.5}}, "turns no coordinate pair");
   bad({{"head_size", 4}}, "mamba3.head_size is not a field of mamba3");
   bad({{"heads", 2.5}}, "mamba3.heads' has the wrong type");
+  bad({{"dt_min", 0.0}}, "mamba3.dt_min = 0 is out of range");
+  bad({{"dt_min", 0.5}, {"dt_max", 0.1}}, "mamba3.dt_min = 0.5 is above mamba3.dt_max = 0.1");
   model_with(nlohmann::json::object());  // the defaults are valid
 }
 
@@ -212,6 +214,23 @@ TEST(Mamba3Layer, InitialisationFollowsTheReference) {
   }
   EXPECT_GE(low, 16);
   EXPECT_GE(high, 16);
+
+  // A chosen range (dt_min, dt_max) is the one drawn from, spread over it the same way.
+  ModelConfig wide = c;
+  wide.mixers["mamba3"]["dt_min"] = 0.01, wide.mixers["mamba3"]["dt_max"] = 1.0;
+  Mamba3Mixer wide_layer("w", wide, DType::F64, rng);
+  int wide_low = 0, wide_high = 0;
+  for (Param* p : wide_layer.params()) {
+    if (p->name != "w.dt_bias") continue;
+    for (int64_t h = 0; h < p->value.numel(); ++h) {
+      const double dt = std::log1p(std::exp(p->value.data<double>()[h]));
+      EXPECT_GE(dt, 1e-2 * (1 - 1e-12));
+      EXPECT_LE(dt, 1.0 * (1 + 1e-12));
+      wide_low += dt < 0.1, wide_high += dt >= 0.1;
+    }
+  }
+  EXPECT_GE(wide_low, 16);
+  EXPECT_GE(wide_high, 16);
 
   auto std_of = [&](const std::string& name) {
     double s = 0;
