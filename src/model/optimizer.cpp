@@ -8,7 +8,7 @@
 
 namespace stateflow {
 
-bool takes_weight_decay(const Param& p) { return p.value.ndim() >= 2; }
+bool takes_weight_decay(const Param& p) { return p.weight_decay && p.value.ndim() >= 2; }
 
 AdamW::AdamW(std::vector<Param*> params, AdamWConfig cfg) : params_(std::move(params)), cfg_(cfg) {
   cfg_.validate();

@@ -17,7 +17,8 @@
 namespace stateflow {
 
 // Weight decay goes to matrices (ndim >= 2: projections, embeddings) only; vectors such as
-// norm scales, biases, A_log and dt_bias are left undecayed, as is usual for these models.
+// norm scales, biases, A_log and dt_bias are left undecayed, as is usual for these models, and so
+// is a matrix-shaped parameter whose layer cleared Param::weight_decay (a table of biases).
 bool takes_weight_decay(const Param& p);
 
 class AdamW {

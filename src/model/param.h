@@ -14,6 +14,9 @@ struct Param {
   // GPU mixed precision: a weight that GEMMs read also keeps a bf16 copy there, refreshed
   // from the fp32 value after every optimizer step. Layers set the flag; empty on the CPU.
   bool gemm_operand = false;
+  // AdamW decays matrices only (model/optimizer.h); a layer clears this for a tensor that is a
+  // bias in table form (e.g. Mamba-3's per-head B/C biases), which the reference leaves undecayed.
+  bool weight_decay = true;
   Tensor value_bf16{};  // (braces: aggregate initialisers may leave it out without a warning)
 };
 

@@ -55,6 +55,8 @@ Mamba3Mixer::Mamba3Mixer(const std::string& p, const ModelConfig& model, DType d
     }
   });
   for (Param* w : {&B_norm_, &C_norm_, &B_bias_, &C_bias_, &D_skip_}) fill_constant(w->value, 1.0);
+  // The B/C biases are [H, R, N] tables of biases: no weight decay, as in the reference.
+  B_bias_.weight_decay = C_bias_.weight_decay = false;
   // Residual branch output starts small so the stack is near identity at init.
   fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(HP)) / std::sqrt(2.0 * double(model.num_blocks())));
   for (Param* w : {&Wz_, &Wx_, &WB_, &WC_, &Wdt_, &WA_, &Wtrap_, &Wang_, &Wo_}) w->gemm_operand = true;

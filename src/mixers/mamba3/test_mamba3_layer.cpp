@@ -8,6 +8,7 @@
 
 #include "layer_testing.h"
 #include "mixers/mamba3/mamba3_layer.h"
+#include "model/optimizer.h"
 #include "model/mixer.h"
 #include "test_util.h"
 
@@ -203,6 +204,12 @@ TEST(Mamba3Layer, InitialisationFollowsTheReference) {
   };
   for (const char* name : {"B_norm", "C_norm", "B_bias", "C_bias", "D", "out_norm", "mimo_z"}) all_equal(name, 1.0);
   all_equal("mimo_x", 0.5), all_equal("mimo_o", 0.5);
+  // Weight decay as in the reference: the projections and MIMO tables yes, the B/C bias tables
+  // (matrix-shaped, but biases) and the vectors no.
+  for (Param* p : layer.params()) {
+    const bool bias = p->name == "m.B_bias" || p->name == "m.C_bias" || p->value.ndim() < 2;
+    EXPECT_EQ(takes_weight_decay(*p), !bias) << p->name;
+  }
 
   // dt: inside [1e-3, 1e-1], spread over it (64 heads: each decade's half holds some)
   int low = 0, high = 0;

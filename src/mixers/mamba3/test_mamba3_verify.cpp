@@ -35,6 +35,7 @@ TEST(Mamba3Verify, MimoWithRecomputeF64WithinOneE10) {
   VerifyOptions o = options("MM|M", 2, 2);
   o.model.mixers["mamba3"] = {{"heads", 4}, {"head_dim", 4}, {"state_size", 6}, {"rank", 2}, {"groups", 2},
                               {"rope_fraction", 1.0}, {"block_size", 5}, {"output_norm", true}};
+  o.model.complete_sections();
   o.model.validate();
   o.recompute = true;
   VerifyResult r = run_verify(o);  // the built-in chunkings, 1-token chunks among them
