@@ -52,6 +52,7 @@ TEST(LayerProfile, TimesNamedPartsNestedAndTheRest) {
   EXPECT_NEAR(rest->device_s, 2 * 3e-3, 1e-12);
   ASSERT_EQ(profile.timings().size(), 1u);
   EXPECT_NEAR(profile.timings()[0].device_s, 2 * 7e-3, 1e-12);
+  EXPECT_NEAR(profile.last_device_s(), 7e-3, 1e-12);  // the last call alone
 }
 
 TEST(LayerProfile, ALayerThatThrowsLeavesNoTimerBehind) {

@@ -74,31 +74,37 @@ std::array<double, 3> fit_nonnegative(const std::vector<std::array<double, 3>>& 
   return best;
 }
 
-CostTerms fit_cost_terms(const std::vector<CostSample>& samples, bool with_pairs) {
-  SF_CHECK(!samples.empty(), "cost model: no samples to fit");
+namespace {
+
+// fit_nonnegative on regressors(sample) of checked samples; `model` names the fit in errors.
+template <class Regressors>
+std::array<double, 3> fit_samples(const std::vector<CostSample>& samples, const char* model, unsigned allowed,
+                                  Regressors regressors) {
+  SF_CHECK(!samples.empty(), model, ": no samples to fit");
   std::vector<std::array<double, 3>> rows;
   std::vector<double> values;
   for (const CostSample& x : samples) {
-    SF_CHECK(x.value >= 0 && x.s >= 1 && x.b >= 1 && x.c >= 0, "cost model: a sample (b ", x.b, ", s ", x.s, ", c ",
-             x.c, ") has value ", x.value, "; a measured cost must be a number >= 0");
-    rows.push_back({1.0, x.b * x.s, x.b * (x.c * x.s + x.s * x.s / 2)});
+    SF_CHECK(x.value >= 0 && x.s >= 1 && x.b >= 1 && x.c >= 0, model, ": a sample (b ", x.b, ", s ", x.s, ", c ", x.c,
+             ") has value ", x.value, "; a measurement must be a number >= 0");
+    rows.push_back(regressors(x));
     values.push_back(x.value);
   }
-  const std::array<double, 3> c = fit_nonnegative(rows, values, with_pairs ? 7u : 3u);
+  return fit_nonnegative(rows, values, allowed);
+}
+
+}  // namespace
+
+CostTerms fit_cost_terms(const std::vector<CostSample>& samples, bool with_pairs) {
+  const std::array<double, 3> c = fit_samples(samples, "cost model", with_pairs ? 7u : 3u, [](const CostSample& x) {
+    return std::array<double, 3>{1.0, x.b * x.s, x.b * (x.c * x.s + x.s * x.s / 2)};
+  });
   return {c[0], c[1], c[2]};
 }
 
 WorkTerms fit_work_terms(const std::vector<CostSample>& samples) {
-  SF_CHECK(!samples.empty(), "memory model: no samples to fit");
-  std::vector<std::array<double, 3>> rows;
-  std::vector<double> values;
-  for (const CostSample& x : samples) {
-    SF_CHECK(x.value >= 0 && x.s >= 1 && x.b >= 1 && x.c >= 0, "memory model: a sample (b ", x.b, ", s ", x.s, ", c ",
-             x.c, ") has ", x.value, " working bytes; it must be a number >= 0");
-    rows.push_back({1.0, x.b * x.s, x.b * x.c});
-    values.push_back(x.value);
-  }
-  const std::array<double, 3> c = fit_nonnegative(rows, values, 7u);
+  const std::array<double, 3> c = fit_samples(samples, "memory model", 7u, [](const CostSample& x) {
+    return std::array<double, 3>{1.0, x.b * x.s, x.b * x.c};
+  });
   return {c[0], c[1], c[2]};
 }
 

@@ -70,6 +70,7 @@ void LayerProfile::time(int layer, const std::string& kind, Pass pass, const std
     fn();
     device_s = host_s = std::chrono::duration<double>(Clock::now() - t0).count();
   }
+  last_device_s_ = device_s;
   LayerTiming* t = nullptr;
   for (LayerTiming& e : timings_)
     if (e.layer == layer && e.pass == pass) t = &e;

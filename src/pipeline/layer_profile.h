@@ -53,6 +53,8 @@ class LayerProfile final : public OpTimer {
   void time(int layer, const std::string& kind, Pass pass, const std::function<void()>& fn);
   // One entry per (layer, pass) timed, in order of first call.
   const std::vector<LayerTiming>& timings() const { return timings_; }
+  // The device time of the last call of time() (the cost profile reads each call on its own).
+  double last_device_s() const { return last_device_s_; }
   // Per (part, pass), in order of first call; empty on the CPU.
   const std::vector<OpTiming>& op_timings() const { return op_timings_; }
 
@@ -71,6 +73,7 @@ class LayerProfile final : public OpTimer {
   std::vector<OpTiming> op_timings_;
   std::vector<Part> parts_;  // of the layer call in progress
   std::vector<size_t> open_;  // indices into parts_ of the parts begun and not ended
+  double last_device_s_ = 0;
 };
 
 }  // namespace stateflow

@@ -135,7 +135,6 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
     // One profile per layer for the whole run: a GPU profile's clock allocates pinned memory and
     // synchronises the device when it goes, which cost ~20 ms per layer call when made per call.
     for (auto& l : layer) l->set_profile(std::make_unique<LayerProfile>(o.device));
-    std::vector<std::array<double, 2>> timed_so_far(size_t(n), {0.0, 0.0});  // device s by layer, pass
     const Batch batch = random_batch(o.batch, o.seq_len, o.model.vocab_size);
     const auto chunkings = profile_chunkings(o.seq_len, o.multiple);
     // One untimed pass (first calls allocate, pick algorithms), then the timed ones.
@@ -148,16 +147,7 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
       auto sample = [&](const Unit& u, double value) {
         return CostSample{double(o.batch), double(u.ctx.len), double(u.ctx.offset), value};
       };
-      // Layer i's device time in its last call of this pass (its profile sums over calls).
-      auto seconds = [&](int i, Pass pass) {
-        double total = 0;
-        for (const LayerTiming& t : layer[size_t(i)]->profile()->timings())
-          if (t.pass == pass) total += t.device_s;
-        double& before = timed_so_far[size_t(i)][pass == Pass::Forward ? 0 : 1];
-        const double s = total - before;
-        before = total;
-        return s;
-      };
+      auto seconds = [&](int i) { return layer[size_t(i)]->profile()->last_device_s(); };
       // A call's working memory: how far the tracked total rose above what is held before and after it.
       int64_t held_before = 0;
       auto start_call = [&] {
@@ -175,7 +165,7 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
           const int64_t before = layer[size_t(i)]->stash_bytes();
           start_call();
           h = layer[size_t(i)]->forward(units.back().ctx, h);
-          const double t = seconds(i, Pass::Forward);
+          const double t = seconds(i);
           if (!timed) continue;
           forward[kinds[size_t(i)]].push_back(sample(units.back(), t));
           forward_work[kinds[size_t(i)]].push_back(sample(units.back(), working_bytes()));
@@ -188,7 +178,7 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
         for (int i = n - 1; i >= 0; --i) {
           start_call();
           g = layer[size_t(i)]->backward(units[size_t(c)].ctx, g);
-          const double t = seconds(i, Pass::Backward);
+          const double t = seconds(i);
           if (!timed) continue;
           backward[kinds[size_t(i)]].push_back(sample(units[size_t(c)], t));
           backward_work[kinds[size_t(i)]].push_back(sample(units[size_t(c)], working_bytes()));
