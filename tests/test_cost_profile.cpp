@@ -7,6 +7,9 @@
 #include "core/error.h"
 #include "temp_dir.h"
 #include "test_util.h"
+#include "model/model.h"
+#include "pipeline/stage_executor.h"
+#include "pipeline/units.h"
 #include "train/cost_profile.h"
 
 using namespace stateflow;
@@ -75,4 +78,29 @@ TEST(CostProfile, PricesModelsOfTheSameLayers) {
   EXPECT_FALSE(profile_prices_model(hybrid, model_preset("gdn-3b")));        // other widths
   EXPECT_FALSE(profile_prices_model(model_preset("gdn-1.3b").to_json(), model_preset("hybrid-1.3b")));
   EXPECT_FALSE(profile_prices_model(nlohmann::json(), model_preset("gdn-1.3b")));
+}
+
+// The profile's stash per token, summed over a stage's layers, is what a stage of those layers
+// keeps for one unit: each layer's own activations and the inputs it holds on to (in a stage,
+// the previous layer's output).
+TEST(CostProfile, StashAddsUpToAStagesStash) {
+  TempDir dir;
+  ProfileOptions o;
+  o.model = resolve_model_config("tiny", "", "GAGA");
+  o.seq_len = 256, o.batch = 2, o.multiple = 8;
+  std::ostringstream log;
+  const CostModel c = cached_cost_model(o, dir.path.string(), log);
+  const int n = Model::num_layers_of(o.model);
+  Model model(o.model, o.dtype, 0, n, Device::CPU);
+  StageExecutor stage(model.layers(0, n), 0);
+  Batch batch;
+  batch.batch = 2, batch.seq_len = 256;
+  for (int64_t i = 0; i < 2 * 256; ++i) batch.tokens.push_back(int32_t(i % 40)), batch.targets.push_back(int32_t((i + 1) % 40));
+  LossStats stats;
+  const UnitPlan plan(batch, 1, {256});
+  const Unit unit = plan.make_unit(0, 0, &stats);
+  stage.forward(unit.ctx, unit.tokens);
+  double predicted = 0;
+  for (const std::string& kind : layer_kinds(o.model)) predicted += c.kinds.at(kind).stash_bytes_per_token * 2 * 256;
+  EXPECT_NEAR(double(stage.stash_bytes()), predicted, 0.02 * predicted);
 }

@@ -154,6 +154,7 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
         tracker.reset_peaks();
         held_before = tracker.snapshot().total_current;
       };
+      auto activations = [&] { return tracker.snapshot().current_of(MemCategory::Activations); };
       auto working_bytes = [&] {
         const MemorySnapshot m = tracker.snapshot();
         return double(m.total_peak - std::max(held_before, m.total_current));
@@ -162,15 +163,24 @@ CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
         units.push_back(plan.make_unit(0, c, &stats));
         Tensor h = units.back().tokens;
         for (int i = 0; i < n; ++i) {
-          const int64_t before = layer[size_t(i)]->stash_bytes();
+          auto activation_bytes = [](const Tensor& x) {
+            return x.defined() && x.category() == MemCategory::Activations ? int64_t(x.nbytes()) : 0;
+          };
+          const int64_t before = activations();
+          const int64_t input = i > 0 ? activation_bytes(h) : 0;  // layer 0's is the unit's tokens
           start_call();
-          h = layer[size_t(i)]->forward(units.back().ctx, h);
-          const double t = seconds(i);
+          Tensor out = layer[size_t(i)]->forward(units.back().ctx, h);
+          const double t = seconds(i), work = working_bytes();
+          // What the layer keeps for its backward: its new activations less its output, plus its
+          // input if it holds on to it (in a stage, the previous layer's output, which that layer's
+          // stash does not count). Dropping our handle frees the input unless the layer keeps it;
+          // either way the sum below is what it keeps.
+          h = std::move(out);
+          const int64_t kept = activations() - before - activation_bytes(h) + input;
           if (!timed) continue;
           forward[kinds[size_t(i)]].push_back(sample(units.back(), t));
-          forward_work[kinds[size_t(i)]].push_back(sample(units.back(), working_bytes()));
-          stash[kinds[size_t(i)]].push_back(
-              sample(units.back(), double(layer[size_t(i)]->stash_bytes() - before)));
+          forward_work[kinds[size_t(i)]].push_back(sample(units.back(), work));
+          stash[kinds[size_t(i)]].push_back(sample(units.back(), double(kept)));
         }
       }
       for (int c = plan.chunks() - 1; c >= 0; --c) {
@@ -238,11 +248,12 @@ nlohmann::json cost_model_json(const CostModel& c) {
 CostModel cost_model_from_json(const nlohmann::json& j, const std::string& where) {
   try {
     CostModel c;
-    for (const auto& [kind, p] : j.at("kinds").items()) {
+    for (const auto& item : j.at("kinds").items()) {
+      const nlohmann::json& p = item.value();  // a named reference: lambdas may not capture bindings
       const double stash = p.at("stash_bytes_per_token").get<double>();
       // Profiles written before working memory was measured have none.
       auto work = [&](const char* name) { return p.contains(name) ? work_from_json(p.at(name)) : WorkTerms{}; };
-      c.kinds[kind] = {terms_from_json(p.at("forward")), terms_from_json(p.at("backward")), stash,
+      c.kinds[item.key()] = {terms_from_json(p.at("forward")), terms_from_json(p.at("backward")), stash,
                        {{work("forward_work"), work("backward_work"), stash}}};
     }
     c.resident_bytes_per_parameter = j.at("resident_bytes_per_parameter").get<double>();
