@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -99,19 +100,20 @@ TEST(Bench, ChunkSweepGivesOneRowPerNAndMarksTheFastest) {
 TEST(Bench, OutOfMemoryBecomesAnOomRowAndTheBenchGoesOn) {
   const uint64_t seed = stateflow::testing::fresh_seed();
   SCOPED_TRACE(seed);
-  // Stage 1 of the N = 4 run runs out of memory at its first receive, as a GPU would.
+  // Stage 1 of the N = 4 run (a message of 1 sequence x 16 tokens) runs out of memory at its
+  // first receive, as a GPU would.
   struct OutOfMemoryTransport : LocalTransport {
     using LocalTransport::LocalTransport;
-    Tensor recv(int, const MessageTag&, const MessageSpec&) override {
-      throw OutOfMemoryError("out of GPU memory allocating 9.00 GiB for activations\nsecond line");
+    Tensor recv(int peer, const MessageTag& tag, const MessageSpec& spec) override {
+      if (spec.shape.at(0) == 16) throw OutOfMemoryError("out of GPU memory allocating 9.00 GiB for activations\nsecond line");
+      return LocalTransport::recv(peer, tag, spec);
     }
   };
   BenchOptions o = tiny_options(seed);
   o.chunk_sweep = {2, 4, 8};
   int built = 0;
-  o.make_pipeline = [&](const PipelineConfig& pc, const std::string& transport) {
+  o.make_pipeline = [&](const PipelineConfig& pc, const std::string&) {
     ++built;
-    if (pc.chunk_lengths.size() != 4) return make_pipeline(pc, transport);
     auto hub = std::make_shared<LocalHub>(2, 5.0);
     std::vector<std::unique_ptr<Transport>> endpoints;
     endpoints.push_back(std::make_unique<LocalTransport>(hub, 0));
@@ -122,7 +124,7 @@ TEST(Bench, OutOfMemoryBecomesAnOomRowAndTheBenchGoesOn) {
   std::streambuf* stderr_buf = std::cerr.rdbuf(progress.rdbuf());
   BenchResult r = run_bench(o);
   std::cerr.rdbuf(stderr_buf);
-  EXPECT_EQ(built, 4);
+  EXPECT_EQ(built, 2) << "built by the first run and again after the one that ran out of memory";
   ASSERT_EQ(r.rows.size(), 4u);
   const std::string lines = progress.str();
   EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 4) << lines;
@@ -150,6 +152,63 @@ TEST(Bench, OutOfMemoryBecomesAnOomRowAndTheBenchGoesOn) {
   EXPECT_EQ(j["results"][2]["oom_message"], r.rows[2].oom_message);
   EXPECT_FALSE(j["results"][2].contains("tokens_per_s"));
   EXPECT_FALSE(j["results"][3]["oom"].get<bool>());
+}
+
+// The runs of one bench share a pipeline built once (its model drawn once) and reshaped from run
+// to run: each run's loss is bitwise, and its peak memory per stage that of the same run alone
+// in a bench of its own, whatever ran before it (other schedules, chunk counts, microbatches,
+// recomputation).
+TEST(Bench, RunsInOneProcessMeasureWhatEachRunAloneMeasures) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  BenchOptions o = tiny_options(seed);
+  o.batch = 4, o.microbatches = 4, o.steps = 2;
+  const std::vector<PlannedRun> runs = {{"1f1b", "1f1b", 4, false, {64}},
+                                        {"N = 4", "stateflow", 4, false, even_chunk_lengths(64, 4)},
+                                        {"N = 3 uneven, M = 2", "stateflow", 2, false, {5, 40, 19}},
+                                        {"N = 2 recomputed", "stateflow", 4, true, {32, 32}},
+                                        {"gpipe, M = 2", "gpipe", 2, false, {64}}};
+  int built = 0;
+  o.make_pipeline = [&](const PipelineConfig& pc, const std::string& transport) {
+    ++built;
+    return make_pipeline(pc, transport);
+  };
+  o.planned = runs;
+  const BenchResult together = run_bench(o);
+  EXPECT_EQ(built, 1);
+  ASSERT_EQ(together.rows.size(), runs.size());
+  for (size_t i = 0; i < runs.size(); ++i) {
+    SCOPED_TRACE(runs[i].label);
+    o.planned = {runs[i]};
+    const BenchResult alone = run_bench(o);
+    ASSERT_EQ(alone.rows.size(), 1u);
+    const BenchRow &a = alone.rows[0], &t = together.rows[i];
+    EXPECT_EQ(t.chunk_lengths, runs[i].chunk_lengths);
+    EXPECT_TRUE(std::isfinite(a.loss) && a.loss > 0) << a.loss;
+    EXPECT_EQ(t.loss, a.loss);  // bitwise: the same weights, batches and unit order
+    // Weights, grads and optimizer state exactly; what a step holds in flight within a few
+    // per cent, as two runs alone differ by when each stage's thread sends and frees.
+    auto near = [](int64_t x, int64_t y) { return std::abs(double(x - y)) <= 0.05 * double(std::max(x, y)); };
+    ASSERT_EQ(t.stage_memory.size(), a.stage_memory.size());
+    for (size_t s = 0; s < a.stage_memory.size(); ++s) {
+      SCOPED_TRACE(::testing::Message() << "stage " << s);
+      EXPECT_TRUE(near(t.stage_memory[s].total_peak, a.stage_memory[s].total_peak))
+          << t.stage_memory[s].total_peak << " vs " << a.stage_memory[s].total_peak;
+      EXPECT_TRUE(near(t.stage_peak_stash[s], a.stage_peak_stash[s]))
+          << t.stage_peak_stash[s] << " vs " << a.stage_peak_stash[s];
+      for (MemCategory c : {MemCategory::Weights, MemCategory::Grads, MemCategory::Optimizer})
+        EXPECT_EQ(t.stage_memory[s].peak_of(c), a.stage_memory[s].peak_of(c)) << mem_category_name(c);
+      EXPECT_TRUE(near(t.stage_memory[s].peak_of(MemCategory::Activations),
+                       a.stage_memory[s].peak_of(MemCategory::Activations)));
+    }
+  }
+  // Every chunking computes the whole-sequence loss (f64: to rounding).
+  for (const BenchRow& row : together.rows) EXPECT_NEAR(row.loss, together.rows[0].loss, 1e-12 * row.loss);
+  // --rebuild-each-run builds one pipeline per run and measures the same.
+  o.planned = runs, o.rebuild_each_run = true, built = 0;
+  const BenchResult rebuilt = run_bench(o);
+  EXPECT_EQ(built, int(runs.size()));
+  for (size_t i = 0; i < runs.size(); ++i) EXPECT_EQ(rebuilt.rows[i].loss, together.rows[i].loss) << runs[i].label;
 }
 
 TEST(Bench, WithoutA1f1bRowThereAreNoRatios) {

@@ -11,6 +11,7 @@
 #include "core/safetensors.h"
 #include "pipeline/pipeline.h"
 #include "temp_dir.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/train_options.h"
 

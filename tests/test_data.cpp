@@ -9,12 +9,14 @@
 #include <set>
 
 #include "core/rng.h"
+#include "temp_dir.h"
 #include "test_util.h"
 #include "train/data.h"
 
 using namespace stateflow;
 using stateflow::testing::expect_error;
 using stateflow::testing::fresh_seed;
+using stateflow::testing::TempDir;
 namespace fs = std::filesystem;
 
 static void expect_same_batch(const Batch& a, const Batch& b) {
@@ -147,20 +149,6 @@ TEST(AssociativeRecall, Errors) {
 
 // ---------------------------------------------------------------- files
 
-// A temporary directory, removed with its files when the test ends.
-struct TempDir {
-  fs::path dir;
-  explicit TempDir(uint64_t seed) : dir(fs::temp_directory_path() / ("stateflow_test_data_" + std::to_string(seed))) {
-    fs::create_directories(dir);
-  }
-  ~TempDir() { fs::remove_all(dir); }
-  std::string write(const std::string& name, const std::vector<uint8_t>& bytes) const {
-    std::string path = (dir / name).string();
-    std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()), bytes.size());
-    return path;
-  }
-};
-
 static std::vector<uint8_t> little_endian(const std::vector<uint32_t>& ids, int width) {
   std::vector<uint8_t> out;
   for (uint32_t id : ids)
@@ -200,7 +188,7 @@ TEST(TextBytes, WindowsAndWrapAround) {
   uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Rng rng(seed);
-  TempDir tmp(seed);
+  TempDir tmp;
   std::vector<uint32_t> ids = random_ids(rng, 50 + static_cast<int64_t>(rng.below(100)), 256);
   std::vector<uint8_t> bytes(ids.begin(), ids.end());
   std::unique_ptr<DataSource> src = make_data_source({"text", tmp.write("a.txt", bytes), 0, 0, {}});
@@ -212,7 +200,7 @@ TEST(TokenFile, U16AndU32WindowsAndResume) {
   uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Rng rng(seed);
-  TempDir tmp(seed);
+  TempDir tmp;
   for (int width : {2, 4}) {
     SCOPED_TRACE(::testing::Message() << "width " << width);
     const uint64_t vocab = width == 2 ? 50257 : 100000 + rng.below(1u << 20);  // u32 ids past 65535
@@ -239,7 +227,7 @@ TEST(TokenFile, Errors) {
   uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Rng rng(seed);
-  TempDir tmp(seed);
+  TempDir tmp;
 
   // Too short for one sequence: names the counts and the fix.
   std::string short_path = tmp.write("short.u16", little_endian(random_ids(rng, 10, 100), 2));
@@ -267,8 +255,8 @@ TEST(TokenFile, Errors) {
 
   std::string empty = tmp.write("empty.txt", {});
   expect_error([&] { make_data_source({"text", empty, 0, 0, {}}); }, "is empty");
-  expect_error([&] { make_data_source({"text", (tmp.dir / "missing.txt").string(), 0, 0, {}}); }, "does not exist");
-  expect_error([&] { make_data_source({"text", tmp.dir.string(), 0, 0, {}}); }, "not a regular file");
+  expect_error([&] { make_data_source({"text", (tmp.path / "missing.txt").string(), 0, 0, {}}); }, "does not exist");
+  expect_error([&] { make_data_source({"text", tmp.path.string(), 0, 0, {}}); }, "not a regular file");
 }
 
 TEST(MakeDataSource, KindsDefaultsAndErrors) {
@@ -290,7 +278,7 @@ TEST(TokenManifest, TrainReadsTheTokenFileItNamesAndChecksIt) {
   uint64_t seed = fresh_seed();
   SCOPED_TRACE(::testing::Message() << "seed " << seed);
   Rng rng(seed);
-  TempDir tmp(seed);
+  TempDir tmp;
   for (int width : {2, 4}) {
     const uint64_t vocab = width == 2 ? 300 : 70000;
     std::vector<uint32_t> ids = random_ids(rng, 50 + static_cast<int64_t>(rng.below(50)), vocab);
@@ -321,8 +309,8 @@ TEST(TokenManifest, TrainReadsTheTokenFileItNamesAndChecksIt) {
     broken("vocab_size", nullptr, "field 'vocab_size' is missing");
     broken("vocab_size", 2, "not below the vocab size 2");
   }
-  std::ofstream(tmp.dir / "raw.bin") << "not json";
-  expect_error([&] { make_data_source({"tokens", (tmp.dir / "raw.bin").string(), 0, 0, {}}); },
+  std::ofstream(tmp.path / "raw.bin") << "not json";
+  expect_error([&] { make_data_source({"tokens", (tmp.path / "raw.bin").string(), 0, 0, {}}); },
                "for a raw token file use --data tokens-u16");
   EXPECT_EQ(data_vocab_size({"text", "x.txt", 0, 0, {}}), 256);
   EXPECT_EQ(data_vocab_size({"recall", "", 0, 0, {}}), 0);  // recall takes the model's

@@ -5,6 +5,7 @@
 #include "core/crc32.h"
 #include "core/file_io.h"
 #include "temp_dir.h"
+#include "test_util.h"
 
 using namespace stateflow;
 using namespace stateflow::testing;

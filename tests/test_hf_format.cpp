@@ -10,6 +10,7 @@
 
 #include "core/safetensors.h"
 #include "temp_dir.h"
+#include "test_util.h"
 #include "mixers/gdn/gdn_config.h"
 #include "train/hf_format.h"
 

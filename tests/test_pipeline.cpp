@@ -178,6 +178,32 @@ TEST(Pipeline, StalledStageEndsTheStepWithAnErrorNamingIt) {
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(), 5.0);
 }
 
+// reshape() changes what a step runs (schedule, microbatches, chunks, recomputation), never
+// what the stages were built with: that needs another pipeline, and the error says so.
+TEST(Pipeline, ReshapeRefusesWhatOnlyAnotherPipelineCanChange) {
+  PipelineConfig pc;
+  pc.model = four_block_tiny();
+  pc.stages = 2, pc.chunk_lengths = {8, 8};
+  auto pipe = make_local_pipeline(pc);
+  PipelineConfig other = pc;
+  other.model.seed += 1;
+  expect_error([&] { pipe->reshape(other); }, "reshape cannot change the model of a pipeline (build another one)");
+  other = pc, other.dtype = DType::F64;
+  expect_error([&] { pipe->reshape(other); }, "cannot change the dtype");
+  other = pc, other.adamw.beta1 = 0.5;
+  expect_error([&] { pipe->reshape(other); }, "cannot change the optimizer");
+  other = pc, other.schedule = ScheduleKind::OneFOneB, other.microbatches = 2, other.chunk_lengths = {16};
+  other.recompute = true;
+  pipe->reshape(other);
+  EXPECT_EQ(pipe->config().schedule, ScheduleKind::OneFOneB);
+  EXPECT_EQ(pipe->stages()[0]->schedule().kind, ScheduleKind::OneFOneB);
+  EXPECT_EQ(pipe->stages()[0]->schedule().M, 2);
+  // A step of the reshaped pipeline is a step of one built that way.
+  Rng rng(fresh_seed());
+  const Batch b = random_batch(rng, 2, 16, pc.model.vocab_size);
+  EXPECT_EQ(pipe->forward_backward(b).loss, make_local_pipeline(other)->forward_backward(b).loss);
+}
+
 TEST(Pipeline, BadShapesAreRejectedWithTheFix) {
   PipelineConfig pc;
   pc.model = model_preset("tiny");  // 2 blocks

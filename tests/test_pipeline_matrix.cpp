@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "temp_dir.h"
+
 static const std::string script = std::string(STATEFLOW_SOURCE_DIR) + "/bench/pipeline_matrix.sh";
 
 static std::vector<std::string> run_lines(const std::string& args) {
@@ -74,9 +76,9 @@ TEST(PipelineMatrix, TheScriptSetsNoNcclVariable) {
 
 TEST(PipelineMatrix, AppendsARowPerResultAndRetriesOutOfMemoryWithRecomputation) {
   namespace fs = std::filesystem;
-  const fs::path dir = fs::path(::testing::TempDir()) / "pipeline_matrix";
-  fs::remove_all(dir);
-  fs::create_directories(dir);
+  // A directory of its own: every worktree's test run on this machine runs this test too.
+  const stateflow::testing::TempDir tmp;
+  const fs::path& dir = tmp.path;
   // Stateflow runs out of memory without recomputation and fits with it.
   const fs::path fake = dir / "stateflow";
   std::ofstream(fake) << R"(#!/usr/bin/env bash

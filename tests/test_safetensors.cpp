@@ -8,6 +8,7 @@
 
 #include "core/safetensors.h"
 #include "temp_dir.h"
+#include "test_util.h"
 
 using namespace stateflow;
 using namespace stateflow::testing;

@@ -1,6 +1,5 @@
 #include <gtest/gtest.h>
 
-#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -8,6 +7,7 @@
 #include "core/error.h"
 #include "pipeline/simulate.h"
 #include "pipeline/trace.h"
+#include "temp_dir.h"
 #include "test_util.h"
 
 using namespace stateflow;
@@ -78,13 +78,12 @@ TEST(Trace, EventsKeepTheirFields) {
 }
 
 TEST(Trace, WritesFiles) {
-  const std::filesystem::path path =
-      std::filesystem::temp_directory_path() / cat("stateflow_test_trace_", stateflow::testing::fresh_seed(), ".json");
+  const stateflow::testing::TempDir dir;
+  const std::string path = dir / "trace.json";
   const SimResult sim = simulate(make_schedule("1f1b", 2, 2, 1), uniform_costs(2, 1, 1, 2));
-  write_chrome_trace(path.string(), trace_events(sim.timeline));
+  write_chrome_trace(path, trace_events(sim.timeline));
   std::ifstream in(path);
   const nlohmann::json trace = nlohmann::json::parse(in);
   EXPECT_EQ(trace["traceEvents"].size(), sim.timeline.size() + 2);  // plus a name per stage
-  std::filesystem::remove(path);
   EXPECT_THROW(write_chrome_trace("/nonexistent-dir/trace.json", {}), Error);
 }

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "temp_dir.h"
+#include "test_util.h"
 #include "train/checkpoint.h"
 #include "train/stop_signal.h"
 #include "train/planner.h"
@@ -250,7 +251,8 @@ TEST(Trainer, PipelinedRunTrainsLikeOneStage) {
 TEST(Trainer, TraceIsTraceEventJson) {
   TrainOptions o = tiny_run();
   o.steps = 1;
-  o.trace_path = ::testing::TempDir() + "trace.json";
+  const TempDir dir;
+  o.trace_path = dir / "trace.json";
   std::ostringstream log;
   Trainer(o).run(log);
   nlohmann::json j = nlohmann::json::parse(std::ifstream(o.trace_path));

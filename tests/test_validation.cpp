@@ -9,6 +9,7 @@
 #include "pipeline/launch.h"
 #include "pipeline/partition.h"
 #include "temp_dir.h"
+#include "test_util.h"
 #include "pipeline/chunking.h"
 #include "train/lr_schedule.h"
 #include "train/trainer.h"

@@ -23,13 +23,15 @@ void never(const std::string& why) { ADD_FAILURE() << "unexpected: " << why; }
 }  // namespace
 
 TEST(Watchdog, OperationsThatCompleteOrAreForgottenNeverFire) {
-  Watchdog w(0.02, 0, never, never);
+  // A timeout far longer than this thread may wait for a CPU between the calls below: at 0.02 s,
+  // one 20 ms wait on a loaded 2-core machine would fire it before `done` is set.
+  Watchdog w(0.5, 0, never, never);
   std::atomic<bool> done{false};
   w.watch("the receive from stage 1", [&] { return done.load(); });
   const int64_t forgotten = w.watch("the send to stage 2", [] { return false; });
   w.forget(forgotten);
   done = true;  // completes before its deadline is checked
-  std::this_thread::sleep_for(100ms);  // several timeouts: the deadlines have been checked
+  std::this_thread::sleep_for(1200ms);  // two timeouts: the deadlines have been checked
   EXPECT_FALSE(w.fired());
 }
 

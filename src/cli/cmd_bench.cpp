@@ -186,6 +186,9 @@ void add_bench_command(CLI::App& root) {
                "After each run's timed steps, one more step with every layer call profiled: per layer kind and pass, "
                "the host's time to issue the work (launches, cuBLAS calls, allocations) against the device's time to "
                "run it back to back, in ms per unit (where host > device, the GPU waits for the host)");
+  app->add_flag("--rebuild-each-run", opts->rebuild_each_run,
+               "Build the model anew for every run (schedule, N) instead of once per process (the runs then reshape "
+               "one pipeline; the weights are never updated, so every run sees the same model either way)");
   app->add_flag("--every-alpha", *every_alpha,
                 "With --chunks auto: also run stateflow at the chosen N with every alpha of the planner's grid (the "
                 "brute force its choice is judged against)");

@@ -56,6 +56,9 @@ class DeviceBackend {
   // Returns every block of device memory charged to t (cached or not) to the driver; call it
   // when t's device tensors are gone, before t itself goes (a new tracker may reuse its address).
   virtual void release_memory(MemoryTracker& t) = 0;
+  // Returns the blocks cached for t (freed tensors' memory kept for reuse) to the driver; t's
+  // live tensors stay where they are.
+  virtual void release_cached_memory(MemoryTracker& t) = 0;
   virtual std::unique_ptr<DeviceClock> make_clock() = 0;
 };
 

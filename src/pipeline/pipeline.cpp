@@ -175,8 +175,21 @@ void Pipeline::zero_grads() {
 }
 
 void Pipeline::set_chunk_lengths(const std::vector<int64_t>& lengths) {
-  run_all([&](int i) { stages_[i]->set_chunk_lengths(lengths); });
-  cfg_.chunk_lengths = lengths;
+  PipelineConfig next = cfg_;
+  next.chunk_lengths = lengths;
+  reshape(next);
+}
+
+void Pipeline::reshape(const PipelineConfig& next) {
+  // Refused here, before any stage: a stage's error would abort the transports.
+  const std::string differs = model_and_placement_difference(cfg_, next);
+  SF_CHECK(differs.empty(), "reshape cannot change the ", differs, " of a pipeline (build another one)");
+  run_all([&](int i) { stages_[i]->reshape(next); });
+  cfg_ = next;
+}
+
+void Pipeline::release_cached_device_memory() {
+  run_all([&](int i) { stages_[i]->release_cached_device_memory(); });
 }
 
 std::vector<Stage*> Pipeline::stages() {

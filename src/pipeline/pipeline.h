@@ -57,6 +57,12 @@ class Pipeline {
   // schedule; every process must make the same change). The loss and gradients stay exact
   // under any partition.
   void set_chunk_lengths(const std::vector<int64_t>& lengths);
+  // Between steps: the next steps run with next's schedule, microbatches, chunk lengths and
+  // recomputation (Stage::reshape; every process must make the same change). The stages, their
+  // weights and threads stay: a benchmark measures several shapes on one model built once.
+  void reshape(const PipelineConfig& next);
+  // Every stage's cached device blocks back to the driver (between a benchmark's runs).
+  void release_cached_device_memory();
   std::vector<Stage*> stages();
   const PipelineConfig& config() const { return cfg_; }
   bool runs_all_stages() const { return int(stages_.size()) == cfg_.stages; }

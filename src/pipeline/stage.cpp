@@ -81,11 +81,34 @@ static void take_device_times(DeviceClock& clock, const std::vector<std::pair<in
   r.wall_s = clock.seconds_between(0, end_mark);
 }
 
-void Stage::set_chunk_lengths(const std::vector<int64_t>& lengths) {
-  SF_CHECK(executor_->units_in_flight() == 0, "stage ", rank_, ": the chunks change only between steps");
-  const size_t before = cfg_.chunk_lengths.size();
-  cfg_.chunk_lengths = lengths;
-  if (lengths.size() != before) make_actions();
+std::string model_and_placement_difference(const PipelineConfig& a, const PipelineConfig& b) {
+  if (a.model.to_json() != b.model.to_json()) return "model";
+  if (a.dtype != b.dtype) return "dtype";
+  if (a.device != b.device) return "device";
+  if (a.stages != b.stages) return "stages";
+  if (!(a.adamw == b.adamw) || a.clip != b.clip) return "optimizer";
+  if (a.timeout_s != b.timeout_s) return "timeout";
+  if (a.data_parallel != b.data_parallel || a.bucket_bytes != b.bucket_bytes) return "data parallelism";
+  return "";
+}
+
+void Stage::release_cached_device_memory() {
+  if (cfg_.device != Device::CPU) device_backend(cfg_.device).release_cached_memory(tracker_);
+}
+
+void Stage::reshape(const PipelineConfig& next) {
+  SF_CHECK(executor_->units_in_flight() == 0, "stage ", rank_, ": a pipeline changes its shape only between steps");
+  const std::string differs = model_and_placement_difference(cfg_, next);
+  SF_CHECK(differs.empty(), "stage ", rank_, ": reshape cannot change the ", differs, " of a stage (build another one)");
+  const bool new_actions = next.schedule != cfg_.schedule || next.microbatches != cfg_.microbatches ||
+                           next.chunk_lengths.size() != cfg_.chunk_lengths.size();
+  const bool new_executor = next.recompute != cfg_.recompute;
+  cfg_ = next;
+  if (new_actions) make_actions();
+  if (new_executor) {
+    TrackerScope scope(tracker_);
+    executor_ = std::make_unique<StageExecutor>(model_->layers(), model_->begin(), cfg_.recompute);
+  }
 }
 
 void Stage::zero_grads() {

@@ -52,6 +52,11 @@ struct StageStepResult {
   int P = 1;
 };
 
+// Whether two configurations build the same stages (model, precision, device, stage count,
+// optimizer, transport and data parallelism) and so differ at most in what reshape() changes.
+// Returns "" when they do, else the first field that differs.
+std::string model_and_placement_difference(const PipelineConfig& a, const PipelineConfig& b);
+
 class Stage {
  public:
   // Builds the stage's layers under its own tracker, on the transport's GPU for this rank when
@@ -74,9 +79,12 @@ class Stage {
   // Clips the grads to cfg.clip given the global norm, then this stage's AdamW step.
   void clip_and_update(double lr, double norm);
   void zero_grads();
-  // Cuts the next steps' sequences at these lengths instead (between steps); a new chunk count
-  // makes the schedule again.
-  void set_chunk_lengths(const std::vector<int64_t>& lengths);
+  // Between steps: runs the next steps with next's schedule, microbatches, chunk lengths and
+  // recomputation (the schedule is made again when its shape changes). Everything else of next must be this stage's (same_model_and_placement):
+  // the model, its weights, grads and optimizer state stay as they are.
+  void reshape(const PipelineConfig& next);
+  // Returns the device blocks the stage's allocator keeps cached to the driver (GPU stages).
+  void release_cached_device_memory();
 
   int rank() const { return rank_; }
   Model& model() { return *model_; }

@@ -68,16 +68,26 @@ static void keep_max(std::vector<int64_t>& most, const std::vector<int64_t>& now
   for (size_t i = 0; i < now.size(); ++i) most[i] = std::max(most[i], now[i]);
 }
 
-// One schedule at one chunking: warm-up, timed steps, measurements. The pipeline is gone
-// (and, as each Stage releases its tracker's device memory, its cached blocks returned to the
-// driver) when this returns, whether it ran or threw.
-static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vector<Batch>& batches, bool& report) {
+// One schedule at one chunking: warm-up, timed steps, measurements. `pipe` is the pipeline of
+// the runs before: it is reshaped for this one, so the model is built (and its weights drawn)
+// once per process; the weights stay those it was built with, as a bench never updates them.
+// It is built when there is none yet (or every time with --rebuild-each-run), and dropped
+// after a run that ran out of memory (a failed step leaves it aborted). When this returns,
+// the pipeline's cached device blocks are back with the driver: each run starts from the
+// weights alone, as a pipeline of its own would.
+static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vector<Batch>& batches,
+                        std::unique_ptr<Pipeline>& pipe, bool& report) {
   BenchRow row;
   row.schedule = kind_name(pc.schedule);
   row.chunk_lengths = pc.chunk_lengths;
   row.microbatches = pc.microbatches, row.recompute = pc.recompute;
   try {
-    auto pipe = o.make_pipeline(pc, o.transport);
+    if (pipe && !o.rebuild_each_run) {
+      pipe->reshape(pc);
+    } else {
+      pipe.reset();  // the old model's memory first
+      pipe = o.make_pipeline(pc, o.transport);
+    }
     report = is_reporting_rank(*pipe);
     std::vector<PipelineStepResult> timed;
     double seconds = 0;
@@ -90,6 +100,7 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
       if (i >= o.warmup_steps) {
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         row.bubble_measured += r.bubble_fraction / o.steps;
+        row.loss += r.loss / o.steps;
         timed.push_back(std::move(r));
         keep_max(row.gpu_used_bytes, gpu_used_bytes());
       }
@@ -113,7 +124,9 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
     row.bubble_simulated = simulate(make_schedule(pc.schedule, pc.stages, pc.microbatches, row.chunks()), row.costs)
                                .bubble_fraction;
     gather_memory(*pipe, pc.stages, row);
+    pipe->release_cached_device_memory();
   } catch (const OutOfMemoryError& e) {
+    pipe.reset();
     const std::string what = e.what();
     BenchRow failed;  // nothing measured survives
     failed.schedule = row.schedule, failed.chunk_lengths = row.chunk_lengths;
@@ -132,8 +145,9 @@ static void print_progress(const BenchRow& row, size_t done, size_t total, doubl
     std::snprintf(line, sizeof line, "bench [%zu/%zu] %s N=%d: OOM (run %.1f s, elapsed %.1f s): ", done, total,
                   row.schedule.c_str(), row.chunks(), run_s, elapsed_s);
   else
-    std::snprintf(line, sizeof line, "bench [%zu/%zu] %s N=%d: %.0f tokens/s, %.4f s/step (run %.1f s, elapsed %.1f s)",
-                  done, total, row.schedule.c_str(), row.chunks(), row.tokens_per_s, row.step_s, run_s, elapsed_s);
+    std::snprintf(line, sizeof line,
+                  "bench [%zu/%zu] %s N=%d: %.0f tokens/s, %.4f s/step, loss %.6f (run %.1f s, elapsed %.1f s)", done,
+                  total, row.schedule.c_str(), row.chunks(), row.tokens_per_s, row.step_s, row.loss, run_s, elapsed_s);
   std::cerr << line << (row.oom ? row.oom_message : "") << std::endl;
 }
 
@@ -175,9 +189,10 @@ BenchResult run_bench(const BenchOptions& o) {
   BenchResult result;
   using Clock = std::chrono::steady_clock;
   const auto start = Clock::now();
+  std::unique_ptr<Pipeline> pipe;  // shared by the runs (run_one)
   for (const PipelineConfig& pc : runs) {
     const auto run_start = Clock::now();
-    result.rows.push_back(run_one(o, pc, batches, result.report));
+    result.rows.push_back(run_one(o, pc, batches, pipe, result.report));
     if (!o.planned.empty()) {
       const PlannedRun& p = o.planned[result.rows.size() - 1];
       result.rows.back().label = p.label, result.rows.back().predicted_step_s = p.predicted_step_s;
@@ -369,6 +384,7 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
     jr.update({{"best", row.best},
                {"tokens_per_s", row.tokens_per_s},
                {"step_s", row.step_s},
+               {"loss", row.loss},
                {"bubble_measured", row.bubble_measured},
                {"bubble_simulated", row.bubble_simulated},
                {"peak_stash_bytes", row.stage_peak_stash},

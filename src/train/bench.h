@@ -1,5 +1,5 @@
 // `stateflow bench`: the chosen schedules side by side on the same model, weights and
-// batches. Per run: tokens/s over timed steps (forward + backward; weights are not updated,
+// batches; the model is built once and every run reshapes its pipeline. Per run: tokens/s over timed steps (forward + backward; weights are not updated,
 // so every run sees the same model), peak bytes per stage by category (the allocator's
 // count) and, on GPUs, the driver's bytes in use per GPU, peak stash on each stage, the
 // measured bubble fraction, and the bubble the simulator predicts from the per-action times
@@ -61,7 +61,10 @@ struct BenchOptions {
   double gpu_memory_bytes = 141.0 * (int64_t(1) << 30);  // H200
   // Non-empty (--chunks auto): run these instead of the schedules x chunkings above.
   std::vector<PlannedRun> planned;
-  // Builds each run's pipeline; tests substitute one that fails.
+  // The runs share one pipeline, reshaped from run to run (the model is built once); true
+  // builds a new one for every run instead, as before (to compare, or to rule the reuse out).
+  bool rebuild_each_run = false;
+  // Builds the runs' pipeline; tests substitute one that fails.
   PipelineFactory make_pipeline = stateflow::make_pipeline;
 };
 
@@ -79,6 +82,7 @@ struct BenchRow {
   int64_t predicted_peak_bytes = 0;
   double tokens_per_s = 0;
   double step_s = 0;                         // mean wall time of a timed step
+  double loss = 0;                           // mean loss of the timed steps (every row: the same model)
   double bubble_measured = 0;                // mean over timed steps
   double bubble_simulated = 0;               // simulator with the measured per-action times
   std::vector<MemorySnapshot> stage_memory;  // peaks per stage over the timed steps

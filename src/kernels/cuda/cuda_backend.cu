@@ -134,6 +134,12 @@ class CudaBackend final : public DeviceBackend {
     }
     // Destroyed outside the lock: each returns its blocks to the driver of its own GPU.
   }
+  void release_cached_memory(MemoryTracker& t) override {
+    std::lock_guard<std::mutex> lock(mu_);  // held: no allocator of t goes away meanwhile
+    auto it = allocators_.find(&t);
+    if (it == allocators_.end()) return;
+    for (auto& per_gpu : it->second) per_gpu.second->release_cached();
+  }
   std::unique_ptr<DeviceClock> make_clock() override { return std::make_unique<CudaClock>(); }
 
   DeviceAllocator& allocator_for(MemoryTracker& t) {
