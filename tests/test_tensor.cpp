@@ -55,6 +55,21 @@ TEST(Tensor, CastToBf16AndBack) {
   EXPECT_THROW(Tensor::zeros({2}, DType::I32).cast(DType::BF16), Error);
 }
 
+// A tensor past one piece (2^20 elements) is cast in parallel pieces: every element as alone.
+TEST(Tensor, BigCastsConvertEveryElementAsASmallOneDoes) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t n = 2 * (int64_t(1) << 20) + 777;
+  Tensor x = Tensor::zeros({n}, DType::F32);
+  for (int64_t i = 0; i < n; ++i) x.data<float>()[i] = static_cast<float>(rng.normal() * std::exp(4 * rng.normal()));
+  const Tensor b = x.cast(DType::BF16), d = x.cast(DType::F64);
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(b.data<BF16>()[i].bits, bf16_from_float(x.data<float>()[i]).bits) << i;
+    ASSERT_EQ(d.data<double>()[i], double(x.data<float>()[i])) << i;
+  }
+}
+
 TEST(Tensor, HostTensorsStayOnTheHost) {
   Tensor x = Tensor::zeros({3}, DType::F32, MemCategory::Other);
   EXPECT_EQ(x.device(), Device::CPU);

@@ -5,6 +5,8 @@
 #include <cstring>
 #include <sstream>
 
+#include "core/parallel.h"
+
 namespace stateflow {
 
 std::string shape_str(const Shape& s) {
@@ -90,16 +92,26 @@ Tensor Tensor::cast(DType to_type) const {
   check_on_host(*this, "cast");
   Tensor t = zeros(shape_, to_type, category());
   const int64_t n = numel();
+  // Pieces in parallel: a GPU model's bf16 weight copies are ~1.2G elements made on the host.
+  constexpr int64_t kPiece = int64_t(1) << 20;
+  auto pieces = [&](auto loop) {
+    if (n <= kPiece) return loop(0, n);
+    parallel_for((n + kPiece - 1) / kPiece, [&](int64_t k) { loop(k * kPiece, std::min(n, (k + 1) * kPiece)); });
+  };
   // read(i): source element i as double; one typed loop per (source, target) pair.
   auto convert = [&](auto read) {
     if (to_type == DType::BF16) {
       BF16* dst = t.data<BF16>();
-      for (int64_t i = 0; i < n; ++i) dst[i] = bf16_from_float(static_cast<float>(read(i)));
+      pieces([&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) dst[i] = bf16_from_float(static_cast<float>(read(i)));
+      });
     } else {
       dispatch_float(to_type, [&](auto z) {
         using T = decltype(z);
         T* dst = t.data<T>();
-        for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<T>(read(i));
+        pieces([&](int64_t begin, int64_t end) {
+          for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<T>(read(i));
+        });
       });
     }
   };

@@ -86,7 +86,9 @@ std::string model_and_placement_difference(const PipelineConfig& a, const Pipeli
   if (a.dtype != b.dtype) return "dtype";
   if (a.device != b.device) return "device";
   if (a.stages != b.stages) return "stages";
-  if (!(a.adamw == b.adamw) || a.clip != b.clip) return "optimizer";
+  const AdamWConfig &x = a.adamw, &y = b.adamw;
+  if (x.beta1 != y.beta1 || x.beta2 != y.beta2 || x.eps != y.eps || x.weight_decay != y.weight_decay || a.clip != b.clip)
+    return "optimizer";
   if (a.timeout_s != b.timeout_s) return "timeout";
   if (a.data_parallel != b.data_parallel || a.bucket_bytes != b.bucket_bytes) return "data parallelism";
   return "";

@@ -14,7 +14,6 @@ struct AdamWConfig {
   double eps = 1e-8;
   double weight_decay = 0.1;
   void validate() const;  // throws Error naming the bad field
-  bool operator==(const AdamWConfig&) const = default;
 };
 
 // `decay` is the weight decay this tensor takes; `step` counts from 1.
