@@ -25,6 +25,7 @@ ModelConfig random_config(Rng& rng) {
   c.seed = rng.next_u64();
   c.pattern = std::string(1 + rng.below(3), 'G');
   c.mixers["gdn"]["conv_size"] = 2 + static_cast<int64_t>(rng.below(3));
+  if (rng.below(2)) c.mixers["gdn"]["value_heads"] = 2 * c.mixers["gdn"]["heads"].get<int64_t>();  // grouped
   c.complete_sections();
   return c;
 }
@@ -82,16 +83,19 @@ TEST(HfFormat, TensorsHaveFlasNamesAndLayouts) {
   // Conv1d weight [channels, 1, K], the current token's tap last as in stateflow.
   const Param* conv = m.find_param("blocks.0.mixer.conv_v");
   const StTensorInfo* cv = f.find("model.layers.0.attn.v_conv1d.weight");
-  EXPECT_EQ(cv->shape, (Shape{g.heads * g.head_dv, 1, g.conv_size}));
+  EXPECT_EQ(cv->shape, (Shape{g.value_heads * g.head_dv, 1, g.conv_size}));
   EXPECT_EQ(value(cv->name, g.conv_size - 1), float(conv->value.data<double>()[g.conv_size - 1]));
   EXPECT_EQ(f.find("lm_head.weight")->shape, (Shape{c.vocab_size, D}));
-  EXPECT_EQ(f.find("model.layers.0.attn.A_log")->shape, (Shape{g.heads}));
+  EXPECT_EQ(f.find("model.layers.0.attn.A_log")->shape, (Shape{g.value_heads}));
+  EXPECT_EQ(f.find("model.layers.0.attn.b_proj.weight")->shape, (Shape{g.value_heads, D}));
   EXPECT_EQ(f.find("model.layers.0.attn.o_norm.weight")->shape, (Shape{g.head_dv}));
   const json j = read_hf_config(tmp / "hf");
   EXPECT_EQ(j["model_type"], "gated_deltanet");
   EXPECT_EQ(j["architectures"][0], "GatedDeltaNetForCausalLM");
   EXPECT_EQ(j["hidden_size"], D);
   EXPECT_EQ(j["head_dim"], g.head_dk);
+  EXPECT_EQ(j["num_heads"], g.heads);
+  EXPECT_EQ(j["num_v_heads"], g.value_heads);
   EXPECT_EQ(double(g.head_dk) * j["expand_v"].get<double>(), double(g.head_dv));
   EXPECT_EQ(j["intermediate_size"], c.mlp_hidden);
 }
@@ -147,7 +151,7 @@ TEST(HfFormat, RefusesWhatCannotMapAndSaysWhy) {
   };
   refused("model_type", "mamba2", "not fla's 'gated_deltanet'");
   refused("attn", {{"layers", {1}}, {"num_heads", 4}}, "no attention mixer yet");
-  refused("num_v_heads", 2 * gdn_config(c).heads, "grouped value heads");
+  refused("num_v_heads", 2 * gdn_config(c).heads + 1, "is not a multiple of num_heads");
   refused("use_gate", false, "output gate");
   refused("use_short_conv", false, "short convolutions");
   refused("allow_neg_eigval", true, "allow_neg_eigval");

@@ -33,6 +33,8 @@ struct MixerCase {
 
 const MixerCase kMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}}},
+    // grouped values: two value heads per q/k head
+    {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}}},
     {'S', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}}},
     {'M',
      {{"heads", 4}, {"head_dim", 3}, {"state_size", 6}, {"rank", 2}, {"groups", 2}, {"block_size", 5}, {"output_norm", true}}},
@@ -50,7 +52,7 @@ ModelConfig config_for(const MixerCase& c, const std::string& pattern) {
 }
 
 std::string case_name(const ::testing::TestParamInfo<MixerCase>& info) {
-  return mixer_for_letter(info.param.letter).name;
+  return mixer_for_letter(info.param.letter).name + (info.param.section.contains("value_heads") ? "_grouped" : "");
 }
 
 class MixerConformance : public ::testing::TestWithParam<MixerCase> {

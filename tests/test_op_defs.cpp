@@ -23,7 +23,7 @@ TEST(OpDefs, RegistryHoldsEveryBenchmarkedKernelOnceSortedByName) {
   EXPECT_TRUE(std::is_sorted(names.begin(), names.end()));
   EXPECT_EQ(std::set<std::string>(names.begin(), names.end()).size(), names.size());
   // Every kernel gdn_core_bench and kernels_bench time.
-  for (const char* expected : {"adamw", "attention_prefix_rows", "attention_rope", "attention_sigmoid_gate", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "l2norm", "linear",
+  for (const char* expected : {"adamw", "attention_prefix_rows", "attention_rope", "attention_sigmoid_gate", "embedding", "gated_rmsnorm", "gdn_core", "gdn_gates", "gdn_groups", "l2norm", "linear",
                                "lm_head_ce", "mamba3_angles", "mamba3_core", "mamba3_expand_x", "mamba3_gates",
                                "mamba3_output_gate", "mamba3_rotary_bc", "prefix_attention", "rmsnorm", "short_conv", "swiglu"})
     EXPECT_NO_THROW(op_named(expected)) << expected;
@@ -76,6 +76,16 @@ TEST(OpDefs, GdnCoreFlopsAndBytesMatchAHandCount) {
   // bwd reads q, k, v, dO, beta, g, S_in, dS_out and writes dq, dk, dv, dbeta, dg, dS_in:
   // 4 x 16384 + 512 + 2 x 65536 + 3 x 16384 + 512 + 65536.
   EXPECT_EQ(op.pass("bwd").bytes(kGdnOneBlock), 312320.0);
+}
+
+// Grouped values' copy and gradient sum move bytes only: 10 rows of 2 q/k heads of 128, groups
+// of 2: expand reads 2560 bf16 values and writes 5120; sum reads 5120 and writes 2560.
+TEST(OpDefs, GdnGroupsBytesMatchAHandCount) {
+  const OpShape s{{{"rows", 10}, {"heads", 2}, {"group", 2}, {"d", 128}}};
+  const OpDef& op = op_named("gdn_groups");
+  EXPECT_EQ(op.pass("expand").bytes(s), 2 * (2560 + 5120.0));
+  EXPECT_EQ(op.pass("sum").bytes(s), 2 * (5120 + 2560.0));
+  EXPECT_EQ(op.pass("sum").flops(s), 0.0);
 }
 
 // One sub-chunk of 64 tokens, one head, P = 64, N = 128, rank 1 (MATH.md section 9): forward

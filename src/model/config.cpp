@@ -177,6 +177,13 @@ ModelConfig model_preset(const std::string& name) {
   if (name == "tiny") return gdn_preset(name, 48, 24, 2, 2, 8, 6, 8, 48);
   // The CPU demo: learns associative recall in a few minutes on 2 cores.
   if (name == "small") return gdn_preset(name, 96, 128, 2, 4, 32, 32, 32, 256);
+  // The demo with grouped values laid out as Qwen3.5's GDN: q/k width d_model, two value heads per
+  // q/k head (value width 2 x d_model).
+  if (name == "small-grouped") {
+    ModelConfig c = gdn_preset(name, 96, 128, 2, 4, 32, 32, 32, 256);
+    c.mixers["gdn"]["value_heads"] = 8;
+    return c;
+  }
   if (name == "gdn-1.3b") return gdn_preset(name, 32000, 2048, 24, 16, 128, 128, 64, 5632);
   // gdn-1.3b scaled up: heads of 128 (q/k and value width = d_model), MLP 2.75 x d_model;
   // block counts divisible by 4 and 8, so P = 4 and P = 8 pipelines cut them evenly.
@@ -206,7 +213,7 @@ ModelConfig model_preset(const std::string& name) {
 }
 
 std::vector<std::string> model_preset_names() {
-  return {"tiny",        "small",       "gdn-1.3b",        "gdn-3b",      "gdn-7b",   "gdn-14b",
+  return {"tiny",        "small",       "small-grouped", "gdn-1.3b",        "gdn-3b",      "gdn-7b",   "gdn-14b",
           "mamba3-small", "mamba3-1.3b", "gdn-mamba3-1.3b", "hybrid-1.3b", "hybrid-3b", "hybrid-7b"};
 }
 

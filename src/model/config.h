@@ -43,7 +43,8 @@ struct ModelConfig {
   int64_t num_parameters() const;
 };
 
-// "tiny" (tests, verify), "small" (the demo), "gdn-1.3b" (GPU benchmarks; 1.47 B parameters),
+// "tiny" (tests, verify), "small" (the demo), "small-grouped" (the demo with two value heads per
+// q/k head, as Qwen3.5's GDN), "gdn-1.3b" (GPU benchmarks; 1.47 B parameters),
 // "gdn-3b", "gdn-7b", "gdn-14b" (the same shape scaled: 2.95, 7.39, 14.24 B); "mamba3-small"
 // (the demo with Mamba-3 blocks), "mamba3-1.3b" and "gdn-mamba3-1.3b" (GDN and Mamba-3 alternating);
 // "hybrid-1.3b", "hybrid-3b", "hybrid-7b": the GDN models with every fourth block softmax attention.

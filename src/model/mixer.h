@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device.h"
 #include "core/dtype.h"
 #include "core/rng.h"
 #include "core/tensor.h"
@@ -53,6 +54,10 @@ struct Mixer {
   std::vector<StateTensorSpec> (*boundary_state)(const ModelConfig& cfg);
   // Token multiple of the kernel's inner block (tests cut chunks that don't divide it); 1 if none.
   int64_t (*inner_block)(const ModelConfig& cfg);
+  // Optional: throws Error naming the fields when the device's kernels cannot run the section's
+  // sizes (e.g. the GDN CUDA core's heads of 128), before any weight is drawn. Host code, so a
+  // CPU build tests the message too.
+  void (*check_device)(const ModelConfig& cfg, Device device) = nullptr;
 };
 
 // Adds a row at start-up; two rows with one letter or name are an error at start-up.

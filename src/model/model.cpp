@@ -34,6 +34,10 @@ static std::unique_ptr<Layer> build_layer(const ModelConfig& cfg, DType dtype, i
 Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end, Device device)
     : cfg_(cfg), dtype_(dtype), device_(device), begin_(begin), end_(end) {
   cfg_.validate();
+  for (char letter : cfg_.blocks()) {
+    const Mixer& m = mixer_for_letter(letter);
+    if (m.check_device) m.check_device(cfg_, device);
+  }
   const int n = num_layers_of(cfg_);
   SF_CHECK(0 <= begin && begin < end && end <= n, "layer range [", begin, ", ", end, ") out of range for a model of ",
            n, " layers");

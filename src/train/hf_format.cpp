@@ -116,7 +116,7 @@ json hf_config_of(const ModelConfig& c) {
           {"hidden_size", c.d_model},
           {"num_hidden_layers", c.num_blocks()},
           {"num_heads", g.heads},
-          {"num_v_heads", g.heads},
+          {"num_v_heads", g.value_heads},  // fla repeats q, k as '(h g)': value head j reads head j / g, as ours
           {"head_dim", g.head_dk},
           {"expand_v", expand_v},
           {"conv_size", g.conv_size},
@@ -159,8 +159,10 @@ ModelConfig model_config_of_hf(const json& j, const std::string& what) {
   refuse_unless(!j.contains("attn") || j.at("attn").is_null(),
                 "it has softmax-attention layers (field 'attn'), and stateflow has no attention mixer yet");
   const int64_t heads = integer("num_heads");
-  refuse_unless(!j.contains("num_v_heads") || j.at("num_v_heads").is_null() || j.at("num_v_heads") == heads,
-                "num_v_heads differs from num_heads (grouped value heads), which stateflow's GDN does not have");
+  const int64_t value_heads = j.contains("num_v_heads") && !j.at("num_v_heads").is_null() ? integer("num_v_heads") : heads;
+  refuse_unless(heads >= 1 && value_heads >= heads && value_heads % heads == 0,
+                cat("num_v_heads = ", value_heads, " is not a multiple of num_heads = ", heads,
+                    " (each q/k head serves num_v_heads / num_heads value heads)"));
   refuse_unless(flag_or("use_gate", true), "use_gate is false, but stateflow's GDN always has the output gate");
   refuse_unless(flag_or("use_short_conv", true),
                 "use_short_conv is false, but stateflow's GDN always has the short convolutions");
@@ -182,6 +184,7 @@ ModelConfig model_config_of_hf(const json& j, const std::string& what) {
   const int64_t head_dk = integer("head_dim");
   c.mixers["gdn"] = {
       {"heads", heads},
+      {"value_heads", value_heads == heads ? 0 : value_heads},  // 0: ungrouped, the section's own form
       {"head_dk", head_dk},
       {"head_dv", static_cast<int64_t>(double(head_dk) * number_or("expand_v", 2.0))},  // fla's rule
       {"conv_size", j.contains("conv_size") ? integer("conv_size") : 4},

@@ -37,16 +37,19 @@ struct GpuMixerCase {
 };
 const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
+    // grouped values (mixers/gdn/gdn_groups_cuda.h): two value heads per q/k head
+    {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}}},
     {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
-// The mixer's name, and its rank where a case has one above 1 (MIMO).
+// The mixer's name, and its rank where a case has one above 1 (MIMO), or "_grouped" (GDN value heads).
 std::string case_name(const ::testing::TestParamInfo<GpuMixerCase>& info) {
   const nlohmann::json& s = info.param.section;
   const bool mimo = s.contains("rank") && s["rank"].get<int64_t>() > 1;
-  return mixer_for_letter(info.param.letter).name + (mimo ? "_rank" + std::to_string(s["rank"].get<int64_t>()) : "");
+  return mixer_for_letter(info.param.letter).name + (mimo ? "_rank" + std::to_string(s["rank"].get<int64_t>()) : "") +
+         (s.contains("value_heads") ? "_grouped" : "");
 }
 
 // Two blocks of the mixer (gpu_test_model's widths: multiples of 8).

@@ -1,5 +1,5 @@
-// The Gated DeltaNet mixer's config section, "gdn": {"heads", "head_dk", "head_dv",
-// "conv_size", "block_size"} (MATH.md section 2 names: H, dk, dv, K, C).
+// The Gated DeltaNet mixer's config section, "gdn": {"heads", "value_heads", "head_dk", "head_dv",
+// "conv_size", "block_size"} (MATH.md section 2 names: H, HV, dk, dv, K, C).
 #pragma once
 #include <cstdint>
 
@@ -8,11 +8,15 @@
 namespace stateflow {
 
 struct GdnConfig {
-  int64_t heads;       // q/k and value heads alike
-  int64_t head_dk;     // key/query head size
-  int64_t head_dv;     // value head size
-  int64_t conv_size;   // short conv kernel K
-  int64_t block_size;  // inner sub-chunk size C of the chunkwise core
+  int64_t heads;        // query/key heads H
+  int64_t value_heads;  // value heads HV, a multiple of H (the section's 0 means H): value head j
+                        // reads q/k head j / (HV / H), as Qwen3-Next's and fla's grouped values
+  int64_t head_dk;      // key/query head size
+  int64_t head_dv;      // value head size
+  int64_t conv_size;    // short conv kernel K
+  int64_t block_size;   // inner sub-chunk size C of the chunkwise core
+
+  int64_t group() const { return value_heads / heads; }  // value heads per q/k head
 };
 
 // The checked section of cfg; throws Error naming the field ("gdn.heads = 0 is out of range ...").

@@ -2,7 +2,9 @@
 //   projections q~ k~ v~ a b z  ->  short conv + SiLU on q~ k~ v~ (carried prefixes)
 //   -> per-head L2 norm of q, k  -> gates g, beta  -> chunkwise GDN core (carried state S)
 //   -> gated RMSNorm with silu(z)  -> output projection.
-// Boundary state: {S [batch, heads, dv, dk], conv prefixes of q~, k~, v~ [batch, K-1, channels]}.
+// q and k have `heads` heads; v, the gates, the core, the state and the output gate have
+// `value_heads` (a multiple: grouped values, mixers/gdn/gdn_groups.h).
+// Boundary state: {S [batch, value_heads, dv, dk], conv prefixes of q~, k~, v~ [batch, K-1, channels]}.
 #pragma once
 #include "mixers/gdn/gdn_config.h"
 #include "model/mixer_layer.h"
@@ -35,13 +37,20 @@ class GatedDeltaNet : public MixerLayer<GatedDeltaNet> {
   Tensor backward_impl(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
                        Stash& stash);
 
-  int64_t D_, H_, dk_, dv_, K_, C_;
+  // q (or k), one copy per value head: the tensor itself when ungrouped.
+  template <class T>
+  Tensor per_value_head(const Tensor& qk) const;
+  // Its gradient summed over each group (the tensor itself when ungrouped).
+  template <class T>
+  Tensor sum_over_groups(const Tensor& dqk) const;
+
+  int64_t D_, H_, Hv_, dk_, dv_, K_, C_;  // H_ q/k heads, Hv_ value heads
   double norm_eps_;
   Param Wq_, Wk_, Wv_, Wa_, Wb_, Wg_;  // input projections [D, ...]
   Param conv_q_, conv_k_, conv_v_;     // depthwise conv weights [channels, K]
-  Param A_log_, dt_bias_;              // gate parameters [heads]
+  Param A_log_, dt_bias_;              // gate parameters [value_heads]
   Param out_norm_;                     // gated RMSNorm weight [dv], shared by heads
-  Param Wo_;                           // output projection [heads*dv, D]
+  Param Wo_;                           // output projection [value_heads*dv, D]
 };
 
 }  // namespace stateflow

@@ -6,6 +6,7 @@
 
 #include "mixers/gdn/gdn_core_cuda.h"
 #include "mixers/gdn/gdn_gates_cuda.h"
+#include "mixers/gdn/gdn_groups_cuda.h"
 #include "kernels/cuda/gemm_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/short_conv_cuda.h"
@@ -29,6 +30,25 @@ struct GdnCudaStash : Stash {
   Tensor g, beta;
   Tensor o, rstd_o, y;
 };
+
+// Grouped values (mixers/gdn/gdn_groups_cuda.h): the core runs per value head, so q and k go in
+// as one copy per value head, made for the call and not stashed (the backward makes them again),
+// and their gradients come out per value head and are summed over each group. Ungrouped, both
+// hand the tensor through.
+Tensor per_value_head(const Tensor& qk, int64_t heads, int64_t value_heads, int64_t dk, cudaStream_t st) {
+  if (value_heads == heads) return qk;
+  const int64_t rows = qk.dim(0);
+  Tensor out = bf16_out({rows, value_heads * dk});
+  gdn_expand_groups_cuda<bf16>(bf16_ptr(qk), bf16_ptr(out), rows, heads, value_heads / heads, dk, st);
+  return out;
+}
+Tensor sum_over_groups(const Tensor& dqk, int64_t heads, int64_t value_heads, int64_t dk, cudaStream_t st) {
+  if (value_heads == heads) return dqk;
+  const int64_t rows = dqk.dim(0);
+  Tensor out = bf16_out({rows, heads * dk});
+  gdn_sum_groups_cuda<bf16>(bf16_ptr(dqk), bf16_ptr(out), rows, heads, value_heads / heads, dk, st);
+  return out;
+}
 }  // namespace
 
 Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
@@ -37,7 +57,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
            " tensors, expected ", int(kStateSize));
   const int64_t rows = x.dim(0), B = ctx.batch, L = rows / B;
   SF_CHECK(B * L == rows && L == ctx.len, "gdn: input has ", rows, " rows, expected batch ", B, " x len ", ctx.len);
-  const int64_t HK = H_ * dk_, HV = H_ * dv_;
+  const int64_t HK = H_ * dk_, HV = Hv_ * dv_;
   const CublasGemm& gemm = cublas_for_thread();
   const cudaStream_t st = gemm.stream();
   auto s = std::make_unique<GdnCudaStash>();
@@ -48,8 +68,8 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   // the core. The side's outputs are made before the fork (a zero-fill or test poison of them
   // runs on the main stream, so the fork orders it first).
   s->qp = bf16_out({rows, HK}), s->kp = bf16_out({rows, HK}), s->vp = bf16_out({rows, HV});
-  s->z = bf16_out({rows, HV}), s->a = bf16_out({rows, H_}), s->b = bf16_out({rows, H_});
-  s->g = f32_out({rows, H_}), s->beta = f32_out({rows, H_});
+  s->z = bf16_out({rows, HV}), s->a = bf16_out({rows, Hv_}), s->b = bf16_out({rows, Hv_});
+  s->g = f32_out({rows, Hv_}), s->beta = f32_out({rows, Hv_});
   SideWork side;
   const CublasGemm& beside = side.fork();
   auto proj = [&](const CublasGemm& on, const Param& W, const Tensor& y, int64_t out) {
@@ -62,18 +82,18 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   }
   {
     OpScope part("gdn.gate_proj");
-    proj(beside, Wa_, s->a, H_), proj(beside, Wb_, s->b, H_);
+    proj(beside, Wa_, s->a, Hv_), proj(beside, Wb_, s->b, Hv_);
   }
   {
     OpScope part("gdn.gates");
     gdn_gates_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
-                                 f32_ptr(s->g), f32_ptr(s->beta), rows, H_, beside.stream());
+                                 f32_ptr(s->g), f32_ptr(s->beta), rows, Hv_, beside.stream());
   }
 
   state_out.assign(kStateSize, Tensor());
   {
     CategoryScope boundary(MemCategory::BoundaryState);
-    state_out[kS] = f32_out({B, H_, dv_, dk_});
+    state_out[kS] = f32_out({B, Hv_, dv_, dk_});
     // the conv writes every row of its prefix_out
     state_out[kPrefixQ] = bf16_out({B, K_ - 1, HK});
     state_out[kPrefixK] = bf16_out({B, K_ - 1, HK});
@@ -102,20 +122,21 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   }
   side.join();  // the core reads g and beta
 
-  const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
+  const GdnDims d{B, L, Hv_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   s->o = bf16_out({rows, HV});
   {
     OpScope part("gdn.core");
+    const Tensor q = per_value_head(s->q, H_, Hv_, dk_, st), k = per_value_head(s->k, H_, Hv_, dk_, st);
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
-    gdn_chunk_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
+    gdn_chunk_forward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
                            f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
   }
 
-  s->rstd_o = f32_out({rows * H_}), s->y = bf16_out({rows, HV});
+  s->rstd_o = f32_out({rows * Hv_}), s->y = bf16_out({rows, HV});
   {
     OpScope part("gdn.out_norm");
     gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), bf16_ptr(s->z), f32_ptr(out_norm_.value), bf16_ptr(s->y),
-                                     f32_ptr(s->rstd_o), rows * H_, dv_, norm_eps_, st);
+                                     f32_ptr(s->rstd_o), rows * Hv_, dv_, norm_eps_, st);
   }
   Tensor out = bf16_out({rows, D_});
   {
@@ -134,7 +155,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   SideWork side;
   auto& s = static_cast<GdnCudaStash&>(stash);
   const int64_t rows = dout.dim(0), B = ctx.batch, L = rows / B;
-  const int64_t HK = H_ * dk_, HV = H_ * dv_;
+  const int64_t HK = H_ * dk_, HV = Hv_ * dv_;
   const CublasGemm& gemm = cublas_for_thread();
   const cudaStream_t st = gemm.stream();
 
@@ -153,10 +174,10 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   Tensor do_ = bf16_out({rows, HV}), dz = bf16_out({rows, HV});
   {
     OpScope part("gdn.out_norm");
-    const TokenRows per_head{B, H_};  // one norm row per token and head
-    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * H_, dv_, per_head));
+    const TokenRows per_head{B, Hv_};  // one norm row per token and value head
+    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * Hv_, dv_, per_head));
     gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), bf16_ptr(s.z), f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
-                                      bf16_ptr(dy), bf16_ptr(do_), bf16_ptr(dz), f32_ptr(out_norm_.grad), rows * H_,
+                                      bf16_ptr(dy), bf16_ptr(do_), bf16_ptr(dz), f32_ptr(out_norm_.grad), rows * Hv_,
                                       dv_, per_head, ws.get(), st);
   }
   // Each input projection's weight gradient is forked as soon as its dY is issued: the output
@@ -173,35 +194,38 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   dstate_in.assign(kStateSize, Tensor());
   {
     CategoryScope boundary(MemCategory::BoundaryState);
-    dstate_in[kS] = f32_out({B, H_, dv_, dk_});
+    dstate_in[kS] = f32_out({B, Hv_, dv_, dk_});
     dstate_in[kPrefixQ] = f32_out({B, K_ - 1, HK});
     dstate_in[kPrefixK] = f32_out({B, K_ - 1, HK});
     dstate_in[kPrefixV] = f32_out({B, K_ - 1, HV});
   }
-  const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
-  Tensor dq = bf16_out({rows, HK}), dk = bf16_out({rows, HK}), dv = bf16_out({rows, HV});
-  Tensor dbeta = f32_out({rows, H_}), dg = f32_out({rows, H_});
+  const GdnDims d{B, L, Hv_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
+  Tensor dq, dk, dv = bf16_out({rows, HV});
+  Tensor dbeta = f32_out({rows, Hv_}), dg = f32_out({rows, Hv_});
   {
     OpScope part("gdn.core");
+    const Tensor q = per_value_head(s.q, H_, Hv_, dk_, st), k = per_value_head(s.k, H_, Hv_, dk_, st);
+    const Tensor dqv = bf16_out({rows, Hv_ * dk_}), dkv = bf16_out({rows, Hv_ * dk_});
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
-    gdn_chunk_backward_cuda(d, bf16_ptr(s.q), bf16_ptr(s.k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
+    gdn_chunk_backward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
                             f32_or_null(state_at(s.state_in, kS)), bf16_ptr(do_), f32_or_null(state_at(dstate_out, kS)),
-                            bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), f32_ptr(dbeta), f32_ptr(dg),
+                            bf16_ptr(dqv), bf16_ptr(dkv), bf16_ptr(dv), f32_ptr(dbeta), f32_ptr(dg),
                             f32_ptr(dstate_in[kS]), ws.get(), st);
+    dq = sum_over_groups(dqv, H_, Hv_, dk_, st), dk = sum_over_groups(dkv, H_, Hv_, dk_, st);
   }
 
   // gates
-  Tensor da = bf16_out({rows, H_}), db = bf16_out({rows, H_});
+  Tensor da = bf16_out({rows, Hv_}), db = bf16_out({rows, Hv_});
   {
     OpScope part("gdn.gates");
-    DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, H_, B));
+    DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, Hv_, B));
     gdn_gates_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
                                   f32_ptr(dg), f32_ptr(dbeta), bf16_ptr(da), bf16_ptr(db), f32_ptr(A_log_.grad),
-                                  f32_ptr(dt_bias_.grad), rows, H_, B, ws.get(), st);
+                                  f32_ptr(dt_bias_.grad), rows, Hv_, B, ws.get(), st);
   }
   {
     OpScope part("gdn.gate_proj.wgrad");
-    wgrad(Wa_, da, H_), wgrad(Wb_, db, H_);
+    wgrad(Wa_, da, Hv_), wgrad(Wb_, db, Hv_);
   }
 
   // L2 norms, then the convs (which also route the next chunk's prefix gradient)
@@ -244,7 +268,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   }
   {
     OpScope part("gdn.gate_proj.dgrad");
-    dgrad(Wa_, da, H_), dgrad(Wb_, db, H_);
+    dgrad(Wa_, da, Hv_), dgrad(Wb_, db, Hv_);
   }
   {
     OpScope part("gdn.in_proj.dgrad");
