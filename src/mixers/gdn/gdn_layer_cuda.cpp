@@ -35,14 +35,14 @@ struct GdnCudaStash : Stash {
 // as one copy per value head, made for the call and not stashed (the backward makes them again),
 // and their gradients come out per value head and are summed over each group. Ungrouped, both
 // hand the tensor through.
-Tensor per_value_head(const Tensor& qk, int64_t heads, int64_t value_heads, int64_t dk, cudaStream_t st) {
+Tensor per_value_head_cuda(const Tensor& qk, int64_t heads, int64_t value_heads, int64_t dk, cudaStream_t st) {
   if (value_heads == heads) return qk;
   const int64_t rows = qk.dim(0);
   Tensor out = bf16_out({rows, value_heads * dk});
   gdn_expand_groups_cuda<bf16>(bf16_ptr(qk), bf16_ptr(out), rows, heads, value_heads / heads, dk, st);
   return out;
 }
-Tensor sum_over_groups(const Tensor& dqk, int64_t heads, int64_t value_heads, int64_t dk, cudaStream_t st) {
+Tensor sum_over_groups_cuda(const Tensor& dqk, int64_t heads, int64_t value_heads, int64_t dk, cudaStream_t st) {
   if (value_heads == heads) return dqk;
   const int64_t rows = dqk.dim(0);
   Tensor out = bf16_out({rows, heads * dk});
@@ -126,7 +126,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   s->o = bf16_out({rows, HV});
   {
     OpScope part("gdn.core");
-    const Tensor q = per_value_head(s->q, H_, Hv_, dk_, st), k = per_value_head(s->k, H_, Hv_, dk_, st);
+    const Tensor q = per_value_head_cuda(s->q, H_, Hv_, dk_, st), k = per_value_head_cuda(s->k, H_, Hv_, dk_, st);
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_forward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
                            f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
@@ -204,14 +204,14 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   Tensor dbeta = f32_out({rows, Hv_}), dg = f32_out({rows, Hv_});
   {
     OpScope part("gdn.core");
-    const Tensor q = per_value_head(s.q, H_, Hv_, dk_, st), k = per_value_head(s.k, H_, Hv_, dk_, st);
+    const Tensor q = per_value_head_cuda(s.q, H_, Hv_, dk_, st), k = per_value_head_cuda(s.k, H_, Hv_, dk_, st);
     const Tensor dqv = bf16_out({rows, Hv_ * dk_}), dkv = bf16_out({rows, Hv_ * dk_});
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_backward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
                             f32_or_null(state_at(s.state_in, kS)), bf16_ptr(do_), f32_or_null(state_at(dstate_out, kS)),
                             bf16_ptr(dqv), bf16_ptr(dkv), bf16_ptr(dv), f32_ptr(dbeta), f32_ptr(dg),
                             f32_ptr(dstate_in[kS]), ws.get(), st);
-    dq = sum_over_groups(dqv, H_, Hv_, dk_, st), dk = sum_over_groups(dkv, H_, Hv_, dk_, st);
+    dq = sum_over_groups_cuda(dqv, H_, Hv_, dk_, st), dk = sum_over_groups_cuda(dkv, H_, Hv_, dk_, st);
   }
 
   // gates
