@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 
+#include "core/deferred_work.h"
 #include "core/op_scope.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -39,10 +40,22 @@ SideStream& side_stream_for_thread() {
   return *s;
 }
 
+// The main stream waits for all work issued on the thread's side stream so far.
+void main_waits_for_side() {
+  SideStream& s = side_stream_for_thread();
+  cuda_check(cudaEventRecord(s.side_done, s.stream), "cudaEventRecord (join)");
+  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), s.side_done, 0), "cudaStreamWaitEvent (join)");
+}
+
 }  // namespace
 
 bool& side_work_enabled_for_thread() {
   thread_local bool enabled = !lever_off("side_stream");
+  return enabled;
+}
+
+bool& side_work_deferral_for_thread() {
+  thread_local bool enabled = !lever_off("side_defer");
   return enabled;
 }
 
@@ -67,10 +80,19 @@ const CublasGemm& SideWork::fork() {
 
 void SideWork::join() {
   if (!pending_) return;
-  SideStream& s = side_stream_for_thread();
-  cuda_check(cudaEventRecord(s.side_done, s.stream), "cudaEventRecord (join)");
-  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), s.side_done, 0), "cudaStreamWaitEvent (join)");
+  main_waits_for_side();
   pending_ = false;
+  finish_deferred_work();
+}
+
+void SideWork::join_later(std::vector<Tensor> operands) {
+  if (!pending_) return;
+  if (!side_work_deferral_for_thread() || !work_may_be_deferred()) return join();
+  pending_ = false;
+  defer_work([operands = std::move(operands)]() mutable {
+    main_waits_for_side();  // for everything the side stream was given so far
+    operands.clear();
+  });
 }
 
 }  // namespace stateflow
