@@ -16,17 +16,19 @@ namespace {
 // one) does not serialise with it; the events carry the order instead.
 struct SideStream {
   cudaStream_t stream = nullptr;
-  cudaEvent_t main_reached = nullptr, side_done = nullptr;
+  // layer_end: where the side stream's work of the last join_later ends (one pending at a time)
+  cudaEvent_t main_reached = nullptr, side_done = nullptr, layer_end = nullptr;
   std::unique_ptr<CublasGemm> gemm;
   SideStream() {
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (side stream)");
     cuda_check(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     cuda_check(cudaEventCreateWithFlags(&side_done, cudaEventDisableTiming), "cudaEventCreate (side stream)");
+    cuda_check(cudaEventCreateWithFlags(&layer_end, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     gemm = std::make_unique<CublasGemm>(stream);
   }
   ~SideStream() {  // at thread exit; destructors must not throw
     gemm.reset();
-    cudaEventDestroy(side_done), cudaEventDestroy(main_reached);
+    cudaEventDestroy(layer_end), cudaEventDestroy(side_done), cudaEventDestroy(main_reached);
     cudaStreamDestroy(stream);
   }
 };
@@ -89,8 +91,14 @@ void SideWork::join_later(std::vector<Tensor> operands) {
   if (!pending_) return;
   if (!side_work_deferral_for_thread() || !work_may_be_deferred()) return join();
   pending_ = false;
+  // The main stream waits for the previous layer's side work now, one layer late; then this
+  // layer's end is marked on the side stream (so one mark is pending at a time).
+  finish_deferred_work();
+  cuda_check(cudaEventRecord(side_stream_for_thread().layer_end, side_stream_for_thread().stream),
+             "cudaEventRecord (join_later)");
   defer_work([operands = std::move(operands)]() mutable {
-    main_waits_for_side();  // for everything the side stream was given so far
+    cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), side_stream_for_thread().layer_end, 0),
+               "cudaStreamWaitEvent (join_later)");
     operands.clear();
   });
 }

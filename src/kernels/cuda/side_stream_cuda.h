@@ -22,11 +22,13 @@
 //
 // A layer's backward may end with join_later(operands) instead of join(): inside the stage
 // executor's DeferredWorkScope (core/deferred_work.h) its weight gradients then keep running
-// beside the next layer's backward (the MLP's beside the GDN core, which leaves most SMs idle),
-// and the operands they read are held until the main stream has waited for them: at the next
-// join on the thread or at the end of the unit's backward. Each gradient is still accumulated
-// by the side stream alone, in the same order, so the results stay bitwise the serial ones.
-// (STATEFLOW_LEVERS_OFF=side_defer joins at the end of each layer, as before.)
+// beside the next layer's backward (the MLP's beside the GDN core, which leaves most SMs idle).
+// The main stream waits for them one layer late (at the next join_later, which marks where its
+// own layer's side work ends), or at the next join, or when the executor finishes the deferred
+// work (before each layer_done and at the end of the unit's backward); the operands they read
+// are held until then. Each gradient is still accumulated by the side stream alone, in the
+// same order, so the results stay bitwise the serial ones. (STATEFLOW_LEVERS_OFF=side_defer
+// joins at the end of each layer, as before.)
 #pragma once
 #include <vector>
 
