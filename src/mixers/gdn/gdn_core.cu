@@ -1087,7 +1087,7 @@ __device__ void stream_slabs(Issue&& issue, Body&& body) {
   __syncthreads();  // the ring is free again
 }
 
-// The columns [c0, c0 + cols) of a tile, as a tile (same row stride).
+// Tile t seen from its column c0 on (same row stride): the operand of a product over those columns.
 template <class T>
 __device__ T columns_from(T t, int c0) {
   return T{t.p + c0};

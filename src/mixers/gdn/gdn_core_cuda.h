@@ -25,7 +25,8 @@
 //             B3  the reverse dS sweep (sequential like ST); when nothing was kept the forward
 //                 sweep (B1') runs again beside it (row sweeps: in blocks of its own; tile
 //                 sweeps: a second warpgroup of each block)
-//             B4  all remaining gradients (parallel)
+//             B4  all remaining gradients (parallel; the state and its gradient stream through
+//                 shared memory in slabs of value rows, GdnCudaConfig::b4_slab)
 // Split core (GdnCudaConfig::piece_len or STATEFLOW_GDN_PIECE_LEN; off by default): ST and B3
 // cut each sequence into pieces of piece_len tokens swept in parallel from a zero state, plus each
 // piece's state transition (fp32, exact: no truncation), folded in piece order in fp32; then
