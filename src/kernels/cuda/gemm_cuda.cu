@@ -32,12 +32,8 @@ struct LtProblem {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   LtProblem(bool ta, bool tb, int64_t M, int64_t N, int64_t K, int64_t lda, int64_t ldb, int64_t ldc,
-            cudaDataType_t in, cudaDataType_t out, int32_t sm_count_target = 0) {
+            cudaDataType_t in, cudaDataType_t out) {
     cublas_check(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
-    if (sm_count_target > 0)
-      cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, &sm_count_target,
-                                                  sizeof sm_count_target),
-                   "SM_COUNT_TARGET");
     const cublasOperation_t oa = tb ? CUBLAS_OP_T : CUBLAS_OP_N, ob = ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &oa, sizeof oa), "TRANSA");
     cublas_check(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &ob, sizeof ob), "TRANSB");
@@ -109,8 +105,7 @@ __global__ void cast_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_
 
 }  // namespace
 
-CublasGemm::CublasGemm(cudaStream_t stream, size_t workspace_bytes, int sm_count_target)
-    : stream_(stream), sm_count_target_(sm_count_target) {
+CublasGemm::CublasGemm(cudaStream_t stream, size_t workspace_bytes) : stream_(stream) {
   cublas_check(cublasLtCreate(&handle_), "cublasLtCreate");
   if (workspace_bytes > 0) {
     cuda_check(cudaMalloc(&workspace_, workspace_bytes), "cudaMalloc (cuBLAS workspace)");
@@ -147,7 +142,7 @@ void gemm_cuda(const CublasGemm& g, bool ta, bool tb, int64_t M, int64_t N, int6
   }
   auto run = it->second.runs.find(M);
   if (run == it->second.runs.end()) {
-    auto p = std::make_shared<const LtProblem>(ta, tb, M, N, K, lda, ldb, ldc, in, out, g.sm_count_target());
+    auto p = std::make_shared<const LtProblem>(ta, tb, M, N, K, lda, ldb, ldc, in, out);
     // An algorithm that cannot run this M (not seen on H200) falls back to this M's own choice:
     // correct, but then not row-invariant.
     const cublasLtMatmulAlgo_t algo =

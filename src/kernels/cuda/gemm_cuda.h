@@ -33,11 +33,7 @@ struct LtProblem;  // the cuBLASLt descriptors of one GEMM shape (gemm_cuda.cu)
 // One per stream/thread: it must not be used by two threads at once.
 class CublasGemm {
  public:
-  // sm_count_target > 0: each call is launched for that many SMs (cuBLASLt's
-  // SM_COUNT_TARGET), leaving the rest to work on another stream; the algorithms are still
-  // chosen for the whole GPU, so the results are those of a handle without it.
-  explicit CublasGemm(cudaStream_t stream = nullptr, size_t workspace_bytes = size_t(32) << 20,
-                      int sm_count_target = 0);
+  explicit CublasGemm(cudaStream_t stream = nullptr, size_t workspace_bytes = size_t(32) << 20);
   ~CublasGemm();
   CublasGemm(const CublasGemm&) = delete;
   CublasGemm& operator=(const CublasGemm&) = delete;
@@ -46,7 +42,6 @@ class CublasGemm {
   cudaStream_t stream() const { return stream_; }
   void* workspace() const { return workspace_; }
   size_t workspace_bytes() const { return workspace_bytes_; }
-  int sm_count_target() const { return sm_count_target_; }
 
   // (trans_a, trans_b, M if trans_a else 0, N, K, lda, ldb, ldc, operand type, result type, beta != 0,
   //  pointer alignment in bytes up to 16)
@@ -69,7 +64,6 @@ class CublasGemm {
   cudaStream_t stream_ = nullptr;
   void* workspace_ = nullptr;
   size_t workspace_bytes_ = 0;
-  int sm_count_target_ = 0;
   mutable std::map<AlgoKey, Pinned> algorithms_;
 };
 

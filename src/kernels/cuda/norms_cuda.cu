@@ -179,7 +179,7 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
         float add[8];
         cuda::load8(a.add_to_dx + off + c, add);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) dx[e] = float(A(dx[e])) + add[e];
+        for (int e = 0; e < 8; ++e) dx[e] = __fadd_rn(float(A(dx[e])), add[e]);  // no FMA with dx's product
       }
       cuda::store8(a.dx + off + c, dx);
       if constexpr (K == Norm::GatedRms) cuda::store8(a.dz + off + c, dz);

@@ -1,11 +1,9 @@
 #include "kernels/cuda/side_stream_cuda.h"
 
-#include <cstdlib>
 #include <map>
 #include <memory>
 
 #include "core/deferred_work.h"
-#include "core/error.h"
 #include "core/op_scope.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -13,23 +11,6 @@
 
 namespace stateflow {
 namespace {
-
-// SMs the side stream's GEMMs are launched for (0: all): STATEFLOW_SIDE_SMS, else
-// kSideSmsDefault; STATEFLOW_LEVERS_OFF=side_sms gives them all. A GEMM launched for every SM
-// holds them all until it ends, so a latency-bound kernel of the main stream (the GDN core's
-// sweeps) waits for it instead of running beside it.
-constexpr int kSideSmsDefault = 0;
-
-int side_sm_count() {
-  if (lever_off("side_sms")) return 0;
-  const char* v = std::getenv("STATEFLOW_SIDE_SMS");
-  if (!v || !*v) return kSideSmsDefault;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  SF_CHECK(*end == '\0' && n >= 0 && n <= 100000, "STATEFLOW_SIDE_SMS = '", v,
-           "' is not a count of SMs (0 for all of them)");
-  return int(n);
-}
 
 // The thread's side stream on one GPU: non-blocking, so the legacy default stream (the main
 // one) does not serialise with it; the events carry the order instead.
@@ -43,7 +24,7 @@ struct SideStream {
     cuda_check(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     cuda_check(cudaEventCreateWithFlags(&side_done, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     cuda_check(cudaEventCreateWithFlags(&layer_end, cudaEventDisableTiming), "cudaEventCreate (side stream)");
-    gemm = std::make_unique<CublasGemm>(stream, size_t(32) << 20, side_sm_count());
+    gemm = std::make_unique<CublasGemm>(stream);
   }
   ~SideStream() {  // at thread exit; destructors must not throw
     gemm.reset();
