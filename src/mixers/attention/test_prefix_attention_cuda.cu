@@ -175,6 +175,31 @@ std::vector<std::pair<std::string, double>> errors(const Problem& p, const Out& 
           {"dv", rel_err(kv_rows_read(p, x.dv), kv_rows_read(p, r.dv))}};
 }
 
+// NaN in every K/V row past the chunk (the rows a later chunk owns): a kernel that reads one
+// puts NaN in its outputs.
+void poison_kv_rows_past_the_chunk(Problem& p) {
+  const int64_t w = p.d.kv_heads * p.d.head_dim;
+  for (int64_t b = 0; b < p.d.batch; ++b)
+    for (int64_t e = (p.d.offset + p.d.len) * w; e < p.d.kv_rows * w; ++e)
+      p.k[b * p.d.kv_rows * w + e] = p.v[b * p.d.kv_rows * w + e] = std::numeric_limits<double>::quiet_NaN();
+}
+
+void expect_no_nan(const Problem& p, const GpuOut& g) {
+  for (const Vec* x : {&g.x.o, &g.x.lse, &g.x.dq}) EXPECT_FALSE(has_nan(*x));
+  EXPECT_FALSE(has_nan(kv_rows_read(p, g.x.dk)) || has_nan(kv_rows_read(p, g.x.dv)));
+}
+
+// The rule for cuts off the bitwise grid: the unsplit run within the op's bound, the split run
+// within twice the unsplit run's error (errors as errors() lists them).
+void expect_within_twice_the_unsplit_error(const Problem& p, const std::vector<std::pair<std::string, double>>& whole,
+                                           const std::vector<std::pair<std::string, double>>& split,
+                                           const std::string& what) {
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_LE(whole[i].second, tolerance(p, whole[i].first)) << whole[i].first;
+    EXPECT_LE(split[i].second, 2 * whole[i].second + 1e-6) << split[i].first << what;
+  }
+}
+
 // Each pass against its reference (on every test shape of the op, with dK/dV rows past the
 // chunk left alone) is tests/cuda/test_op_defs_cuda.cpp's; here: NaN there is never read.
 TEST(PrefixAttentionCuda, NeverReadsKvRowsPastTheChunk) {
@@ -185,12 +210,9 @@ TEST(PrefixAttentionCuda, NeverReadsKvRowsPastTheChunk) {
     SCOPED_TRACE("head_dim " + std::to_string(D));
     Problem p = make_problem(seed, 1, 70, 130, 260, 4, 1, D);  // an unaligned chunk, 60 rows after it
     const Out r = reference(p);
-    const int64_t w = p.d.kv_heads * D;
-    for (int64_t e = (p.d.offset + p.d.len) * w; e < p.d.kv_rows * w; ++e)
-      p.k[e] = p.v[e] = std::numeric_limits<double>::quiet_NaN();
+    poison_kv_rows_past_the_chunk(p);
     const GpuOut g = run_gpu(p);
-    for (const Vec* x : {&g.x.o, &g.x.lse, &g.x.dq}) EXPECT_FALSE(has_nan(*x));
-    EXPECT_FALSE(has_nan(kv_rows_read(p, g.x.dk)) || has_nan(kv_rows_read(p, g.x.dv)));
+    expect_no_nan(p, g);
     for (const auto& [name, err] : errors(p, g.x, r)) EXPECT_LE(err, tolerance(p, name)) << name;
   }
 }
@@ -208,12 +230,7 @@ TEST(PrefixAttentionCuda, CutsOnTheBlockGridAreBitwiseOthersWithinTwiceTheError)
     const GpuOut again = run_gpu(p);  // deterministic: no atomics anywhere
     EXPECT_TRUE(bitwise_equal(again.dk, whole.dk) && bitwise_equal(again.dq, whole.dq));
 
-    const auto e_whole = errors(p, whole.x, r);
-    const auto e_split = errors(p, run_gpu(p, {1, 100, 237}).x, r);
-    for (size_t i = 0; i < e_whole.size(); ++i) {
-      EXPECT_LE(e_whole[i].second, tolerance(p, e_whole[i].first)) << e_whole[i].first;
-      EXPECT_LE(e_split[i].second, 2 * e_whole[i].second + 1e-6) << e_split[i].first;
-    }
+    expect_within_twice_the_unsplit_error(p, errors(p, whole.x, r), errors(p, run_gpu(p, {1, 100, 237}).x, r), "");
   }
 }
 
@@ -236,14 +253,10 @@ TEST(PrefixAttentionCudnn, MatchesFloat64AndOurKernels) {
     if (!cudnn_runs(p.d)) continue;
     ++ran;
     std::printf("%s\n", cudnn_attention_describe(p.d, CudnnBackward::Deterministic).c_str());
-    const int64_t w = p.d.kv_heads * c.D;
-    for (int64_t b = 0; b < c.B; ++b)
-      for (int64_t e = (c.offset + c.L) * w; e < c.rows * w; ++e)
-        p.k[b * c.rows * w + e] = p.v[b * c.rows * w + e] = std::numeric_limits<double>::quiet_NaN();
+    poison_kv_rows_past_the_chunk(p);
     const Out r = reference(p);
     const GpuOut ours = run_gpu(p, {}, Impl::Kernels), dnn = run_gpu(p, {}, Impl::Cudnn);
-    for (const Vec* x : {&dnn.x.o, &dnn.x.lse, &dnn.x.dq}) EXPECT_FALSE(has_nan(*x));
-    EXPECT_FALSE(has_nan(kv_rows_read(p, dnn.x.dk)) || has_nan(kv_rows_read(p, dnn.x.dv)));
+    expect_no_nan(p, dnn);
     const auto e_ours = errors(p, ours.x, r), e_dnn = errors(p, dnn.x, r);
     for (size_t i = 0; i < e_dnn.size(); ++i) {
       std::printf("  %-4s error vs float64: cuDNN %.3g, our kernels %.3g\n", e_dnn[i].first.c_str(),
@@ -292,13 +305,9 @@ TEST(PrefixAttentionCudnn, CutsOnThePieceGridAreBitwiseOthersWithinTwiceTheError
     const Problem small = make_problem(seed + 1, 1, 600, 0, 600, 2, 1, D);
     const Out r = reference(small);
     const auto e_whole = errors(small, run_gpu(small, {}, Impl::Cudnn).x, r);
-    for (const auto& cuts : {std::vector<int64_t>{256, 512}, std::vector<int64_t>{1, 100, 437, 590}}) {
-      const auto e_split = errors(small, run_gpu(small, cuts, Impl::Cudnn).x, r);
-      for (size_t i = 0; i < e_whole.size(); ++i) {
-        EXPECT_LE(e_whole[i].second, tolerance(small, e_whole[i].first)) << e_whole[i].first;
-        EXPECT_LE(e_split[i].second, 2 * e_whole[i].second + 1e-6) << e_split[i].first << " cuts " << cuts.size();
-      }
-    }
+    for (const auto& cuts : {std::vector<int64_t>{256, 512}, std::vector<int64_t>{1, 100, 437, 590}})
+      expect_within_twice_the_unsplit_error(small, e_whole, errors(small, run_gpu(small, cuts, Impl::Cudnn).x, r),
+                                            " cuts " + std::to_string(cuts.size()));
   }
 }
 
