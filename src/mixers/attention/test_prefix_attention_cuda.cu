@@ -2,7 +2,8 @@
 // reference (mixers/attention/prefix_attention_op.cpp; each pass against its reference is
 // tests/cuda/test_op_defs_cuda.cpp's): NaN in the K/V rows past the chunk is never read; the
 // GPU chunk rule: cuts on multiples of 64 rows are bitwise neutral for o, lse, dq, dk and dv,
-// other cuts stay within twice the unsplit error; head_dims without a kernel are refused.
+// other cuts stay within twice the unsplit error; head_dims without a kernel are refused; shapes
+// cuDNN refuses run on our kernels.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -309,6 +310,42 @@ TEST(PrefixAttentionCudnn, CutsOnThePieceGridAreBitwiseOthersWithinTwiceTheError
       expect_within_twice_the_unsplit_error(small, e_whole, errors(small, run_gpu(small, cuts, Impl::Cudnn).x, r),
                                             " cuts " + std::to_string(cuts.size()));
   }
+}
+
+// When cuDNN refuses a shape (here its workspace is over a limit the test seam sets to one
+// byte), the dispatch the layer calls runs our kernels instead: one stderr line per chunk shape
+// says why, and the results are bitwise those of our kernels called directly and within the
+// op's bounds of the float64 reference.
+TEST(PrefixAttentionCudnn, RefusedShapesRunOnOurKernelsWithOneLinePerShape) {
+  SKIP_WITHOUT_GPU();
+  if (attention_impl() != AttentionImpl::Cudnn) GTEST_SKIP() << "STATEFLOW_ATTENTION asks for another implementation";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // A length of this seed: a shape is reported once per process, so no other test may have run it.
+  const int64_t L = 300 + int64_t(seed % 1000);
+  const Problem p = make_problem(seed, 1, L, 0, L, 4, 2, 128);
+  const std::vector<int64_t> cuts = {100, L - 104};
+  const Out r = reference(p);
+  const GpuOut ours = run_gpu(p, cuts, Impl::Kernels);
+  const bool cudnn_here = cudnn_runs(p.d);  // else it refuses for want of the library, not the limit
+
+  CudnnWorkspaceLimitForTest one_byte(1);
+  const std::string why = cudnn_attention_refusal(p.d, CudnnBackward::Deterministic);
+  std::printf("cuDNN refuses: %s\n", why.c_str());
+  ASSERT_FALSE(why.empty()) << "the seam did not make cuDNN refuse";
+  EXPECT_EQ(attention_impl_describe(p.d).rfind("our kernels (", 0), 0u) << attention_impl_describe(p.d);
+  ::testing::internal::CaptureStderr();
+  const GpuOut first = run_gpu(p, cuts, Impl::Dispatch), second = run_gpu(p, cuts, Impl::Dispatch);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  std::printf("stderr:\n%s", err.c_str());
+  int lines = 0;
+  for (size_t at = 0; (at = err.find("runs on our kernels, not cuDNN", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_EQ(lines, 3) << "one line for each of the three chunk shapes, however often each runs";
+  if (cudnn_here) EXPECT_NE(err.find("STATEFLOW_ATTENTION_WORKSPACE_GB"), std::string::npos) << err;
+  expect_bitwise(first, ours);
+  expect_bitwise(second, ours);
+  expect_no_nan(p, first);
+  for (const auto& [name, e] : errors(p, first.x, r)) EXPECT_LE(e, tolerance(p, name)) << name;
 }
 
 TEST(PrefixAttentionCuda, ImplementationSwitchTakesItsThreeNamesAndRefusesOthers) {
