@@ -1077,7 +1077,7 @@ struct B4Smem {
 template <int SR, class Issue, class Body>
 __device__ void stream_slabs(Issue&& issue, Body&& body) {
   constexpr int NSL = DV / SR;
-#pragma unroll  // constant slots and column offsets: no address arithmetic per slab
+#pragma unroll 1  // unrolled, the two passes' code overflows the instruction cache (B4 took 1.7x as long)
   for (int j = 0; j < NSL; ++j) {
     cuda::cp_async_wait_all();  // slab j (and anything committed before it)
     __syncthreads();
