@@ -1077,7 +1077,6 @@ struct B4Smem {
 template <int SR, class Issue, class Body>
 __device__ void stream_slabs(Issue&& issue, Body&& body) {
   constexpr int NSL = DV / SR;
-#pragma unroll 1  // unrolled, the two passes' code overflows the instruction cache (B4 took 1.7x as long)
   for (int j = 0; j < NSL; ++j) {
     cuda::cp_async_wait_all();  // slab j (and anything committed before it)
     __syncthreads();
@@ -1086,14 +1085,6 @@ __device__ void stream_slabs(Issue&& issue, Body&& body) {
     body(j, j & 1);
   }
   __syncthreads();  // the ring is free again
-}
-
-// Multiplies the rows of a 16-row accumulator by a per-row factor: a lane holds rows lane / 4
-// (times f0) and lane / 4 + 8 (times f1), so each factor is computed once per lane, not per element.
-template <int WN>
-__device__ void scale_rows(Frag<16, WN>& f, float f0, float f1) {
-#pragma unroll
-  for (int j = 0; j < WN / 8; ++j) f.x[0][j][0] *= f0, f.x[0][j][1] *= f0, f.x[0][j][2] *= f1, f.x[0][j][3] *= f1;
 }
 
 // Tile t seen from its column c0 on (same row stride): the operand of a product over those columns.
@@ -1172,17 +1163,16 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
   }
   __syncthreads();
   const float GL = G[C - 1];
-  const int ra = m0 + (lane >> 2), rb = ra + 8;  // the accumulator rows this lane holds
-  scale_rows(dq, s * gam[ra], s * gam[rb]);
-  scale_rows(dk, expf(GL - G[ra]), expf(GL - G[rb]));
+  dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
+  dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
   row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
   {  // Out, intra-chunk term: dPG = s (dO V_new^T) ⊙ Gam, causal incl. the diagonal
     Frag<16, 32> dp;
     dp.fill(0.f);
     mma_acc<DV, Lay::Row, Lay::Col>(dp, dOs, m0, Vns, wn * 32);
-    dp.each_pair([&](int r, int c, float& x0, float& x1) {
+    dp.each([&](int r, int c, float& x) {
       r += m0, c += wn * 32;
-      put2(dPGs.at(r, c), c <= r ? s * x0 * expf(G[r] - G[c]) : 0.f, c + 1 <= r ? s * x1 * expf(G[r] - G[c + 1]) : 0.f);
+      *dPGs.at(r, c) = __float2bfloat16(c <= r ? s * x * expf(G[r] - G[c]) : 0.f);
     });
   }
   __syncthreads();
@@ -1211,34 +1201,31 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
     tb.fill(0.f);
     mma_acc<DK, Lay::Row, Lay::Col>(ta, dWs, m0, Ks, wn * 32);
     mma_acc<DV, Lay::Row, Lay::Col>(tb, dVns, m0, Vs, wn * 32);
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {  // elements 2h, 2h + 1: row lane / 4 + 8h, columns c, c + 1
-        const int r = m0 + (lane >> 2) + 8 * h, c = wn * 32 + j * 8 + 2 * (lane & 3);
-        const float* x = ta.x[0][j] + 2 * h;
-        const float* y = tb.x[0][j] + 2 * h;
-        put2(dTs.at(r, c), c < r ? beta[c] * (gam[c] * x[0] + y[0]) : 0.f,
-             c + 1 < r ? beta[c + 1] * (gam[c + 1] * x[1] + y[1]) : 0.f);
-      }
+    int idx = 0;
+    ta.each([&](int r, int c, float& x) {
+      const float y = tb.x[0][idx / 4][idx % 4];
+      ++idx;
+      r += m0, c += wn * 32;
+      *dTs.at(r, c) = __float2bfloat16(c < r ? beta[c] * (gam[c] * x + y) : 0.f);
+    });
   }
   {  // dKb = T^T dW
     Frag<16, HK> t;
     t.fill(0.f);
     mma_acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dWs, wn * HK);
     row_dot(t, Ks, m0, wn * HK, vec(S::vTkb + wn));
-    const float fa = beta[ra] * gam[ra], fb = beta[rb] * gam[rb];
-#pragma unroll
-    for (int j = 0; j < HK / 8; ++j)
-#pragma unroll
-      for (int e = 0; e < 4; ++e) dk.x[0][j][e] += (e < 2 ? fa : fb) * t.x[0][j][e];
+    int idx = 0;
+    dk.each([&](int r, int, float& x) {
+      x += beta[m0 + r] * gam[m0 + r] * t.x[0][idx / 4][idx % 4];
+      ++idx;
+    });
   }
   {  // dVb = T^T dU, dv = beta dVb
     Frag<16, HV> t;
     t.fill(0.f);
     mma_acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dVns, wn * HV);
     row_dot(t, Vs, m0, wn * HV, vec(S::vTvb + wn));
-    scale_rows(t, beta[ra], beta[rb]);
+    t.each([&](int r, int, float& x) { x *= beta[m0 + r]; });
     store_rows(t, a.dv + r0 * DV, ldv, m0, wn * HV, nv);
   }
   __syncthreads();
@@ -1256,7 +1243,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
     kk.fill(0.f);
     mma_acc<C, Lay::Row, Lay::Col>(da, M1s, m0, Ts, wn * 32);
     mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, m0, Ks, wn * 32);
-    float rs[2] = {0.f, 0.f}, cs[4][2] = {}, xs[2];
+    float rs[2] = {0.f, 0.f}, cs[4][2] = {};
 #pragma unroll
     for (int j = 0; j < 4; ++j)
 #pragma unroll
@@ -1271,8 +1258,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
         }
         rs[e >> 1] += y;
         cs[j][e & 1] += beta[r] * y;
-        xs[e & 1] = xx;
-        if (e & 1) put2(Xs.at(r, c - 1), xs[0], xs[1]);
+        *Xs.at(r, c) = __float2bfloat16(xx);
       }
     rs[0] = cuda::quad_sum(rs[0]), rs[1] = cuda::quad_sum(rs[1]);
     if ((lane & 3) == 0) {
