@@ -63,8 +63,8 @@ std::string attention_impl_describe(const AttentionDims& d) {
 
 // cuDNN's workspace grows with the chunk's prefix (the deterministic backward materialises dP,
 // len x kv_len per head), so each chunk of a sequence would ask the stage's caching allocator
-// for a size of its own, and every one would stay cached: 16 blocks of 0.25 to 4 GiB, 34 GiB
-// the driver held beyond the tracked peak, at 128K in 16 chunks (docs/benchmarks.md). So every
+// for a size of its own, and every one would stay cached: at 128K in 16 chunks, 16 blocks of
+// 0.25 to 4 GiB (34 GiB) the driver held beyond the tracked peak (docs/attention.md). So every
 // chunk asks for what a chunk of its length at the end of the sequence needs: one size, and one
 // cached block, per chunk length.
 size_t prefix_attention_workspace_bytes(const AttentionDims& d) {
