@@ -166,6 +166,7 @@ TEST(Model, PlacedOnADeviceHoldsNoHostGradsOrOptimizerState) {
   HostBackedDevice device;
   ModelConfig cfg = model_preset("tiny");
   cfg.pattern = "GMA";
+  cfg.mixers["gdn"] = {{"heads", 1}, {"head_dk", 128}, {"head_dv", 128}, {"block_size", 64}};  // what the GPU runs
   cfg.complete_sections();
   int64_t value_bytes = 0, largest = 0, gemm_copies = 0;
   {

@@ -104,7 +104,7 @@ TEST(Validation, ModelConfigJsonAndFiles) {
   expect_error([] { ModelConfig::from_json({{"n_heads", 4}}); },
                "field 'n_heads' moved into the Gated DeltaNet section: {\"gdn\": {\"heads\": ...}}");
   expect_error([] { ModelConfig::from_json({{"pattern", "GQ"}}); }, "layer pattern: unknown block letter 'Q'; known: ");
-  expect_error([] { model_preset("huge"); }, "unknown model preset 'huge'; available: tiny, small, gdn-1.3b");
+  expect_error([] { model_preset("huge"); }, "unknown model preset 'huge'; available: tiny, small, small-grouped, gdn-1.3b");
   TempDir dir;
   expect_error([&] { load_model_config(dir / "none.json"); }, "cannot open model config");
   write_bytes(dir / "bad.json", {'{', '"', 'a'});
