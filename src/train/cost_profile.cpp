@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/rng.h"
 #include "model/mixer.h"
+#include "model/device_ops.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "pipeline/stage_executor.h"
@@ -67,9 +68,11 @@ std::string build_id() {
 }
 
 nlohmann::json profile_key(const ProfileOptions& o) {
-  return {{"model", o.model.to_json()},  {"dtype", dtype_name(o.dtype)}, {"device", device_description(o.device)},
-          {"batch", o.batch},            {"seq_len", o.seq_len},        {"multiple", o.multiple},
-          {"build", build_id()}};
+  nlohmann::json key = {{"model", o.model.to_json()},  {"dtype", dtype_name(o.dtype)}, {"device", device_description(o.device)},
+                        {"batch", o.batch},            {"seq_len", o.seq_len},        {"multiple", o.multiple},
+                        {"build", build_id()}};
+  if (o.sm_parts > 1) key["sm_parts"] = o.sm_parts;  // absent for the whole device: older keys stay valid
+  return key;
 }
 
 nlohmann::json work_json(const WorkTerms& w) {
@@ -101,6 +104,8 @@ Batch random_batch(int64_t b, int64_t T, int64_t vocab) {
 
 }  // namespace
 
+static CostModel profile_on_this_thread(const ProfileOptions& o, std::ostream& log);
+
 std::vector<std::vector<int64_t>> profile_chunkings(int64_t T, int64_t multiple) {
   SF_CHECK(T >= 1 && multiple >= 1, "cost profile: the sequence length and multiple must be positive");
   return {from_fractions(T, multiple, {8, 4, 2, 1, 1}),
@@ -111,6 +116,28 @@ std::vector<std::vector<int64_t>> profile_chunkings(int64_t T, int64_t multiple)
 CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
   SF_CHECK(o.seq_len >= 1 && o.batch >= 1 && o.repeats >= 1, "cost profile: needs a sequence length, a batch and "
                                                              "at least one repeat");
+  SF_CHECK(o.sm_parts >= 1 && (o.sm_parts == 1 || o.device == Device::CUDA),
+           "cost profile: a profile on part of the SMs (--sm-split) needs --device cuda");
+  if (o.sm_parts == 1) return profile_on_this_thread(o, log);
+  // On part 0 of the SMs, as stage 0 of a split runs. A thread of its own: a part stays with the
+  // thread that enters it, and one part may be current to one thread at a time.
+  CostModel out;
+  std::exception_ptr error;
+  std::thread profiler([&] {
+    try {
+      const int sms = use_gpu_sm_partition(0, o.sm_parts);
+      log << "cost profile: on " << sms << " SMs (one of " << o.sm_parts << " parts, as a --sm-split stage)\n";
+      out = profile_on_this_thread(o, log);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  profiler.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
+static CostModel profile_on_this_thread(const ProfileOptions& o, std::ostream& log) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   MemoryTracker tracker("cost profile");

@@ -25,6 +25,9 @@ struct ProfileOptions {
   int64_t seq_len = 0;  // the run's sequence length: chunks and prefixes span it
   int64_t multiple = 64;  // profiled chunk lengths are multiples of this (the kernels' block)
   int repeats = 1;        // timed passes over each chunking (after one untimed warm-up pass)
+  // GPU: profile on one of this many equal parts of the SMs, as each stage of a --sm-split run
+  // of that many stages runs (1: the whole GPU).
+  int sm_parts = 1;
 };
 
 // The chunkings the profile runs (each sums to seq_len): long chunks early, long chunks late,

@@ -53,6 +53,10 @@ struct PlanSpace {
   // Every stage on one device (--transport local with --device cuda: stage threads on GPU 0):
   // their work is serialised and memory_bytes holds for all of them together.
   bool shared_device = false;
+  // Every stage on one device, each on its own 1/P of its multiprocessors (--sm-split): their
+  // work runs side by side, priced by a profile made on one such part (profile_options), and
+  // memory_bytes holds for all of them together.
+  bool split_sms = false;
 };
 
 struct Plan {
@@ -65,7 +69,7 @@ struct Plan {
   double step_s = 0, tokens_per_s = 0, bubble = 0;
   std::vector<ByteCounts> stage_peak_bytes;  // by category (core/allocator.h)
   std::vector<int64_t> stage_peak_total;
-  bool shared_device = false;  // PlanSpace::shared_device
+  bool shared_device = false;  // PlanSpace::shared_device or split_sms: the stages' memory on one device
   bool fits = true;            // peak_total() within PlanSpace::memory_bytes
   // The peak of one device: the largest stage's, or the sum of the stages' when they share one
   // device (an upper bound: their peaks need not coincide).
