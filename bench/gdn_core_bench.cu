@@ -7,7 +7,8 @@
 //
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
 //                  [--sweep default,rows,tiles] [--sweep-key-split 0] [--sweep-warps 0] [--value-tile 0]
-//                  [--split default,off,512,...] [--piece-tile 0] [--chunk-len 1024,2048,...] [--json FILE]
+//                  [--split default,off,512,...] [--piece-tile 0] [--b4-slab 0,16,32,64]
+//                  [--chunk-len 1024,2048,...] [--json FILE]
 // --sweep: the unsplit core's sweeps to run, each over every --split and --len: "default"
 // (STATEFLOW_GDN_SWEEP, rows when unset), "rows" (each warp keeps 16 state rows in registers)
 // or "tiles" (the earlier tile sweeps). --sweep-key-split: warps per 16 state rows of the row
@@ -15,6 +16,11 @@
 // --split: the sweeps' piece lengths to run, each over every --len: "default" (what the core
 // does unasked: STATEFLOW_GDN_PIECE_LEN, unsplit when unset), "off" (the unsplit sequential
 // sweeps) or tokens per piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).
+// --b4-slab: value rows of the state B4 streams at a time, each over every --sweep, --split and --len
+// (0 = core's: 16, two blocks per SM; 64 keeps one block per SM as the earlier kernel did).
+// After the main table, one per stage of every unsplit one-call row: time, the bytes the stage's kernels
+// must move (gdn_cuda_stage_cost) over it (GB/s, against the H200's 4.8 TB/s) and its tensor-core
+// FLOP rate, for the default backward (recomputing the forward).
 // --chunk-len (batch 1): also runs each length cut into chunks of these many tokens, the way
 // the pipeline calls the core (state S and its gradient carried from chunk to chunk, backward
 // last chunk first), one row per chunk length: the whole sequence's time and whether the
@@ -53,6 +59,8 @@ struct Result {
   int64_t len, chunk_len;  // chunk_len 0: one call
   int piece_len;           // 0: unsplit
   int sweep;               // GdnCudaConfig::Sweep as resolved (meaningful when unsplit)
+  int b4_slab;             // GdnCudaConfig::b4_slab as asked (0: the core's)
+  stateflow::GdnStageCost cost;  // of the default (recomputing) backward
   float chunked_fwd_ms, chunked_fwdbwd_ms;
   unsigned long long chunked_bytes_differing;  // in o, dq, dk, dv, dbeta, dg, S_out, dS_in
   float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, stage_ms[11];  // Pre ST Out | B1 B2 B3 B4 | same, saved
@@ -74,7 +82,8 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
                                        .with("sweep_warps", cfg.sweep_warps)
                                        .with("value_tile", cfg.value_tile)
                                        .with("piece_len", cfg.piece_len)
-                                       .with("piece_tile", cfg.piece_tile);
+                                       .with("piece_tile", cfg.piece_tile)
+                                       .with("b4_slab", cfg.b4_slab);
   GdnDims d;
   d.batch = B, d.heads = H, d.len = T, d.dk = 128, d.dv = 128, d.block = 64, d.scale = 1.0 / std::sqrt(128.0);
   const int64_t nt = B * T * H, nk = nt * 128, ns = B * H * 128 * 128;
@@ -104,6 +113,8 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   r.len = T;
   r.piece_len = stateflow::gdn_cuda_piece_len(d, cfg);
   r.sweep = cfg.sweep ? cfg.sweep : stateflow::gdn_cuda_default_sweep();
+  r.b4_slab = cfg.b4_slab;
+  r.cost = stateflow::gdn_cuda_stage_cost(d, false);
   r.fwd_ms = time_it(fwd);
   r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
   r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd_saved(); });
@@ -198,6 +209,8 @@ std::string sweep_name(const Result& r) {
   return r.sweep == stateflow::GdnCudaConfig::kTileSweeps ? "tiles" : "rows";
 }
 
+std::string slab_name(const Result& r) { return r.b4_slab ? std::to_string(r.b4_slab) : "auto"; }
+
 // Splits "a,b,c" into its items.
 std::vector<std::string> parse_words(const char* s) {
   std::vector<std::string> out;
@@ -215,6 +228,7 @@ int main(int argc, char** argv) {
   int64_t B = 1, H = 16;
   std::vector<int64_t> lens = {8192, 32768, 131072};
   int reps = 20, value_tile = 0, piece_tile = 0, sweep_warps = 0, key_split = 0;
+  std::vector<int64_t> b4_slabs = {0};
   std::vector<int> sweeps = {stateflow::GdnCudaConfig::kDefaultSweep};
   std::vector<int> splits = {0};  // piece lengths; 0 = default, GdnCudaConfig::kUnsplit = off
   std::vector<int64_t> chunk_lens;
@@ -242,6 +256,7 @@ int main(int argc, char** argv) {
       }
     }
     else if (a == "--piece-tile") piece_tile = std::atoi(argv[i + 1]);
+    else if (a == "--b4-slab") b4_slabs = parse_list(argv[i + 1]);
     else if (a == "--split") {
       splits.clear();
       for (const char* p = argv[i + 1]; *p;) {
@@ -281,11 +296,13 @@ int main(int argc, char** argv) {
               piece_tile ? std::to_string(piece_tile).c_str() : "auto", reps);
   std::vector<Result> res;
   try {
+    for (int64_t b4_slab : b4_slabs)
     for (int sweep : sweeps)
       for (int split : splits)
         for (int64_t T : lens) {
           stateflow::GdnCudaConfig cfg;
           cfg.sweep = sweep, cfg.sweep_warps = sweep_warps, cfg.sweep_key_split = key_split;
+          cfg.b4_slab = int(b4_slab);
           cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
           res.push_back(run(B, H, T, reps, cfg, 0));
           for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
@@ -294,21 +311,36 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gdn_core_bench: %s\n", e.what());
     return 1;
   }
-  std::printf("\n%8s %6s %6s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "sweep", "piece", "fwd ms",
+  std::printf("\n%8s %6s %6s %4s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %6s %6s %6s | %s\n", "T", "sweep", "piece", "b4sl", "fwd ms",
               "TFLOP/s", "f+b ms", "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4",
               "sv B2 B3    B4", "wsGiB", "allGiB", "memGiB", "nonfinite");
   for (const Result& r : res) {
     if (r.chunk_len) continue;
-    std::printf("%8lld %6s %6s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
+    std::printf("%8lld %6s %6s %4s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | "
                 "%5.3f %5.3f %5.3f | %6.2f %6.2f %6.2f | %llu\n",
-                (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), slab_name(r).c_str(), r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                 r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                 r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
                 r.total_gib, r.meminfo_gib, r.nonfinite);
   }
+  std::printf("\nPer stage, unsplit one-call rows, default backward: ms, GB/s of the bytes the stage must move, "
+              "tensor-core TFLOP/s\n%8s %6s %4s |", "T", "sweep", "b4sl");
+  const char* stage_names[7] = {"Pre", "ST", "Out", "B1", "B2", "B3", "B4"};
+  for (const char* name : stage_names) std::printf(" %20s |", name);
+  std::printf("\n");
+  for (const Result& r : res) {
+    if (r.chunk_len || r.piece_len) continue;
+    std::printf("%8lld %6s %4s |", (long long)r.len, sweep_name(r).c_str(), slab_name(r).c_str());
+    for (int i = 0; i < 7; ++i) {
+      const double s = r.stage_ms[i] * 1e-3;
+      std::printf(" %6.3f %6.0f %6.1f |", r.stage_ms[i], s > 0 ? r.cost.bytes[i] / s / 1e9 : 0.0,
+                  s > 0 ? r.cost.flops[i] / s / 1e12 : 0.0);
+    }
+    std::printf("\n");
+  }
   if (!chunk_lens.empty()) {
     std::printf("\nIn chunks (state carried; backward last chunk first), against one call on the same inputs:\n");
-    std::printf("%8s %6s %6s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "sweep", "piece", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call",
+    std::printf("%8s %6s %6s %4s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "sweep", "piece", "b4sl", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call",
                 "chunks", "bytes differing from one call");
     const Result* whole = nullptr;
     for (const Result& r : res) {
@@ -316,8 +348,8 @@ int main(int argc, char** argv) {
         whole = &r;
         continue;
       }
-      std::printf("%8lld %6s %6s %8lld | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu\n", (long long)r.len,
-                  sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), (long long)r.chunk_len,
+      std::printf("%8lld %6s %6s %4s %8lld | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu\n", (long long)r.len,
+                  sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), slab_name(r).c_str(), (long long)r.chunk_len,
                   r.chunked_fwd_ms, r.chunked_fwd_ms / whole->fwd_ms, r.chunked_fwdbwd_ms,
                   r.chunked_fwdbwd_ms / whole->fwdbwd_ms, (long long)((r.len + r.chunk_len - 1) / r.chunk_len),
                   r.chunked_bytes_differing);
@@ -334,13 +366,13 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < res.size(); ++i) {
       const Result& r = res[i];
       std::fprintf(f,
-                   "  {\"len\": %lld, \"sweep\": \"%s\", \"piece_len\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
+                   "  {\"len\": %lld, \"sweep\": \"%s\", \"b4_slab\": %d, \"piece_len\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
                    "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, "
                    "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
                    "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f}, "
                    "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu, \"chunk_len\": %lld, "
                    "\"chunked_fwd_ms\": %.4f, \"chunked_fwdbwd_ms\": %.4f, \"chunked_bytes_differing\": %llu}%s\n",
-                   (long long)r.len, sweep_name(r).c_str(), r.piece_len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                   (long long)r.len, sweep_name(r).c_str(), r.b4_slab, r.piece_len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                    r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
                    r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.workspace_gib,
                    r.total_gib, r.nonfinite, (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwdbwd_ms,

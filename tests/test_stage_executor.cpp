@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "core/deferred_work.h"
 #include "layer_testing.h"
 #include "model/model.h"
 #include "pipeline/stage_executor.h"
@@ -142,4 +143,54 @@ TEST(StageExecutor, OutOfOrderCallsAreRefusedNamingTheUnit) {
   expect_error([&] { ex.forward(u0.ctx, u0.tokens); }, "unit (0, 0) forwarded twice");
   ex.forward(u1.ctx, u1.tokens);
   expect_error([&] { ex.backward(u0.ctx, Tensor()); }, "chunks must go backward in reverse order");
+}
+
+namespace {
+
+// A layer that passes x through and, in backward, defers a finish function (as a GPU layer
+// does for its side-stream weight gradients) that appends its name to a log.
+struct DeferringLayer : Layer {
+  std::string name;
+  std::vector<std::string>* log;
+  DeferringLayer(std::string n, std::vector<std::string>* l) : name(std::move(n)), log(l) {}
+  std::string kind() const override { return "deferring"; }
+  std::vector<Param*> params() override { return {}; }
+  Tensor forward(const ChunkCtx&, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) override {
+    stash = std::make_unique<Stash>();
+    return x;
+  }
+  Tensor backward(const ChunkCtx&, const Tensor& dy, const State&, State&, Stash&) override {
+    log->push_back("backward " + name);
+    if (work_may_be_deferred()) defer_work([this] { log->push_back("finish " + name); });
+    else log->push_back("finish " + name + " (not deferred)");
+    return dy;
+  }
+};
+
+}  // namespace
+
+// Work a layer defers in backward is finished, in order, before each layer_done and before the
+// unit's backward returns; outside the executor nothing may be deferred.
+TEST(StageExecutor, DeferredLayerWorkIsFinishedBeforeLayerDoneAndAtTheEnd) {
+  std::vector<std::string> log;
+  DeferringLayer a("a", &log), b("b", &log), c("c", &log);
+  StageExecutor ex({&a, &b, &c}, 0);
+  ChunkCtx ctx;
+  ctx.len = 1;
+  const Tensor x = Tensor::zeros({1, 1}, DType::F64);
+  ex.forward(ctx, x);
+  ex.backward(ctx, x);
+  EXPECT_EQ(log, (std::vector<std::string>{"backward c", "backward b", "backward a", "finish c", "finish b",
+                                           "finish a"}));
+  log.clear();
+  ex.forward(ctx, x);
+  ex.backward(ctx, x, [&](int j) { log.push_back("done " + std::to_string(j)); });
+  EXPECT_EQ(log, (std::vector<std::string>{"backward c", "finish c", "done 2", "backward b", "finish b", "done 1",
+                                           "backward a", "finish a", "done 0"}));
+  log.clear();
+  State none;
+  a.backward(ctx, x, none, none, *std::make_unique<Stash>());
+  EXPECT_EQ(log, (std::vector<std::string>{"backward a", "finish a (not deferred)"}));
+  EXPECT_FALSE(work_may_be_deferred());
+  expect_error([] { defer_work([] {}); }, "no DeferredWorkScope is open");
 }

@@ -4,6 +4,7 @@
 #include <atomic>
 #include <exception>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "core/rng.h"
@@ -54,6 +55,8 @@ Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end, Device dev
   auto build = [&] {
     TrackerScope track(tracker);
     CategoryScope weights(MemCategory::Weights);
+    std::optional<GradsAtPlacement> device_grads;  // made by move_param_to below, on the device only
+    if (device != Device::CPU) device_grads.emplace();
     for (size_t k; (k = next++) < order.size();) {
       try {
         layers_[order[k]] = build_layer(cfg_, dtype, order[k]);

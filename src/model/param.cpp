@@ -2,18 +2,27 @@
 
 namespace stateflow {
 
+static thread_local bool tl_grads_at_placement = false;
+
+GradsAtPlacement::GradsAtPlacement() : prev_(tl_grads_at_placement) { tl_grads_at_placement = true; }
+GradsAtPlacement::~GradsAtPlacement() { tl_grads_at_placement = prev_; }
+
 Param make_param(const std::string& name, const Shape& shape, DType dtype) {
   return Param{name, Tensor::zeros(shape, dtype, MemCategory::Weights),
-               Tensor::zeros(shape, dtype, MemCategory::Grads)};
+               tl_grads_at_placement ? Tensor() : Tensor::zeros(shape, dtype, MemCategory::Grads)};
 }
 
 void move_param_to(Param& p, Device d) {
-  if (p.value.device() == d) return;
+  const auto make_grad = [&] { p.grad = Tensor::zeros(p.value.shape(), p.value.dtype(), MemCategory::Grads, d); };
+  if (p.value.device() == d) {
+    if (!p.grad.defined()) make_grad();
+    return;
+  }
   SF_CHECK(d == Device::CPU || p.value.dtype() == DType::F32, "parameter ", p.name, " is ",
            dtype_name(p.value.dtype()), ": GPU master weights are f32, use --dtype f32 with --device cuda");
   p.value_bf16 = p.gemm_operand && d != Device::CPU ? p.value.cast(DType::BF16).to(d, MemCategory::Weights) : Tensor();
   p.value = p.value.to(d, MemCategory::Weights);
-  p.grad = Tensor::zeros(p.grad.shape(), p.grad.dtype(), MemCategory::Grads, d);
+  make_grad();
 }
 
 }  // namespace stateflow

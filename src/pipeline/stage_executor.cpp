@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/deferred_work.h"
 #include "core/error.h"
 
 namespace stateflow {
@@ -53,6 +54,9 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy, const std:
   ChunkCtx again = ctx;
   again.recomputing = true;  // the loss was counted in the first forward
   Tensor g = dy;
+  // A layer's weight gradients may run on beside the next layer's backward; all are done
+  // (on the device's order) when this returns, and before each layer_done.
+  DeferredWorkScope deferred;
   for (size_t j = layers_.size(); j-- > 0;) {
     const int id = first_layer_ + static_cast<int>(j);
     State dout = state_grads_.take(id, ctx.microbatch, ctx.chunk);
@@ -69,7 +73,7 @@ Tensor StageExecutor::backward(const ChunkCtx& ctx, const Tensor& dy, const std:
     run_layer(j, Pass::Backward, [&] { g = layers_[j]->backward(ctx, g, dout, din, *unit.layers[j]); });
     unit.layers[j].reset();  // this layer's activations are done
     if (ctx.chunk > 0 && !din.empty()) state_grads_.put(id, ctx.microbatch, ctx.chunk - 1, std::move(din));
-    if (layer_done) layer_done(int(j));
+    if (layer_done) finish_deferred_work(), layer_done(int(j));
   }
   stash_bytes_ -= unit.bytes;
   stash_.erase(it);

@@ -6,6 +6,7 @@
 // (kernels/ops/short_conv_op.cpp, tests/cuda/test_op_defs_cuda.cpp).
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/short_conv_cuda.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
@@ -64,14 +65,14 @@ TYPED_TEST(ShortConvCuda, ForwardTilesOfAnyLengthGiveTheSameRows) {
 }
 
 // The backward over chunks cut at multiples of 64, run last chunk first with the prefix
-// gradient carried (dprefix_in -> dprefix_out), gives the unsplit dx, dw and dprefix bitwise.
-TYPED_TEST(ShortConvCuda, SplitBackwardAtMultiplesOf64IsBitwiseTheWhole) {
-  SKIP_WITHOUT_GPU();
-  using A = TypeParam;
+// gradient carried (dprefix_in -> dprefix_out), gives the unsplit dx, dw and dprefix bitwise,
+// for each list of cuts (each starting at 0 and ending at len).
+template <class A>
+void check_split_backward(int64_t len, int64_t ch, const std::vector<std::vector<int64_t>>& splits) {
   const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
+  SCOPED_TRACE("seed " + std::to_string(seed) + ", len " + std::to_string(len));
   Rng rng(seed);
-  const int64_t len = 512, ch = 32, K = 4, P = K - 1;
+  const int64_t K = 4, P = K - 1;
   const Vec x = normal_vec(rng, len * ch), dy = normal_vec(rng, len * ch), w = normal_vec(rng, ch * K, 0.5);
   const Vec dw0 = normal_vec(rng, ch * K);
   Dev<A> d_x(x), d_dy(dy);
@@ -104,8 +105,24 @@ TYPED_TEST(ShortConvCuda, SplitBackwardAtMultiplesOf64IsBitwiseTheWhole) {
     return out;
   };
   const std::vector<float> whole = run({0, len});
-  EXPECT_TRUE(bitwise_equal(run({0, 256, len}), whole)) << "2 chunks";
-  EXPECT_TRUE(bitwise_equal(run({0, 128, 448, len}), whole)) << "128 + 320 + 64";
+  for (const std::vector<int64_t>& cuts : splits)
+    EXPECT_TRUE(bitwise_equal(run(cuts), whole)) << "cuts " << ::testing::PrintToString(cuts);
+}
+
+TYPED_TEST(ShortConvCuda, SplitBackwardAtMultiplesOf64IsBitwiseTheWhole) {
+  SKIP_WITHOUT_GPU();
+  check_split_backward<TypeParam>(512, 32, {{0, 256, 512}, {0, 128, 448, 512}});
+}
+
+// A long chunk's backward walks whole token blocks per thread and adds their 16-row segments
+// itself; short chunks give each segment a thread and the reduction adds them: the same bits.
+TYPED_TEST(ShortConvCuda, BackwardBlockWalksGiveTheSegmentTilesBits) {
+  SKIP_WITHOUT_GPU();
+  const int64_t len = 32768, ch = 2048, K = 4;
+  if (lever_off("conv_walk") || lever_off("conv_tiles")) GTEST_SKIP() << "STATEFLOW_LEVERS_OFF turns the walks off";
+  ASSERT_TRUE(short_conv_backward_walks_blocks(1, len, ch, K));  // the premise: whole runs walk,
+  ASSERT_FALSE(short_conv_backward_walks_blocks(1, 2048, ch, K));  // 2K-token pieces do not
+  check_split_backward<TypeParam>(len, ch, {{0, 2048, 4096, 30720, len}});
 }
 
 // A group of convs of different widths in one launch (the GDN's q, k, v) gives each conv's own

@@ -1,5 +1,6 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
-// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group
+// STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
+//                      side_defer,out_gate_by_core,conv_walk
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -11,6 +12,12 @@
 //   side_stream   every kernel of a layer on the main stream (instead of weight gradients, the
 //                 GDN's gate projections and x W3 on a side stream: kernels/cuda/side_stream_cuda.h)
 //   conv_group    short conv: one launch per conv (instead of the GDN's q, k, v convs in one)
+//   side_defer    side-stream weight gradients joined at the end of each layer's backward (instead
+//                 of running on beside the next layer's, inside the stage executor's unit)
+//   out_gate_by_core  GDN forward: the output gate's projection beside the q, k, v projections
+//                 (instead of beside the core)
+//   conv_walk     short conv backward: 16-row tiles at every length (instead of a whole 64-token
+//                 block per thread where the chunk gives enough threads; same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 #pragma once
 #include <cstdlib>
@@ -23,7 +30,8 @@ namespace stateflow {
 // Every lever's name, in the order the comment above lists them.
 inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_rows",
                                            "reduce_ahead", "embed_ahead", "side_stream",
-                                           "conv_group"};
+                                           "conv_group",  "side_defer",  "out_gate_by_core",
+                                           "conv_walk"};
 
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).

@@ -1,6 +1,7 @@
 #include "kernels/cuda/short_conv_cuda.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
@@ -13,13 +14,17 @@ namespace {
 
 using cuda::bf16;
 
-// Rows one backward thread walks, and so the rows of one dw partial. Short, so that a 1-2K-token
-// chunk still has tens of thousands of threads: each thread walks its rows one after another.
-// The tiles of one token block are its segments in add_token_block_partials_cuda (summed in
-// order, in parallel over blocks), so the blocks' chain of additions is no longer than with
-// one tile per block, and cuts at token blocks give the unsplit sums.
+// The backward's dw terms are summed over segments of this many rows, and the segments of a
+// token block in order from 0 (add_token_block_partials_cuda's block sum), whatever the tiling:
+// a short chunk gives each segment a thread of its own (a 1-2K-token chunk still has tens of
+// thousands of threads), and the reduction adds the segments; a long chunk gives a thread a
+// whole block, which adds its segments itself as it walks, in the same order (no 4x partials to
+// write and add: STATEFLOW_LEVERS_OFF=conv_walk keeps 16-row tiles at every length). Both give
+// the same bits, so cuts at token blocks give the unsplit sums at any chunk length.
 constexpr int kBackwardTileRows = 16;
 static_assert(kTokenBlock % kBackwardTileRows == 0, "a token block is a whole number of tiles");
+// A launch with at least this many threads of 16-row tiles walks whole blocks instead.
+constexpr int64_t kMinBackwardThreads = int64_t(1) << 19;
 // Both passes' tiles before this lever (STATEFLOW_LEVERS_OFF=conv_tiles, kernels/cuda/levers.h).
 constexpr int kOldTileRows = int(kTokenBlock);
 // The forward has no reduction, so its tile can be anything: the longest of these that still
@@ -39,6 +44,7 @@ struct ConvArgs {
   float *dprefix_in, *partial;
   int64_t len, ch;
   int64_t tile_rows;
+  int64_t seg_rows;  // backward: rows of each dw segment (tile_rows, or a quarter of a 64-row tile)
 };
 
 // The convs of one launch (a group of 1 for a single call), all over the same batch and len.
@@ -146,7 +152,17 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
   const Slot s(group.batch);
   const ConvArgs<A>& a = group.conv[s.conv];
   if (s.c >= a.ch) return;
-  float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {};
+  // dw: the current segment's terms; done: the tile's finished segments, added in order from 0
+  float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {}, done[K][8] = {};
+  const int64_t segs = a.tile_rows / a.seg_rows;
+  int64_t folded = 0;
+  auto fold = [&] {
+#pragma unroll
+    for (int j = 0; j < K; ++j)
+#pragma unroll
+      for (int e = 0; e < 8; ++e) done[j][e] += dw[j][e], dw[j][e] = 0.f;
+    ++folded;
+  };
   load_weights<K>(a.w, s.c, wv);
   const int64_t i0 = s.tile * a.tile_rows, i1 = min(a.len + P, i0 + a.tile_rows);
 #pragma unroll
@@ -173,6 +189,7 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
         dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
       if (t >= i0) {
         float out[8], dpo[8];
+        if (segs > 1 && t > i0 && (t - i0) % a.seg_rows == 0) fold();
         if (t < a.len)
 #pragma unroll
           for (int j = 0; j < K; ++j)
@@ -196,11 +213,13 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
       shift_window<K>(xw);
     }
   }
+  if (segs > 1)  // every segment, also those past the rows (zeros), as the reduction adds them
+    while (folded < segs) fold();
   float* part = a.partial + (s.b * tiles + s.tile) * a.ch * K + s.c * K;
 #pragma unroll
   for (int e = 0; e < 8; ++e)
 #pragma unroll
-    for (int j = 0; j < K; ++j) part[e * K + j] = dw[j][e];
+    for (int j = 0; j < K; ++j) part[e * K + j] = segs > 1 ? done[j][e] : dw[j][e];
 }
 
 template <class Fn>
@@ -226,13 +245,19 @@ void check_shape(const char* name, int64_t batch, int64_t len, int64_t ch, int64
 }
 
 // The backward's tiles over the rows of [dprefix_in; dx] (K - 1 more than the chunk's), a whole
-// number of token blocks of them: tiles past the chunk's rows write zero partials.
+// number of token blocks of them: tiles past the chunk's rows write zero partials. `segs`
+// partials per block (16-row tiles), or one per block from whole-block walks (seg_rows 16
+// inside); `channels` are those of every conv in the launch.
 struct BackwardTiling {
-  int64_t rows, segs, tiles;
-  BackwardTiling(int64_t len, int64_t K) {
-    rows = lever_off("conv_tiles") ? kOldTileRows : kBackwardTileRows;
+  int64_t rows, seg_rows, segs, tiles;
+  BackwardTiling(int64_t batch, int64_t len, int64_t K, int64_t channels) {
+    const int64_t blocks = (len + K - 1 + kTokenBlock - 1) / kTokenBlock;
+    const bool whole_blocks = batch * blocks * (kTokenBlock / kBackwardTileRows) * (channels / 8) >= kMinBackwardThreads;
+    if (lever_off("conv_tiles")) rows = seg_rows = kOldTileRows;  // one unsegmented walk per block
+    else if (whole_blocks && !lever_off("conv_walk")) rows = kTokenBlock, seg_rows = kBackwardTileRows;
+    else rows = seg_rows = kBackwardTileRows;
     segs = kTokenBlock / rows;
-    tiles = ((len + K - 1 + rows - 1) / rows + segs - 1) / segs * segs;
+    tiles = blocks * segs;
   }
 };
 
@@ -267,7 +292,8 @@ void launch_forward(const ShortConvForward<A>* convs, int n, int64_t batch, int6
   group.batch = batch;
   for (int i = 0; i < n; ++i) {
     const ShortConvForward<A>& c = convs[i];
-    group.conv[i] = {c.x, c.prefix, nullptr, c.w, nullptr, c.y, c.prefix_out, nullptr, nullptr, nullptr, len, c.ch, rows};
+    group.conv[i] = {c.x,     c.prefix, nullptr, c.w,  nullptr, c.y, c.prefix_out, nullptr, nullptr, nullptr,
+                     len,     c.ch,     rows,    rows};
   }
   // At least one tile, so that prefix_out is written also for len = 0.
   const int64_t tiles = std::max<int64_t>(1, (len + rows - 1) / rows);
@@ -280,14 +306,16 @@ void launch_forward(const ShortConvForward<A>* convs, int n, int64_t batch, int6
 template <class A>
 void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
                      cudaStream_t stream) {
-  const BackwardTiling tiling(len, K);
+  int64_t ch = 0;
+  for (int i = 0; i < n; ++i) ch += convs[i].ch;
+  const BackwardTiling tiling(batch, len, K, ch);
   if (tiling.tiles == 0) return;  // K = 1 and len = 0: nothing to do
   ConvGroup<A> group{};
   group.batch = batch;
   for (int i = 0; i < n; ++i) {
     const ShortConvBackward<A>& c = convs[i];
     group.conv[i] = {c.x,       c.prefix,     c.dy, c.w, c.dprefix_out, nullptr, nullptr, c.dx, c.dprefix_in,
-                     static_cast<float*>(c.workspace), len, c.ch, tiling.rows};
+                     static_cast<float*>(c.workspace), len, c.ch, tiling.rows, tiling.seg_rows};
   }
   dispatch_conv_size("short_conv_backward_cuda", K, [&](auto k) {
     short_conv_backward_kernel<A, k.value>
@@ -300,10 +328,40 @@ void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, in
                                   tiling.segs, convs[i].ch * K, convs[i].dw, stream);
 }
 
-// A group runs as one launch, or with STATEFLOW_LEVERS_OFF=conv_group as one launch per conv
-// (the results are the same either way).
+void check_aligned16_all(const char* name, const char* what, std::initializer_list<const void*> arrays) {
+  for (const void* p : arrays)
+    if (p) check_aligned16(p, name, what);
+}
+
+// The checks of one conv that depend on the pass: the activation arrays are read and written 16
+// bytes at a time, and the buffers the pass writes must be there.
+template <class A>
+void check_conv(const char* name, const ShortConvForward<A>& c, int64_t, int64_t K) {
+  SF_CHECK(K == 1 || (c.prefix_out && c.prefix_out != c.prefix), name,
+           ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
+  check_aligned16_all(name, "x, prefix, y and prefix_out", {c.x, c.prefix, c.y, c.prefix_out});
+}
+
+template <class A>
+void check_conv(const char* name, const ShortConvBackward<A>& c, int64_t batch, int64_t K) {
+  check_aligned16_all(name, "x, prefix, dy, dprefix_out, dx and dprefix_in",
+                      {c.x, c.prefix, c.dy, c.dprefix_out, c.dx, c.dprefix_in});
+  SF_CHECK(K == 1 || c.dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
+  SF_CHECK(batch == 0 || c.workspace != nullptr, name,
+           ": workspace is null; allocate short_conv_backward_workspace_bytes()");
+}
+
+// Checks a group's arguments, then runs it (nothing for an empty batch) as one launch, or with
+// STATEFLOW_LEVERS_OFF=conv_group as one launch per conv (the results are the same either way).
 template <class Conv, class Launch>
-void run_group(const Conv* convs, int n, Launch&& launch) {
+void check_and_run_group(const char* name, const Conv* convs, int n, int64_t batch, int64_t len, int64_t K,
+                         Launch&& launch) {
+  check_group(name, n, batch);
+  for (int i = 0; i < n; ++i) {
+    check_shape(name, batch, len, convs[i].ch, K);
+    check_conv(name, convs[i], batch, K);
+  }
+  if (batch == 0) return;
   if (!lever_off("conv_group")) return launch(convs, n);
   for (int i = 0; i < n; ++i) launch(convs + i, 1);
 }
@@ -313,19 +371,8 @@ void run_group(const Conv* convs, int n, Launch&& launch) {
 template <class A>
 void short_conv_forward_group_cuda(const ShortConvForward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
                                    cudaStream_t stream) {
-  const char* name = "short_conv_forward_cuda";
-  check_group(name, n, batch);
-  for (int i = 0; i < n; ++i) {
-    const ShortConvForward<A>& c = convs[i];
-    check_shape(name, batch, len, c.ch, K);
-    SF_CHECK(K == 1 || (c.prefix_out && c.prefix_out != c.prefix), name,
-             ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
-    for (const void* p : {static_cast<const void*>(c.x), static_cast<const void*>(c.prefix),
-                          static_cast<const void*>(c.y), static_cast<const void*>(c.prefix_out)})
-      if (p) check_aligned16(p, name, "x, prefix, y and prefix_out");
-  }
-  if (batch == 0) return;
-  run_group(convs, n, [&](const ShortConvForward<A>* some, int m) { launch_forward(some, m, batch, len, K, stream); });
+  check_and_run_group("short_conv_forward_cuda", convs, n, batch, len, K,
+                      [&](const ShortConvForward<A>* some, int m) { launch_forward(some, m, batch, len, K, stream); });
 }
 
 template <class A>
@@ -336,27 +383,21 @@ void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, 
 }
 
 size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K) {
-  return size_t(batch * BackwardTiling(len, K).tiles) * size_t(ch * K) * sizeof(float);
+  // The tiling of a launch without channels: the most partials any launch writes (which one a
+  // launch picks depends on all its convs' channels)
+  return size_t(batch * BackwardTiling(batch, len, K, 0).tiles) * size_t(ch * K) * sizeof(float);
+}
+
+bool short_conv_backward_walks_blocks(int64_t batch, int64_t len, int64_t channels, int64_t K) {
+  const BackwardTiling tiling(batch, len, K, channels);
+  return tiling.seg_rows < tiling.rows;
 }
 
 template <class A>
 void short_conv_backward_group_cuda(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
                                     cudaStream_t stream) {
-  const char* name = "short_conv_backward_cuda";
-  check_group(name, n, batch);
-  for (int i = 0; i < n; ++i) {
-    const ShortConvBackward<A>& c = convs[i];
-    check_shape(name, batch, len, c.ch, K);
-    for (const void* p : {static_cast<const void*>(c.x), static_cast<const void*>(c.prefix),
-                          static_cast<const void*>(c.dy), static_cast<const void*>(c.dprefix_out),
-                          static_cast<const void*>(c.dx), static_cast<const void*>(c.dprefix_in)})
-      if (p) check_aligned16(p, name, "x, prefix, dy, dprefix_out, dx and dprefix_in");
-    SF_CHECK(K == 1 || c.dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
-    SF_CHECK(batch == 0 || c.workspace != nullptr, name,
-             ": workspace is null; allocate short_conv_backward_workspace_bytes()");
-  }
-  if (batch == 0) return;
-  run_group(convs, n, [&](const ShortConvBackward<A>* some, int m) { launch_backward(some, m, batch, len, K, stream); });
+  check_and_run_group("short_conv_backward_cuda", convs, n, batch, len, K,
+                      [&](const ShortConvBackward<A>* some, int m) { launch_backward(some, m, batch, len, K, stream); });
 }
 
 template <class A>

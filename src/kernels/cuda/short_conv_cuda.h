@@ -69,6 +69,9 @@ void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, 
                              int64_t len, int64_t ch, int64_t K, cudaStream_t stream);
 
 size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K);
+// Whether a backward launch of these shapes (channels: all its convs') gives each thread a whole
+// token block (long chunks) rather than a 16-row segment of one: the same bits either way.
+bool short_conv_backward_walks_blocks(int64_t batch, int64_t len, int64_t channels, int64_t K);
 
 template <class A>
 void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const A* dy, const float* dprefix_out,

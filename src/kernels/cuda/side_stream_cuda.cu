@@ -3,6 +3,7 @@
 #include <map>
 #include <memory>
 
+#include "core/deferred_work.h"
 #include "core/op_scope.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
@@ -15,17 +16,19 @@ namespace {
 // one) does not serialise with it; the events carry the order instead.
 struct SideStream {
   cudaStream_t stream = nullptr;
-  cudaEvent_t main_reached = nullptr, side_done = nullptr;
+  // layer_end: where the side stream's work of the last join_later ends (one pending at a time)
+  cudaEvent_t main_reached = nullptr, side_done = nullptr, layer_end = nullptr;
   std::unique_ptr<CublasGemm> gemm;
   SideStream() {
     cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (side stream)");
     cuda_check(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     cuda_check(cudaEventCreateWithFlags(&side_done, cudaEventDisableTiming), "cudaEventCreate (side stream)");
+    cuda_check(cudaEventCreateWithFlags(&layer_end, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     gemm = std::make_unique<CublasGemm>(stream);
   }
   ~SideStream() {  // at thread exit; destructors must not throw
     gemm.reset();
-    cudaEventDestroy(side_done), cudaEventDestroy(main_reached);
+    cudaEventDestroy(layer_end), cudaEventDestroy(side_done), cudaEventDestroy(main_reached);
     cudaStreamDestroy(stream);
   }
 };
@@ -39,10 +42,22 @@ SideStream& side_stream_for_thread() {
   return *s;
 }
 
+// The main stream waits for all work issued on the thread's side stream so far.
+void main_waits_for_side() {
+  SideStream& s = side_stream_for_thread();
+  cuda_check(cudaEventRecord(s.side_done, s.stream), "cudaEventRecord (join)");
+  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), s.side_done, 0), "cudaStreamWaitEvent (join)");
+}
+
 }  // namespace
 
 bool& side_work_enabled_for_thread() {
   thread_local bool enabled = !lever_off("side_stream");
+  return enabled;
+}
+
+bool& side_work_deferral_for_thread() {
+  thread_local bool enabled = !lever_off("side_defer");
   return enabled;
 }
 
@@ -67,10 +82,25 @@ const CublasGemm& SideWork::fork() {
 
 void SideWork::join() {
   if (!pending_) return;
-  SideStream& s = side_stream_for_thread();
-  cuda_check(cudaEventRecord(s.side_done, s.stream), "cudaEventRecord (join)");
-  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), s.side_done, 0), "cudaStreamWaitEvent (join)");
+  main_waits_for_side();
   pending_ = false;
+  finish_deferred_work();
+}
+
+void SideWork::join_later(std::vector<Tensor> operands) {
+  if (!pending_) return;
+  if (!side_work_deferral_for_thread() || !work_may_be_deferred()) return join();
+  pending_ = false;
+  // The main stream waits for the previous layer's side work now, one layer late; then this
+  // layer's end is marked on the side stream (so one mark is pending at a time).
+  finish_deferred_work();
+  cuda_check(cudaEventRecord(side_stream_for_thread().layer_end, side_stream_for_thread().stream),
+             "cudaEventRecord (join_later)");
+  defer_work([operands = std::move(operands)]() mutable {
+    cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), side_stream_for_thread().layer_end, 0),
+               "cudaStreamWaitEvent (join_later)");
+    operands.clear();
+  });
 }
 
 }  // namespace stateflow

@@ -19,7 +19,20 @@
 // The caching allocator hands a freed block to the next allocation at once, for work on the
 // main stream: so join() before the side work's operands and outputs go out of scope. (The
 // destructor joins too, before any later allocation: an exception on the way is safe.)
+//
+// A layer's backward may end with join_later(operands) instead of join(): inside the stage
+// executor's DeferredWorkScope (core/deferred_work.h) its weight gradients then keep running
+// beside the next layer's backward (the MLP's beside the GDN core, which leaves most SMs idle).
+// The main stream waits for them one layer late (at the next join_later, which marks where its
+// own layer's side work ends), or at the next join, or when the executor finishes the deferred
+// work (before each layer_done and at the end of the unit's backward); the operands they read
+// are held until then. Each gradient is still accumulated by the side stream alone, in the
+// same order, so the results stay bitwise the serial ones. (STATEFLOW_LEVERS_OFF=side_defer
+// joins at the end of each layer, as before.)
 #pragma once
+#include <vector>
+
+#include "core/tensor.h"
 #include "kernels/cuda/gemm_cuda.h"
 
 namespace stateflow {
@@ -29,6 +42,9 @@ namespace stateflow {
 // OpTimer on the thread) side work runs on the main stream anyway, so each part's device time
 // is its own.
 bool& side_work_enabled_for_thread();
+// Whether join_later() may defer (inside a DeferredWorkScope): true unless STATEFLOW_LEVERS_OFF
+// names side_defer; tests switch it per thread.
+bool& side_work_deferral_for_thread();
 
 class SideWork {
  public:
@@ -41,8 +57,12 @@ class SideWork {
   // work issued on the main stream so far; without overlap, the main stream's handle.
   const CublasGemm& fork();
   // Makes the main stream wait for the work issued through fork() (nothing without overlap or
-  // before the first fork).
+  // before the first fork), then finishes the thread's deferred side work (all of it is done
+  // by then: the side stream runs its work in order).
   void join();
+  // join(), or inside a DeferredWorkScope later (see above); `operands` are the tensors the
+  // side work reads (and may write), held until the main stream waits for it.
+  void join_later(std::vector<Tensor> operands);
 
  private:
   bool overlap_;

@@ -1043,43 +1043,82 @@ __global__ void __launch_bounds__(256) out_kernel(Args a) {
 // ---------------------------------------------------------------------------------------
 // B4: every remaining gradient of one sub-chunk (MATH.md 4.5). One block per (sub-chunk,
 // head, batch), 8 warps; dq and dk stay in registers, per-token scalars are reduced in a
-// fixed order through shared memory.
+// fixed order (quad shuffles, then shared memory).
+// The entering state S and the leaving-state gradient dSe (128 x 128 each) are only ever
+// contracted over their value rows, so they stream through a two-slot ring of SR-row slabs
+// (the next slab loads while the current one is used) instead of sitting in shared memory
+// whole: with SR = 16 a block needs 107 KiB and two blocks share an SM, so one block's loads
+// overlap the other's arithmetic (with the whole state resident, 200 KiB, one block per SM
+// waited on its loads). dW = -dV_new S takes a second pass over S (from L2) so that no more
+// than two 16 x 64 accumulators per warp are live at a time. The products add over the value
+// rows in the same order as whole-K products, so SR does not change dq, dk or dv.
 // ---------------------------------------------------------------------------------------
+template <int SR>
 struct B4Smem {
-  static constexpr int tk = Tile<C, DK>::bytes, tv = Tile<C, DV>::bytes, ts = Tile<DV, DK>::bytes,
-                       tc = Tile<C, C>::bytes;
-  static constexpr int q = 0, k = q + tk, dO = k + tk, vn = dO + tv, dvn = vn + tv, dW = dvn + tv;
-  static constexpr int S = dW + tk;      // phase 1: entering state
-  static constexpr int v = S, T = S + tv;  // phase 2: v and T reuse S's space
-  static constexpr int dSe = S + ts;     // phase 1: leaving-state gradient
-  static constexpr int dT = dSe, M1 = dT + tc, X = M1 + tc;  // phase 2 reuse dSe's space
-  static constexpr int Y = dSe + ts;     // fp32 C x LDF scratch for the dA ⊙ A sums
-  static constexpr int dPG = Y + C * LDF * 4;
-  static constexpr int vec = dPG + tc;
-  enum { vG, vGam, vBeta, vQdq, vKdk = vQdq + 2, vM = vKdk + 2, vTkb = vM + 2, vTvb = vTkb + 2, vYr = vTvb + 2, vYc, vdG, vRed, nvec };
+  static constexpr int tk = Tile<C, DK>::bytes, tc = Tile<C, C>::bytes, ts = Tile<SR, DK>::bytes;
+  // Phase 1 (state terms and the Out terms): q, k, dO, V_new, dV_new and the ring of S / dSe
+  // slabs. Phase 2 reuses what phase 1 no longer reads: dW and later M1 where q was, v and
+  // later X where dO was, T where V_new was, dT (and dPG before it) in the ring.
+  static constexpr int q = 0, k = q + tk, dO = k + tk, vn = dO + tk, dvn = vn + tk, ring = dvn + tk;
+  static constexpr int dW = q, M1 = q, v = dO, X = dO, T = vn, dPG = ring, dT = ring;
+  static constexpr int slot = 2 * ts;  // one S slab and one dSe slab
+  static constexpr int vec = ring + 2 * slot;
+  // Per-token vectors of C floats; the 2-wide ones are per warp column (wn), vYc per warp row (wm).
+  enum { vG, vGam, vBeta, vQdq, vKdk = vQdq + 2, vM = vKdk + 2, vTkb = vM + 2, vTvb = vTkb + 2, vYr = vTvb + 2,
+         vYc = vYr + 2, vdG = vYc + 4, vRed, nvec };
   static constexpr int bytes = vec + nvec * C * 4;
-  static_assert(tv + tc <= ts && 3 * tc <= ts, "phase-2 tiles must fit in the phase-1 state tiles");
+  static_assert(2 * slot >= tc, "dPG and dT must fit in the ring");
+  static constexpr int blocks_per_sm = 2 * (bytes + 1024) <= 228 * 1024 ? 2 : 1;
 };
 
-__global__ void __launch_bounds__(256) b4_kernel(Args a) {
-  using S = B4Smem;
+// Streams the NSL = DV / SR slabs of the value rows through the ring's two slots: issue(j, slot)
+// starts slab j's copies, body(j, slot) uses it. One block barrier per slab: it publishes slab
+// j and frees the slot slab j + 1 goes to (its previous slab's body is done).
+template <int SR, class Issue, class Body>
+__device__ void stream_slabs(Issue&& issue, Body&& body) {
+  constexpr int NSL = DV / SR;
+  for (int j = 0; j < NSL; ++j) {
+    cuda::cp_async_wait_all();  // slab j (and anything committed before it)
+    __syncthreads();
+    if (j + 1 < NSL) issue(j + 1, (j + 1) & 1);
+    cuda::cp_async_commit();
+    body(j, j & 1);
+  }
+  __syncthreads();  // the ring is free again
+}
+
+// Tile t seen from its column c0 on (same row stride): the operand of a product over those columns.
+template <class T>
+__device__ T columns_from(T t, int c0) {
+  return T{t.p + c0};
+}
+
+template <int SR>
+__global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args a) {
+  using S = B4Smem<SR>;
   constexpr int HK = DK / 2, HV = DV / 2;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-  const int warp = tid >> 5, wm = warp & 3, wn = warp >> 2, m0 = wm * 16;
+  const int warp = tid >> 5, lane = tid & 31, wm = warp & 3, wn = warp >> 2, m0 = wm * 16;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n), sub = a.ws_sub(b, h, n);
   auto Qs = tile_at<Tile<C, DK>>(sm, S::q), Ks = tile_at<Tile<C, DK>>(sm, S::k);
   auto dOs = tile_at<Tile<C, DV>>(sm, S::dO), Vns = tile_at<Tile<C, DV>>(sm, S::vn);
   auto dVns = tile_at<Tile<C, DV>>(sm, S::dvn), Vs = tile_at<Tile<C, DV>>(sm, S::v);
   auto dWs = tile_at<Tile<C, DK>>(sm, S::dW);
-  auto Ss = tile_at<Tile<DV, DK>>(sm, S::S), dSes = tile_at<Tile<DV, DK>>(sm, S::dSe);
   auto Ts = tile_at<Tile<C, C>>(sm, S::T), dTs = tile_at<Tile<C, C>>(sm, S::dT);
   auto M1s = tile_at<Tile<C, C>>(sm, S::M1), Xs = tile_at<Tile<C, C>>(sm, S::X);
   auto dPGs = tile_at<Tile<C, C>>(sm, S::dPG);
-  float* Y = reinterpret_cast<float*>(sm + S::Y);
+  auto Sslab = [&](int slot) { return tile_at<Tile<SR, DK>>(sm, S::ring + slot * S::slot); };
+  auto dSslab = [&](int slot) { return tile_at<Tile<SR, DK>>(sm, S::ring + slot * S::slot + S::ts); };
   auto vec = [&](int i) { return reinterpret_cast<float*>(sm + S::vec) + i * C; };
   float *G = vec(S::vG), *gam = vec(S::vGam), *beta = vec(S::vBeta);
+  const bf16 *Hs = a.Hs + sub * DV * DK, *dHs = a.dHs + sub * DV * DK;
+  auto issue_S = [&](int j, int slot) { cuda::load_tile_async<256>(Sslab(slot), Hs + j * SR * DK, DK, SR, tid); };
+  auto issue_S_dSe = [&](int j, int slot) {
+    issue_S(j, slot);
+    cuda::load_tile_async<256>(dSslab(slot), dHs + j * SR * DK, DK, SR, tid);
+  };
 
   const int64_t ldk = int64_t(a.H) * DK, ldv = int64_t(a.H) * DV;
   cuda::load_tile_async<256>(Qs, a.q + r0 * DK, ldk, nv, tid);
@@ -1087,51 +1126,46 @@ __global__ void __launch_bounds__(256) b4_kernel(Args a) {
   cuda::load_tile_async<256>(dOs, a.dO + r0 * DV, ldv, nv, tid);
   cuda::load_tile_async<256>(Vns, a.Vn + ws0 * DV, DV, C, tid);
   cuda::load_tile_async<256>(dVns, a.dVn + ws0 * DV, DV, C, tid);
-  cuda::load_tile_async<256>(Ss, a.Hs + sub * DV * DK, DK, DV, tid);
-  cuda::load_tile_async<256>(dSes, a.dHs + sub * DV * DK, DK, DV, tid);
   cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
+  issue_S_dSe(0, 0);
   cuda::cp_async_commit();
   if (tid < C) beta[tid] = tid < nv ? a.beta[r0 + int64_t(tid) * a.H] : 0.f;
-  cuda::cp_async_wait_all();
-  __syncthreads();
-  if (tid < C) gam[tid] = expf(G[tid]);
-  __syncthreads();
-  const float s = a.scale, GL = G[C - 1];
+  const float s = a.scale;
 
   // dG from the Out terms (inter: dO_r . O1_r; intra: rowsum - colsum of dP ⊙ P) and from
   // the state write (-m_c) adds up to q_r . dq_r - k_r . dk_r with dq, dk as they stand
   // after the intra term, so it is read off the accumulators instead of C x C scratch.
   Frag<16, HK> dq, dk;
-  // Out, inter-chunk term: dq = s gamma_r dO S.
+  // Pass 1 over the slabs: dq = dO S (Out, inter-chunk term), dk = V_new dSe (state write),
+  // and this thread's share of <dSe, S> (dG_L).
   dq.fill(0.f);
-  mma_acc<DV, Lay::Row, Lay::Row>(dq, dOs, m0, Ss, wn * HK);
-  dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
-  // State write: dk_c = e_c dSe^T v_new_c; m_c = k_c . dk_c also feeds dG_L.
   dk.fill(0.f);
-  mma_acc<DV, Lay::Row, Lay::Row>(dk, Vns, m0, dSes, wn * HK);
-  dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
-  row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));
-  {  // dW = -dV_new S
-    Frag<16, HK> t;
-    t.fill(0.f);
-    mma_acc<DV, Lay::Row, Lay::Row>(t, dVns, m0, Ss, wn * HK);
-    t.each_pair([&](int r, int c, float& x0, float& x1) { put2(dWs.at(m0 + r, wn * HK + c), -x0, -x1); });
-  }
-  {  // <dSe, S> for dG_L
-    float acc = 0.f;
-    for (int i = tid; i < DV * DK / 2; i += 256) {
-      const int r = i / (DK / 2), c = 2 * (i % (DK / 2));
-      const bf16 *x = dSes.at(r, c), *y = Ss.at(r, c);
-      acc += bf(x[0]) * bf(y[0]) + bf(x[1]) * bf(y[1]);
+  float sds = 0.f;
+  stream_slabs<SR>(issue_S_dSe, [&](int j, int slot) {
+    mma_acc<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Sslab(slot), wn * HK);
+    mma_acc<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSslab(slot), wn * HK);
+    for (int i = tid; i < SR * DK / 8; i += 256) {
+      const int r = i / (DK / 8), c = (i % (DK / 8)) * 8;
+      const uint4 xs = *reinterpret_cast<const uint4*>(Sslab(slot).at(r, c));
+      const uint4 xd = *reinterpret_cast<const uint4*>(dSslab(slot).at(r, c));
+      const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
+        sds += fd.x * fs.x + fd.y * fs.y;
+      }
     }
-    acc = warp_sum(acc);
-    if ((tid & 31) == 0) vec(S::vRed)[warp] = acc;
+  });
+  if (tid < C) gam[tid] = expf(G[tid]);
+  {
+    const float acc = warp_sum(sds);
+    if (lane == 0) vec(S::vRed)[warp] = acc;
   }
   __syncthreads();
-  // Phase-2 operands go where S and dSe were.
-  cuda::load_tile_async<256>(Vs, a.v + r0 * DV, ldv, nv, tid);
-  cuda::load_tile_async<256>(Ts, a.Tm + sub * C * C, C, C, tid);
-  cuda::cp_async_commit();
+  const float GL = G[C - 1];
+  dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
+  dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
+  row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
   {  // Out, intra-chunk term: dPG = s (dO V_new^T) ⊙ Gam, causal incl. the diagonal
     Frag<16, 32> dp;
     dp.fill(0.f);
@@ -1147,7 +1181,19 @@ __global__ void __launch_bounds__(256) b4_kernel(Args a) {
   row_dot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
   row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
   store_rows(dq, a.dq + r0 * DK, ldk, m0, wn * HK, nv);
-  cuda::cp_async_wait_all();
+  __syncthreads();  // q, dO, V_new and dPG are free: phase 2's operands go there
+  cuda::load_tile_async<256>(Vs, a.v + r0 * DV, ldv, nv, tid);
+  cuda::load_tile_async<256>(Ts, a.Tm + sub * C * C, C, C, tid);
+  issue_S(0, 0);
+  cuda::cp_async_commit();
+  {  // Pass 2 over the slabs: dW = -dV_new S, to where q was
+    Frag<16, HK> t;
+    t.fill(0.f);
+    stream_slabs<SR>(issue_S, [&](int j, int slot) {
+      mma_acc<SR, Lay::Row, Lay::Row>(t, columns_from(dVns, j * SR), m0, Sslab(slot), wn * HK);
+    });
+    t.each_pair([&](int r, int c, float& x0, float& x1) { put2(dWs.at(m0 + r, wn * HK + c), -x0, -x1); });
+  }
   __syncthreads();
   {  // dT = dW Kb^T + dU Vb^T (strictly lower part is all that matters)
     Frag<16, 32> ta, tb;
@@ -1190,44 +1236,57 @@ __global__ void __launch_bounds__(256) b4_kernel(Args a) {
     m.each_pair([&](int r, int c, float& x0, float& x1) { put2(M1s.at(m0 + r, wn * 32 + c), x0, x1); });
   }
   __syncthreads();
-  {  // A = beta_r (K K^T) ⊙ Gam: Y = dA ⊙ KK ⊙ Gam, X = beta_r dA ⊙ Gam
+  {  // A = beta_r (K K^T) ⊙ Gam: Y = dA ⊙ KK ⊙ Gam (its row sums and beta-weighted column
+     // sums, in registers), X = beta_r dA ⊙ Gam
     Frag<16, 32> da, kk;
     da.fill(0.f);
     kk.fill(0.f);
     mma_acc<C, Lay::Row, Lay::Col>(da, M1s, m0, Ts, wn * 32);
     mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, m0, Ks, wn * 32);
-    int idx = 0;
-    da.each([&](int r, int c, float& x) {
-      const float kv = kk.x[0][idx / 4][idx % 4];
-      ++idx;
-      r += m0, c += wn * 32;
-      float y = 0.f, xx = 0.f;
-      if (c < r) {
-        const float gm = expf(G[r] - G[c]);
-        y = -x * kv * gm;
-        xx = -beta[r] * x * gm;
+    float rs[2] = {0.f, 0.f}, cs[4][2] = {};
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = m0 + (lane >> 2) + (e >> 1) * 8, c = wn * 32 + j * 8 + 2 * (lane & 3) + (e & 1);
+        const float x = da.x[0][j][e];
+        float y = 0.f, xx = 0.f;
+        if (c < r) {
+          const float gm = expf(G[r] - G[c]);
+          y = -x * kk.x[0][j][e] * gm;
+          xx = -beta[r] * x * gm;
+        }
+        rs[e >> 1] += y;
+        cs[j][e & 1] += beta[r] * y;
+        *Xs.at(r, c) = __float2bfloat16(xx);
       }
-      Y[r * LDF + c] = y;
-      *Xs.at(r, c) = __float2bfloat16(xx);
-    });
+    rs[0] = cuda::quad_sum(rs[0]), rs[1] = cuda::quad_sum(rs[1]);
+    if ((lane & 3) == 0) {
+      vec(S::vYr + wn)[m0 + (lane >> 2)] = rs[0];
+      vec(S::vYr + wn)[m0 + (lane >> 2) + 8] = rs[1];
+    }
+#pragma unroll
+    for (int j = 0; j < 4; ++j)
+#pragma unroll
+      for (int p = 0; p < 2; ++p) {  // the warp's 16 rows of column c are in lanes with equal lane % 4
+        float x = cs[j][p];
+        x += __shfl_xor_sync(0xffffffffu, x, 4);
+        x += __shfl_xor_sync(0xffffffffu, x, 8);
+        x += __shfl_xor_sync(0xffffffffu, x, 16);
+        if (lane < 4) vec(S::vYc + wm)[wn * 32 + j * 8 + 2 * lane + p] = x;
+      }
   }
   __syncthreads();
-  if (tid < C) {
-    float rs = 0.f, cs = 0.f;
-    for (int j = 0; j < C; ++j) rs += Y[tid * LDF + j], cs += beta[j] * Y[j * LDF + tid];
-    vec(S::vYr)[tid] = rs;
-    vec(S::vYc)[tid] = cs;
-  }
   mma_acc<C, Lay::Row, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
   mma_acc<C, Lay::Col, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
   store_rows(dk, a.dk + r0 * DK, ldk, m0, wn * HK, nv);
-  __syncthreads();
   if (tid < C) {  // per-token scalars: dbeta, and dG before the reverse cumsum
     const int r = tid;
     const float tkb = vec(S::vTkb)[r] + vec(S::vTkb + 1)[r], tvb = vec(S::vTvb)[r] + vec(S::vTvb + 1)[r];
     const float qdq = vec(S::vQdq)[r] + vec(S::vQdq + 1)[r], kdk = vec(S::vKdk)[r] + vec(S::vKdk + 1)[r];
-    const float yr = vec(S::vYr)[r];
-    float dG = qdq - kdk + beta[r] * gam[r] * tkb + beta[r] * yr - vec(S::vYc)[r];
+    const float yr = vec(S::vYr)[r] + vec(S::vYr + 1)[r];
+    const float yc = ((vec(S::vYc)[r] + vec(S::vYc + 1)[r]) + vec(S::vYc + 2)[r]) + vec(S::vYc + 3)[r];
+    float dG = qdq - kdk + beta[r] * gam[r] * tkb + beta[r] * yr - yc;
     if (r == C - 1) {  // the sub-chunk's last row also carries the state-decay terms
       float ms = 0.f, ss = 0.f;
       for (int c = 0; c < C; ++c) ms += vec(S::vM)[c] + vec(S::vM + 1)[c];
@@ -1321,6 +1380,8 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   SF_CHECK(workspace != nullptr,
            "GDN CUDA core: workspace is null; allocate gdn_cuda_workspace_bytes(dims, config) bytes");
   sweep_of(cfg);  // refuses a bad sweep setting before anything runs
+  SF_CHECK(cfg.b4_slab == 0 || cfg.b4_slab == 16 || cfg.b4_slab == 32 || cfg.b4_slab == 64,
+           "GDN CUDA core: b4_slab must be 16, 32 or 64 (or 0 for automatic), got ", cfg.b4_slab);
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1341,10 +1402,16 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   return a;
 }
 
+// Every kernel here keeps its operands in shared memory (cp.async.cg loads bypass L1), so the
+// carveout is asked to go to shared memory in full rather than left to the driver: B4
+// (107 KiB) fits two blocks on an SM and Pre (75 KiB) three only with all of it.
 template <class Kernel, class... More>
 void launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, const Args& a, More... more) {
   cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
              "raising the shared-memory limit");
+  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared),
+             "setting the shared-memory carveout");
   kernel<<<grid, threads, smem, stream>>>(a, more...);
   cuda_check(cudaGetLastError(), "kernel launch");
 }
@@ -1451,6 +1518,16 @@ void split_sweeps(bool reverse, int tile, const Args& a, cudaStream_t stream) {
   }
 }
 
+// B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16).
+void b4(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
+  switch (slab_rows) {
+    case 0:
+    case 16: return launch(b4_kernel<16>, grid, 256, B4Smem<16>::bytes, stream, a);
+    case 32: return launch(b4_kernel<32>, grid, 256, B4Smem<32>::bytes, stream, a);
+    case 64: return launch(b4_kernel<64>, grid, 256, B4Smem<64>::bytes, stream, a);
+  }
+}
+
 }  // namespace
 
 int gdn_cuda_default_piece_len() {
@@ -1477,6 +1554,37 @@ int gdn_cuda_default_sweep() {
 
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {
   return is_split(cfg) ? sub_chunks_per_piece(d, cfg) * C : 0;
+}
+
+GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward) {
+  check_dims(d);
+  // Per sub-chunk of one (batch, head), from what the kernels above load and store.
+  constexpr double tok = C * 2.0, vk = tok * DK, vv = tok * DV, st = DV * DK * 2.0, tc = C * C * 2.0, sc = C * 4.0;
+  constexpr double kk = 2.0 * C * C * DK, sq = 2.0 * C * DK * DV, cc = 2.0 * C * C * C;  // C x C x DK, C x DK x DV, C^3
+  const double pre_b = vk + vv + 2 * sc + sc + vk + vv + tc;  // k, v, g, beta -> G, W, U, T
+  const double fwd_sweep_b = vk + vk + vv + sc + vv + st;   // W, K, U, G -> V_new, Hs
+  const double rev_sweep_b = 3 * vk + 2 * vv + sc + vv + st;  // K, W, Q, dO, dV_new_local, G -> dV_new, dHs
+  const double stage_b[7] = {pre_b,
+                             fwd_sweep_b,
+                             2 * vk + st + vv + sc + vv,  // q, k, Hs, V_new, G -> o
+                             saved_forward ? 0 : pre_b,
+                             2 * vk + vv + sc + vv,  // q, k, dO, G -> dV_new_local
+                             rev_sweep_b + (saved_forward ? 0 : fwd_sweep_b),
+                             // q, k, dO, V_new, dV_new, Hs, dHs, G, beta, v, T -> dq, dk, dv, dbeta, dg
+                             2 * vk + 3 * vv + 2 * st + 2 * sc + vv + tc + 2 * vk + vv + 2 * sc};
+  const double stage_f[7] = {3 * kk,           // K K^T, W, U
+                             2 * sq,           // W S^T, the state update
+                             2 * kk + sq,      // Q K^T, Q S^T, P V_new
+                             saved_forward ? 0 : 3 * kk,
+                             2 * kk,           // Q K^T, P^T dO
+                             3 * sq + (saved_forward ? 0 : 2 * sq),  // dO^T Q, K dS^T, dV_new^T W
+                             // dO S, V_new dSe, dV_new S; dO V_new^T, dPG K, dPG^T Q, dT (2), T^T dW,
+                             // T^T dU, K K^T, X K, X^T K; M1, dA
+                             3 * sq + 10 * kk + 2 * cc};
+  const double subs = double(d.batch) * d.heads * double((d.len + C - 1) / C);
+  GdnStageCost c{};
+  for (int i = 0; i < 7; ++i) c.bytes[i] = subs * stage_b[i], c.flops[i] = subs * stage_f[i];
+  return c;
 }
 
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
@@ -1538,7 +1646,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);
   timer.mark();
-  launch(b4_kernel, subs, 256, B4Smem::bytes, stream, a);
+  b4(cfg.b4_slab, subs, a, stream);
   timer.mark();
 }
 

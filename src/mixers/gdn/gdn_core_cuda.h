@@ -25,7 +25,8 @@
 //             B3  the reverse dS sweep (sequential like ST); when nothing was kept the forward
 //                 sweep (B1') runs again beside it (row sweeps: in blocks of its own; tile
 //                 sweeps: a second warpgroup of each block)
-//             B4  all remaining gradients (parallel)
+//             B4  all remaining gradients (parallel; the state and its gradient stream through
+//                 shared memory in slabs of value rows, GdnCudaConfig::b4_slab)
 // Split core (GdnCudaConfig::piece_len or STATEFLOW_GDN_PIECE_LEN; off by default): ST and B3
 // cut each sequence into pieces of piece_len tokens swept in parallel from a zero state, plus each
 // piece's state transition (fp32, exact: no truncation), folded in piece order in fp32; then
@@ -70,6 +71,10 @@ struct GdnCudaConfig {
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
   int value_tile = 0;
+  // Backward stage B4: value rows of the state and of its gradient streamed through shared
+  // memory at a time (16, 32 or 64; 0 = 16, which lets two blocks share an SM; 64 and 32 hold
+  // one block per SM, as the earlier kernel that kept both whole did). Same results, bitwise.
+  int b4_slab = 0;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;
@@ -95,6 +100,16 @@ int gdn_cuda_default_piece_len();
 // What sweep = kDefaultSweep means: STATEFLOW_GDN_SWEEP, "rows" (kRowSweeps, also when unset) or
 // "tiles" (kTileSweeps); anything else is an error naming it.
 int gdn_cuda_default_sweep();
+
+// What each stage of the unsplit core moves and computes, for benchmarks (gdn_core_bench's per-stage
+// table), in the order of GdnCudaConfig::stage_ms: forward Pre, ST, Out, backward B1, B2, B3, B4
+// (B1 = Pre; B3 with the forward sweep beside it unless saved_forward). bytes: device memory the
+// kernels read and write at least once (tiles re-read by other blocks or passes come from L2 and
+// are not counted); flops: the tensor-core products they issue (short last sub-chunks padded to 64).
+struct GdnStageCost {
+  double bytes[7], flops[7];
+};
+GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward);
 
 // The piece length a call with these dims and config uses (0 when not split).
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});

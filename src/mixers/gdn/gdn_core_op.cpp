@@ -56,8 +56,8 @@ void reference_backward(const OpShape& s, DType, OpHost& h) {
 using bf16 = __nv_bfloat16;
 
 // The shape's kernel settings: sweep (0: STATEFLOW_GDN_SWEEP, default rows; 1 rows; 2 tiles),
-// sweep_key_split, sweep_warps, value_tile, and piece_len / piece_tile of the split core (piece_len 0:
-// STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit).
+// sweep_key_split, sweep_warps, value_tile, piece_len / piece_tile of the split core (piece_len 0:
+// STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit) and B4's slab height b4_slab (0: the core's).
 GdnCudaConfig config_of(const OpShape& s, bool saved_forward = false) {
   GdnCudaConfig cfg;
   cfg.sweep = int(s["sweep"]);
@@ -66,6 +66,7 @@ GdnCudaConfig config_of(const OpShape& s, bool saved_forward = false) {
   cfg.value_tile = int(s["value_tile"]);
   cfg.piece_len = int(s["piece_len"]);
   cfg.piece_tile = int(s["piece_tile"]);
+  cfg.b4_slab = int(s["b4_slab"]);
   cfg.saved_forward = saved_forward;
   return cfg;
 }
@@ -92,16 +93,18 @@ OpDef make_gdn_core_op() {
   op.acts = {DType::BF16};  // the kernel's storage is fixed: bf16 vectors, fp32 scalars and states
   // Short last sub-chunks (150 = 2 x 64 + 22, 200 = 3 x 64 + 8): the row sweeps with whole and
   // with split key columns, the tile sweeps with a fixed and the automatic value tile, and the
-  // split core with pieces of 64 and 128 tokens (the last one short).
+  // split core with pieces of 64 and 128 tokens (the last one short); B4 with the default
+  // 16-row slabs and with 64-row ones.
   auto shape = [](int64_t batch, int64_t len, int64_t heads, int64_t sweep, int64_t key_split, int64_t value_tile,
-                  int64_t piece_len, int64_t piece_tile) {
+                  int64_t piece_len, int64_t piece_tile, int64_t b4_slab = 0) {
     return OpShape{{{"batch", batch}, {"len", len}, {"heads", heads}, {"sweep", sweep},
                     {"sweep_key_split", key_split}, {"sweep_warps", 0}, {"value_tile", value_tile},
-                    {"piece_len", piece_len}, {"piece_tile", piece_tile}}};
+                    {"piece_len", piece_len}, {"piece_tile", piece_tile}, {"b4_slab", b4_slab}}};
   };
   op.test_shapes = {shape(1, 150, 2, 1, 1, 0, -1, 0),  shape(2, 200, 3, 1, 2, 0, -1, 0),
                     shape(1, 150, 2, 2, 0, 16, -1, 0), shape(2, 200, 3, 2, 0, 0, -1, 0),
-                    shape(2, 200, 3, 0, 0, 0, 64, 32), shape(1, 333, 2, 0, 0, 0, 128, 128)};
+                    shape(2, 200, 3, 0, 0, 0, 64, 32), shape(1, 333, 2, 0, 0, 0, 128, 128),
+                    shape(2, 200, 3, 1, 2, 0, -1, 0, 64)};
   op.bench_shapes = [shape](const BenchSizes& b) {
     return std::vector<OpShape>{shape(b.batch, b.tokens, b.heads, 0, 0, 0, 0, 0)};
   };

@@ -7,6 +7,7 @@
 #include "mixers/gdn/gdn_core_cuda.h"
 #include "mixers/gdn/gdn_gates_cuda.h"
 #include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/short_conv_cuda.h"
 #include "kernels/cuda/side_stream_cuda.h"
@@ -43,10 +44,11 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   auto s = std::make_unique<GdnCudaStash>();
   s->x = x;
   s->state_in = state_in;
-  // The output gate's projection and the gates (projections and kernel) run on the side stream
-  // beside the q, k, v projections, convs and L2 norms: neither reads the other's outputs until
-  // the core. The side's outputs are made before the fork (a zero-fill or test poison of them
-  // runs on the main stream, so the fork orders it first).
+  // The gates (projections and kernel) run on the side stream beside the q, k, v projections,
+  // convs and L2 norms: neither reads the other's outputs until the core. The output gate's
+  // projection runs beside the core, which leaves most SMs idle (before the out_gate_by_core
+  // lever, beside the q, k, v projections). The side's outputs are made before the fork (a
+  // zero-fill or test poison of them runs on the main stream, so the fork orders it first).
   s->qp = bf16_out({rows, HK}), s->kp = bf16_out({rows, HK}), s->vp = bf16_out({rows, HV});
   s->z = bf16_out({rows, HV}), s->a = bf16_out({rows, H_}), s->b = bf16_out({rows, H_});
   s->g = f32_out({rows, H_}), s->beta = f32_out({rows, H_});
@@ -55,9 +57,10 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   auto proj = [&](const CublasGemm& on, const Param& W, const Tensor& y, int64_t out) {
     linear_forward_cuda<bf16, bf16>(on, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
   };
+  const bool out_gate_by_core = !lever_off("out_gate_by_core");
   {
     OpScope part("gdn.in_proj");
-    proj(beside, Wg_, s->z, HV);
+    if (!out_gate_by_core) proj(beside, Wg_, s->z, HV);
     proj(gemm, Wq_, s->qp, HK), proj(gemm, Wk_, s->kp, HK), proj(gemm, Wv_, s->vp, HV);
   }
   {
@@ -101,6 +104,11 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
     l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
   }
   side.join();  // the core reads g and beta
+  SideWork by_core;
+  if (out_gate_by_core) {
+    OpScope part("gdn.in_proj");
+    proj(by_core.fork(), Wg_, s->z, HV);
+  }
 
   const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   s->o = bf16_out({rows, HV});
@@ -110,6 +118,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
     gdn_chunk_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
                            f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
   }
+  by_core.join();  // the gated norm reads z
 
   s->rstd_o = f32_out({rows * H_}), s->y = bf16_out({rows, HV});
   {
@@ -250,7 +259,8 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     OpScope part("gdn.in_proj.dgrad");
     dgrad(Wg_, dz, HV);
   }
-  side.join();
+  // The weight gradients may go on beside the next layer's backward (side_stream_cuda.h)
+  side.join_later({s.x, s.y, dout, dz, da, db, dqp, dkp, dvp});
   return dx;
 }
 

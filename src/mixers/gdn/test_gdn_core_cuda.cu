@@ -342,6 +342,30 @@ TEST(GdnCoreCuda, SplitElsewhereStaysWithinTwiceTheUnsplitError) {
   }
 }
 
+// B4 streams the state and its gradient in slabs of value rows; every slab height adds the
+// same products in the same order, so the gradients are the same bits, and they stay in the
+// float64 band (batch 2 x 3 heads, a short last sub-chunk).
+TEST(GdnCoreCuda, B4GivesTheSameBitsForEverySlabHeight) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  const Gpu auto_slab = run_gpu(p, unsplit());
+  for (auto [name, err] : errors(auto_slab, ref)) EXPECT_LE(err, tolerance(name)) << name;
+  for (int slab : {16, 32, 64}) {
+    SCOPED_TRACE("slab of " + std::to_string(slab) + " rows");
+    RunOptions opt = unsplit();
+    opt.cfg.b4_slab = slab;
+    const Gpu gpu = run_gpu(p, opt);
+    EXPECT_TRUE(bitwise_equal(gpu.raw_dq, auto_slab.raw_dq) && bitwise_equal(gpu.raw_dk, auto_slab.raw_dk) &&
+                bitwise_equal(gpu.raw_dv, auto_slab.raw_dv))
+        << "dq, dk, dv";
+    EXPECT_TRUE(bitwise_equal(gpu.dbeta, auto_slab.dbeta) && bitwise_equal(gpu.dg, auto_slab.dg)) << "dbeta, dg";
+  }
+}
+
 TEST(GdnCoreCuda, RunsAreBitwiseRepeatable) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
@@ -428,6 +452,15 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
                                         &bad, nullptr, bad),
                  Error)
         << "sweep " << sweep << ", warps " << warps << ", key split " << key_split;
+  }
+  GdnCudaConfig bad_slab;
+  bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
+  try {
+    gdn_chunk_backward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, nullptr, nullptr, nullptr, &bad_slab, nullptr, bad_slab);
+    ADD_FAILURE() << "b4_slab 8 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("b4_slab"), std::string::npos) << e.what();
   }
 }
 

@@ -79,7 +79,8 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
                                           /*accumulate=*/false);
     linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
   }
-  side.join();
+  // The weight gradients may go on beside the next layer's backward (side_stream_cuda.h)
+  side.join_later({s.x, s.h, dy, da, db});
   return dx;
 }
 
