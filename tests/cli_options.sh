@@ -76,6 +76,10 @@ refused "plan --cost-profile of another model" "was measured on model 'tiny', wh
   >"$dir/plan4.log" 2>&1 || fail "plan --cost-profile of a hybrid for its GDN-only model: $(cat "$dir/plan4.log")"
 refused "plan --cost-profile of another device" "give --device cpu" \
   "$bin" plan --auto "${recorded[@]}" --device cuda
+"$bin" train "${recorded[@]}" --chunks auto --steps 1 --profile-dir "$dir/none" >"$dir/recorded.log" 2>&1 ||
+  fail "train --chunks auto --cost-profile: $(cat "$dir/recorded.log")"
+grep -q "(recorded: cpu" "$dir/recorded.log" && [[ ! -e $dir/none ]] ||
+  fail "train --chunks auto --cost-profile profiled instead: $(cat "$dir/recorded.log")"
 "$bin" plan --auto "${recorded[@]}" --recompute none --memory-gib 0.01 --chunk-multiple 64 \
   --longest-seq-len --max-seq-len 65536 >"$dir/longest.log" 2>&1 || fail "plan --longest-seq-len: $(cat "$dir/longest.log")"
 grep -q "^  1f1b: .*(stateflow's is" "$dir/longest.log" || fail "plan --longest-seq-len: $(cat "$dir/longest.log")"

@@ -65,7 +65,8 @@ static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const Pipelin
                                             const std::vector<int>& chunk_counts, AutoChunks& a) {
   PlanSpace space = pipe.auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory_bytes);
   space.schedules = {"stateflow"}, space.alphas = alphas, space.chunks = chunk_counts;
-  a = choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout);
+  a = choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout,
+                    pipe.cost_profile);
   const std::vector<PassCosts> stages = a.costs.stage_costs(o.model, o.stages);
   std::vector<PlannedRun> runs;
   auto add = [&](const std::string& label, Plan p) {

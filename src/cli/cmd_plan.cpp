@@ -114,27 +114,7 @@ void plan_automatically(const PlanOptions& o, const CLI::App& app) {
   space.split_sms = o.sm_split;
   CostModel costs;
   if (!o.cost_profile.empty()) {
-    nlohmann::json key;
-    costs = cost_model_from_file(o.cost_profile, &key);
-    const nlohmann::json model = key.value("model", nlohmann::json());
-    const std::string profiled = model.is_object() ? model.value("name", std::string("?")) : std::string("?");
-    SF_CHECK(profile_prices_model(model, space.model), "the cost profile '", o.cost_profile,
-             "' was measured on model '", profiled, "', whose layers are not this one's ('", space.model.name,
-             "'): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
-    const std::string where = key.value("device", std::string());
-    const int parts = key.value("sm_parts", 1), want = space.split_sms ? space.stages : 1;
-    SF_CHECK(parts == want, "the cost profile '", o.cost_profile, "' was measured on ",
-             parts > 1 ? cat("1/", parts, " of the GPU's SMs") : std::string("the whole device"), ", but this plan ",
-             want > 1 ? cat("splits the SMs ", want, " ways (--sm-split, --stages ", want, ")")
-                      : std::string("gives each stage a whole device"),
-             ": give a profile measured the way this plan runs, or leave out --cost-profile to profile here");
-    SF_CHECK(where.rfind(device_name(space.device), 0) == 0, "the cost profile '", o.cost_profile,
-             "' was measured on '", where, "': give --device ", where.substr(0, where.find(' ')));
-    std::cout << "cost profile: " << o.cost_profile << " (recorded: " << key.value("device", std::string("?")) << ", "
-              << key.value("batch", 0) << " x " << key.value("seq_len", 0) << " tokens per pass)\n";
-    if (profiled != space.model.name)
-      std::cout << "cost profile: measured on " << profiled << ", whose layer kinds have " << space.model.name
-                << "'s shapes\n";
+    costs = recorded_cost_model(o.cost_profile, profile_options(space), std::cout);
   } else {
     init_device(space.device);
     costs = cached_cost_model(profile_options(space), o.profile_dir, std::cout);

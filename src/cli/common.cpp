@@ -77,6 +77,10 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
     app.add_option("--chunk-multiple", chunk_multiple,
                    "With --chunks auto: cut on multiples of this many tokens (default: 2048 on cuda, which keeps the "
                    "GPU step bitwise equal to the unchunked one; the mixers' inner block on the cpu; 1: exact)");
+    app.add_option("--cost-profile", cost_profile,
+                   "With --chunks auto: plan on this recorded cost profile (a file of --profile-dir, e.g. from an "
+                   "earlier run on the same kind of GPU) instead of the cache or a new profile; its model, device and "
+                   "--sm-split must be this run's");
     app.add_option("--profile-dir", profile_dir,
                    "With --chunks auto: where measured cost profiles are cached (default: " + default_profile_dir() +
                        ")");

@@ -36,6 +36,7 @@ struct PipelineOptions {
   std::string chunk_lengths;      // a,b,c or a plan file
   int64_t chunk_multiple = 0;     // --chunks auto: cuts on multiples of this (0: the device's default)
   std::string profile_dir;        // --chunks auto: where cost profiles are cached
+  std::string cost_profile;       // --chunks auto: a recorded profile instead
   std::string schedule = "stateflow";
   std::string transport = "auto";
   double timeout_s = 120;

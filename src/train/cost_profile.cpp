@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,8 +16,8 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/rng.h"
-#include "model/mixer.h"
 #include "model/device_ops.h"
+#include "model/mixer.h"
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "pipeline/stage_executor.h"
@@ -337,6 +338,30 @@ CostModel cached_cost_model(const ProfileOptions& o, const std::string& dir, std
     log << "cost profile: could not write " << path << " (not cached)\n";
   }
   return c;
+}
+
+CostModel recorded_cost_model(const std::string& path, const ProfileOptions& run, std::ostream& log) {
+  nlohmann::json key;
+  CostModel costs = cost_model_from_file(path, &key);
+  const nlohmann::json model = key.value("model", nlohmann::json());
+  const std::string profiled = model.is_object() ? model.value("name", std::string("?")) : std::string("?");
+  SF_CHECK(profile_prices_model(model, run.model), "the cost profile '", path, "' was measured on model '", profiled,
+           "', whose layers are not this one's ('", run.model.name,
+           "'): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
+  const std::string where = key.value("device", std::string());
+  SF_CHECK(where.rfind(device_name(run.device), 0) == 0, "the cost profile '", path, "' was measured on '", where,
+           "': give --device ", where.substr(0, where.find(' ')));
+  const int parts = key.value("sm_parts", 1);
+  SF_CHECK(parts == run.sm_parts, "the cost profile '", path, "' was measured on ",
+           parts > 1 ? cat("1/", parts, " of the GPU's SMs") : std::string("the whole device"), ", but this run ",
+           run.sm_parts > 1 ? cat("splits the SMs ", run.sm_parts, " ways (--sm-split, --stages ", run.sm_parts, ")")
+                            : std::string("gives each stage a whole device"),
+           ": give a profile measured the way this run runs, or leave out --cost-profile to profile here");
+  log << "cost profile: " << path << " (recorded: " << where << (parts > 1 ? cat(", 1/", parts, " of its SMs") : "")
+      << ", " << key.value("batch", 0) << " x " << key.value("seq_len", 0) << " tokens per pass)\n";
+  if (profiled != run.model.name)
+    log << "cost profile: measured on " << profiled << ", whose layer kinds have " << run.model.name << "'s shapes\n";
+  return costs;
 }
 
 }  // namespace stateflow

@@ -57,5 +57,9 @@ CostModel cost_model_from_file(const std::string& path, nlohmann::json* key = nu
 // and the sections of the mixers m uses; names, patterns, seeds and unused mixers aside). A
 // hybrid's profile so prices the pure model of its GDN blocks.
 bool profile_prices_model(const nlohmann::json& profiled, const ModelConfig& m);
+// A recorded profile file to price a run profiled with options `run` instead: its model must
+// price run.model (profile_prices_model), and its device kind and SM split (sm_parts) must be
+// the run's. Throws Error naming the file and the fix; logs what it read.
+CostModel recorded_cost_model(const std::string& path, const ProfileOptions& run, std::ostream& log);
 
 }  // namespace stateflow

@@ -274,8 +274,11 @@ ProfileOptions profile_options(const PlanSpace& space) {
   return po;
 }
 
-AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log) {
-  AutoChunks a{cached_cost_model(profile_options(space), profile_dir, log), space, {}};
+AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log,
+                         const std::string& cost_profile) {
+  const ProfileOptions po = profile_options(space);
+  AutoChunks a{cost_profile.empty() ? cached_cost_model(po, profile_dir, log) : recorded_cost_model(cost_profile, po, log),
+               space, {}};
   const std::vector<Plan> ranked = search_plans(a.costs, space);
   SF_CHECK(!ranked.empty() && ranked.front().fits, "--chunks auto: no chunking of ", space.seq_len,
            " tokens fits the memory limit of ", format_bytes(int64_t(space.memory_bytes)),

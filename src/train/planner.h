@@ -124,13 +124,15 @@ ProfileOptions profile_options(const PlanSpace& space);
 
 // `--chunks auto`: the cost model of this run's shape (cached, else profiled now) and the best
 // plan of `space` (the caller fixes what the run fixes: schedule, M, recompute). Logs what it
-// chose. Throws Error when nothing fits the memory limit.
+// chose. Throws Error when nothing fits the memory limit. A recorded profile file (cost_profile,
+// recorded_cost_model) prices the run instead of the cache or a new profile when given.
 struct AutoChunks {
   CostModel costs;
   PlanSpace space;
   Plan plan;
 };
-AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log);
+AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log,
+                         const std::string& cost_profile = "");
 
 // Chunk lengths from a plan file, checked against the run's sequence length (0: unchecked).
 std::vector<int64_t> chunk_lengths_from_plan_file(const std::string& path, int64_t seq_len);

@@ -70,7 +70,7 @@ const std::vector<ResumeRule>& resume_rules() {
       // Handed to the launcher, not part of the options.
       {{"--rank", "--world-size", "--local-rank", "--rendezvous"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
       // --chunks auto's search (refused with --resume; the chosen lengths are what a run keeps).
-      {{"--chunk-multiple", "--profile-dir"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
+      {{"--chunk-multiple", "--profile-dir", "--cost-profile"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
   };
   return rules;
 }
