@@ -1,8 +1,11 @@
 // fill_normal draws big tensors in parallel pieces: every value, and the stream's state after,
 // are those of one loop of Rng::normal over the tensor (the values drawn before the pieces
-// came), for sizes below, at and past a piece, and pinned for a fixed seed.
+// came), for sizes below, at and past a piece, pinned for a fixed seed, and the same on one thread.
 #include <gtest/gtest.h>
 
+#include <cstring>
+
+#include "core/parallel.h"
 #include "core/rng.h"
 #include "model/param.h"
 #include "test_util.h"
@@ -57,4 +60,20 @@ TEST(FillNormal, PinnedForAFixedSeed) {
     EXPECT_EQ(fnv(t), hash) << dtype_name(type);
     EXPECT_EQ(rng.next_u64(), 4151359445389704600ull) << dtype_name(type);
   }
+}
+
+// model_build_bench --draw-threads 1 times this: the pieces drawn one after another on the
+// caller's thread give the same values.
+TEST(FillNormal, ValuesDoNotDependOnTheDrawThreads) {
+  const uint64_t seed = stateflow::testing::fresh_seed();
+  SCOPED_TRACE(seed);
+  const int64_t n = 2 * (int64_t(1) << 20) + 777;
+  Tensor pieces = Tensor::zeros({n}, DType::F32, MemCategory::Weights), one = Tensor::zeros({n}, DType::F32, MemCategory::Weights);
+  Rng a(seed), b(seed);
+  fill_normal(pieces, a, 0.02);
+  set_parallel_for_max_threads(1);
+  fill_normal(one, b, 0.02);
+  set_parallel_for_max_threads(0);
+  EXPECT_EQ(std::memcmp(pieces.raw(), one.raw(), pieces.nbytes()), 0);
+  EXPECT_EQ(a.state(), b.state());
 }

@@ -9,8 +9,13 @@
 
 namespace stateflow {
 
+static std::atomic<int> max_threads{0};  // 0: the machine's cores
+
+void set_parallel_for_max_threads(int n) { max_threads = std::max(n, 0); }
+
 void parallel_for(int64_t n, const std::function<void(int64_t)>& fn) {
-  const int64_t threads = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+  const int cap = max_threads.load();
+  const int64_t threads = std::min<int64_t>(n, cap > 0 ? cap : std::max(1u, std::thread::hardware_concurrency()));
   std::atomic<int64_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr error;

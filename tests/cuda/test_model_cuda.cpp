@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -59,7 +60,26 @@ ModelConfig model_of(const GpuMixerCase& c, uint64_t seed) {
   return cfg;
 }
 
-class MixerConformanceCuda : public ::testing::TestWithParam<GpuMixerCase> {};
+// What every test of a case starts with: a skip without a GPU, a fresh seed (named in every
+// failure), the case's model config of that seed and the stream the batch is drawn from.
+class MixerConformanceCuda : public ::testing::TestWithParam<GpuMixerCase> {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    init_cuda_backend();
+    seed_trace_.emplace(__FILE__, __LINE__, "seed " + std::to_string(seed));
+  }
+  void TearDown() override { seed_trace_.reset(); }
+  // The case's model on the GPU: fp32 master weights, bf16 activations.
+  Model gpu_model() const { return Model(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA); }
+
+  const uint64_t seed = fresh_seed();
+  Rng rng{seed};
+  const ModelConfig cfg = model_of(GetParam(), seed);
+
+ private:
+  std::optional<::testing::ScopedTrace> seed_trace_;
+};
 
 struct StepResult {
   double loss;
@@ -103,14 +123,8 @@ WorstGradError worst_grad_error(Model& m, const StepResult& a, const StepResult&
 }
 
 TEST_P(MixerConformanceCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
-  SKIP_WITHOUT_GPU();
-  init_cuda_backend();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const ModelConfig cfg = model_of(GetParam(), seed);
   Model cpu(cfg, DType::F32);
-  Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
+  Model gpu = gpu_model();
   const int64_t T = 200;  // not a multiple of C
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   const StepResult ref = run_step(cpu, b, {T});
@@ -149,13 +163,7 @@ std::string first_difference(Model& m, const StepResult& a, const StepResult& b)
 // Cuts at multiples of kWeightGradTokens (which are multiples of every kernel's inner block:
 // the GDN core's 64-token chunks, the 64-token blocks of the reductions): bitwise equal.
 TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUnchunkedStep) {
-  SKIP_WITHOUT_GPU();
-  init_cuda_backend();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const ModelConfig cfg = model_of(GetParam(), seed);
-  Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
+  Model gpu = gpu_model();
   const int64_t S = kWeightGradTokens, T = 3 * S + 128;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   const StepResult whole = run_step(gpu, b, {T});
@@ -175,13 +183,7 @@ TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUn
 // with everything on the main stream, chunked and unchunked: with each layer waiting for its
 // weight gradients, and with them left running into the next layer's backward (side_defer).
 TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
-  SKIP_WITHOUT_GPU();
-  init_cuda_backend();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const ModelConfig cfg = model_of(GetParam(), seed);
-  Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
+  Model gpu = gpu_model();
   const int64_t S = kWeightGradTokens, T = S + 200;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   bool& overlap = side_work_enabled_for_thread();
@@ -218,14 +220,8 @@ double mean_grad_error(Model& m, const StepResult& a, const StepResult& ref) {
 // most twice the unsplit run's (loss; mean gradient error). The loss is one number whose bf16
 // error can be near zero by chance, so its bound has a floor of 1e-4 relative.
 TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
-  SKIP_WITHOUT_GPU();
-  init_cuda_backend();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const ModelConfig cfg = model_of(GetParam(), seed);
   Model cpu(cfg, DType::F64);
-  Model gpu(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
+  Model gpu = gpu_model();
   const int64_t T = 200;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   const StepResult ref = run_step(cpu, b, {T});

@@ -1,6 +1,7 @@
 #include "kernels/cuda/short_conv_cuda.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
@@ -153,7 +154,7 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
   if (s.c >= a.ch) return;
   // dw: the current segment's terms; done: the tile's finished segments, added in order from 0
   float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {}, done[K][8] = {};
-  const int64_t segs = a.tile_rows / a.seg_rows;
+  const int64_t tile_segs = a.tile_rows / a.seg_rows;
   int64_t folded = 0;
   auto fold = [&] {
 #pragma unroll
@@ -188,7 +189,7 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
         dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
       if (t >= i0) {
         float out[8], dpo[8];
-        if (segs > 1 && t > i0 && (t - i0) % a.seg_rows == 0) fold();
+        if (tile_segs > 1 && t > i0 && (t - i0) % a.seg_rows == 0) fold();
         if (t < a.len)
 #pragma unroll
           for (int j = 0; j < K; ++j)
@@ -212,13 +213,13 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
       shift_window<K>(xw);
     }
   }
-  if (segs > 1)  // every segment, also those past the rows (zeros), as the reduction adds them
-    while (folded < segs) fold();
+  if (tile_segs > 1)  // every segment, also those past the rows (zeros), as the reduction adds them
+    while (folded < tile_segs) fold();
   float* part = a.partial + (s.b * tiles + s.tile) * a.ch * K + s.c * K;
 #pragma unroll
   for (int e = 0; e < 8; ++e)
 #pragma unroll
-    for (int j = 0; j < K; ++j) part[e * K + j] = segs > 1 ? done[j][e] : dw[j][e];
+    for (int j = 0; j < K; ++j) part[e * K + j] = tile_segs > 1 ? done[j][e] : dw[j][e];
 }
 
 template <class Fn>
@@ -327,10 +328,40 @@ void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, in
                                   tiling.segs, convs[i].ch * K, convs[i].dw, stream);
 }
 
-// A group runs as one launch, or with STATEFLOW_LEVERS_OFF=conv_group as one launch per conv
-// (the results are the same either way).
+void check_aligned16_all(const char* name, const char* what, std::initializer_list<const void*> arrays) {
+  for (const void* p : arrays)
+    if (p) check_aligned16(p, name, what);
+}
+
+// The checks of one conv that depend on the pass: the activation arrays are read and written 16
+// bytes at a time, and the buffers the pass writes must be there.
+template <class A>
+void check_conv(const char* name, const ShortConvForward<A>& c, int64_t, int64_t K) {
+  SF_CHECK(K == 1 || (c.prefix_out && c.prefix_out != c.prefix), name,
+           ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
+  check_aligned16_all(name, "x, prefix, y and prefix_out", {c.x, c.prefix, c.y, c.prefix_out});
+}
+
+template <class A>
+void check_conv(const char* name, const ShortConvBackward<A>& c, int64_t batch, int64_t K) {
+  check_aligned16_all(name, "x, prefix, dy, dprefix_out, dx and dprefix_in",
+                      {c.x, c.prefix, c.dy, c.dprefix_out, c.dx, c.dprefix_in});
+  SF_CHECK(K == 1 || c.dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
+  SF_CHECK(batch == 0 || c.workspace != nullptr, name,
+           ": workspace is null; allocate short_conv_backward_workspace_bytes()");
+}
+
+// Checks a group's arguments, then runs it (nothing for an empty batch) as one launch, or with
+// STATEFLOW_LEVERS_OFF=conv_group as one launch per conv (the results are the same either way).
 template <class Conv, class Launch>
-void run_group(const Conv* convs, int n, Launch&& launch) {
+void check_and_run_group(const char* name, const Conv* convs, int n, int64_t batch, int64_t len, int64_t K,
+                         Launch&& launch) {
+  check_group(name, n, batch);
+  for (int i = 0; i < n; ++i) {
+    check_shape(name, batch, len, convs[i].ch, K);
+    check_conv(name, convs[i], batch, K);
+  }
+  if (batch == 0) return;
   if (!lever_off("conv_group")) return launch(convs, n);
   for (int i = 0; i < n; ++i) launch(convs + i, 1);
 }
@@ -340,19 +371,8 @@ void run_group(const Conv* convs, int n, Launch&& launch) {
 template <class A>
 void short_conv_forward_group_cuda(const ShortConvForward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
                                    cudaStream_t stream) {
-  const char* name = "short_conv_forward_cuda";
-  check_group(name, n, batch);
-  for (int i = 0; i < n; ++i) {
-    const ShortConvForward<A>& c = convs[i];
-    check_shape(name, batch, len, c.ch, K);
-    SF_CHECK(K == 1 || (c.prefix_out && c.prefix_out != c.prefix), name,
-             ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
-    for (const void* p : {static_cast<const void*>(c.x), static_cast<const void*>(c.prefix),
-                          static_cast<const void*>(c.y), static_cast<const void*>(c.prefix_out)})
-      if (p) check_aligned16(p, name, "x, prefix, y and prefix_out");
-  }
-  if (batch == 0) return;
-  run_group(convs, n, [&](const ShortConvForward<A>* some, int m) { launch_forward(some, m, batch, len, K, stream); });
+  check_and_run_group("short_conv_forward_cuda", convs, n, batch, len, K,
+                      [&](const ShortConvForward<A>* some, int m) { launch_forward(some, m, batch, len, K, stream); });
 }
 
 template <class A>
@@ -376,21 +396,8 @@ bool short_conv_backward_walks_blocks(int64_t batch, int64_t len, int64_t channe
 template <class A>
 void short_conv_backward_group_cuda(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
                                     cudaStream_t stream) {
-  const char* name = "short_conv_backward_cuda";
-  check_group(name, n, batch);
-  for (int i = 0; i < n; ++i) {
-    const ShortConvBackward<A>& c = convs[i];
-    check_shape(name, batch, len, c.ch, K);
-    for (const void* p : {static_cast<const void*>(c.x), static_cast<const void*>(c.prefix),
-                          static_cast<const void*>(c.dy), static_cast<const void*>(c.dprefix_out),
-                          static_cast<const void*>(c.dx), static_cast<const void*>(c.dprefix_in)})
-      if (p) check_aligned16(p, name, "x, prefix, dy, dprefix_out, dx and dprefix_in");
-    SF_CHECK(K == 1 || c.dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");
-    SF_CHECK(batch == 0 || c.workspace != nullptr, name,
-             ": workspace is null; allocate short_conv_backward_workspace_bytes()");
-  }
-  if (batch == 0) return;
-  run_group(convs, n, [&](const ShortConvBackward<A>* some, int m) { launch_backward(some, m, batch, len, K, stream); });
+  check_and_run_group("short_conv_backward_cuda", convs, n, batch, len, K,
+                      [&](const ShortConvBackward<A>* some, int m) { launch_backward(some, m, batch, len, K, stream); });
 }
 
 template <class A>

@@ -16,6 +16,7 @@
 #include <cuda_runtime.h>
 
 #include <cstddef>
+#include <optional>
 #include <string>
 
 #include "mixers/attention/prefix_attention.h"
@@ -49,5 +50,19 @@ void cudnn_attention_backward(const AttentionDims& d, CudnnBackward mode, const 
 
 // For the log and the benchmark: "cuDNN 91900, forward engine 5, backward engine 6 (dK/dV fp32)".
 std::string cudnn_attention_describe(const AttentionDims& d, CudnnBackward mode);
+
+// Test seam: while it lives, cuDNN may take at most `bytes` of workspace per call on this thread
+// (in place of STATEFLOW_ATTENTION_WORKSPACE_GB), so that a test can make cuDNN refuse shapes it
+// runs and check the fallback to our kernels.
+class CudnnWorkspaceLimitForTest {
+ public:
+  explicit CudnnWorkspaceLimitForTest(size_t bytes);
+  ~CudnnWorkspaceLimitForTest();
+  CudnnWorkspaceLimitForTest(const CudnnWorkspaceLimitForTest&) = delete;
+  CudnnWorkspaceLimitForTest& operator=(const CudnnWorkspaceLimitForTest&) = delete;
+
+ private:
+  std::optional<size_t> previous_;
+};
 
 }  // namespace stateflow

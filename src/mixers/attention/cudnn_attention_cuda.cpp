@@ -14,8 +14,10 @@
 #include <cstdlib>
 #include <limits>
 #include <map>
+#include <optional>
 #include <tuple>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
 #include "mixers/attention/cudnn_attention.h"
@@ -23,6 +25,15 @@
 #include "mixers/attention/cudnn_graph.h"
 
 namespace stateflow {
+
+namespace {
+thread_local std::optional<size_t> workspace_limit_for_test;
+}  // namespace
+
+CudnnWorkspaceLimitForTest::CudnnWorkspaceLimitForTest(size_t bytes) : previous_(workspace_limit_for_test) {
+  workspace_limit_for_test = bytes;
+}
+CudnnWorkspaceLimitForTest::~CudnnWorkspaceLimitForTest() { workspace_limit_for_test = previous_; }
 
 #ifdef STATEFLOW_HAVE_CUDNN
 namespace {
@@ -186,8 +197,10 @@ struct Plan {
 };
 
 // The largest workspace a plan may ask for (cuDNN's deterministic backward materialises dP:
-// batch x heads x len x kv_len x 2 bytes); STATEFLOW_ATTENTION_WORKSPACE_GB, default 8.
+// batch x heads x len x kv_len x 2 bytes); STATEFLOW_ATTENTION_WORKSPACE_GB, default 8, or the
+// test seam's limit.
 size_t workspace_limit() {
+  if (workspace_limit_for_test) return *workspace_limit_for_test;
   static const size_t limit = [] {
     const char* v = std::getenv("STATEFLOW_ATTENTION_WORKSPACE_GB");
     const double gb = v && *v ? std::atof(v) : 8.0;
@@ -217,11 +230,6 @@ Plan make_plan(const AttentionDims& d, int64_t q_rows, Pass pass) {
     }
   } catch (const Error& e) {
     p.refusal = e.what();
-    return p;
-  }
-  if (size_t(p.plan.workspace_bytes) > workspace_limit()) {
-    p.refusal = "cuDNN's " + p.plan.engine + " needs " + std::to_string(p.plan.workspace_bytes >> 20) +
-                " MiB of workspace, more than STATEFLOW_ATTENTION_WORKSPACE_GB allows";
     return p;
   }
   const size_t rows = size_t(s.B * s.Hq * s.L), kv = size_t(s.B * s.S * s.Hkv * s.D);
@@ -288,11 +296,17 @@ size_t cudnn_attention_workspace_bytes(const AttentionDims& d, CudnnBackward mod
   return bytes;
 }
 
+// The workspace limit is checked here, per call, not cached with the plan: the test seam may
+// change it between calls.
 std::string cudnn_attention_refusal(const AttentionDims& d, CudnnBackward mode) {
   for (const Piece& p : pieces_of(d, mode)) {
     const Plan &f = plan_for(p.d, d.len, Pass::Forward), &b = plan_for(p.d, d.len, backward_pass(mode));
     if (!f.refusal.empty()) return "forward: " + f.refusal;
     if (!b.refusal.empty()) return "backward: " + b.refusal;
+    for (const Plan* plan : {&f, &b})
+      if (size_t(plan->plan.workspace_bytes) > workspace_limit())
+        return "cuDNN's " + plan->plan.engine + " needs " + format_bytes(plan->plan.workspace_bytes) +
+               " of workspace, more than STATEFLOW_ATTENTION_WORKSPACE_GB allows";
   }
   return "";
 }

@@ -2,7 +2,8 @@
 // reference (mixers/attention/prefix_attention_op.cpp; each pass against its reference is
 // tests/cuda/test_op_defs_cuda.cpp's): NaN in the K/V rows past the chunk is never read; the
 // GPU chunk rule: cuts on multiples of 64 rows are bitwise neutral for o, lse, dq, dk and dv,
-// other cuts stay within twice the unsplit error; head_dims without a kernel are refused.
+// other cuts stay within twice the unsplit error; head_dims without a kernel are refused; shapes
+// cuDNN refuses run on our kernels; a chunk's cuDNN workspace does not depend on its offset.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -175,6 +176,31 @@ std::vector<std::pair<std::string, double>> errors(const Problem& p, const Out& 
           {"dv", rel_err(kv_rows_read(p, x.dv), kv_rows_read(p, r.dv))}};
 }
 
+// NaN in every K/V row past the chunk (the rows a later chunk owns): a kernel that reads one
+// puts NaN in its outputs.
+void poison_kv_rows_past_the_chunk(Problem& p) {
+  const int64_t w = p.d.kv_heads * p.d.head_dim;
+  for (int64_t b = 0; b < p.d.batch; ++b)
+    for (int64_t e = (p.d.offset + p.d.len) * w; e < p.d.kv_rows * w; ++e)
+      p.k[b * p.d.kv_rows * w + e] = p.v[b * p.d.kv_rows * w + e] = std::numeric_limits<double>::quiet_NaN();
+}
+
+void expect_no_nan(const Problem& p, const GpuOut& g) {
+  for (const Vec* x : {&g.x.o, &g.x.lse, &g.x.dq}) EXPECT_FALSE(has_nan(*x));
+  EXPECT_FALSE(has_nan(kv_rows_read(p, g.x.dk)) || has_nan(kv_rows_read(p, g.x.dv)));
+}
+
+// The rule for cuts off the bitwise grid: the unsplit run within the op's bound, the split run
+// within twice the unsplit run's error (errors as errors() lists them).
+void expect_within_twice_the_unsplit_error(const Problem& p, const std::vector<std::pair<std::string, double>>& whole,
+                                           const std::vector<std::pair<std::string, double>>& split,
+                                           const std::string& what) {
+  for (size_t i = 0; i < whole.size(); ++i) {
+    EXPECT_LE(whole[i].second, tolerance(p, whole[i].first)) << whole[i].first;
+    EXPECT_LE(split[i].second, 2 * whole[i].second + 1e-6) << split[i].first << what;
+  }
+}
+
 // Each pass against its reference (on every test shape of the op, with dK/dV rows past the
 // chunk left alone) is tests/cuda/test_op_defs_cuda.cpp's; here: NaN there is never read.
 TEST(PrefixAttentionCuda, NeverReadsKvRowsPastTheChunk) {
@@ -185,12 +211,9 @@ TEST(PrefixAttentionCuda, NeverReadsKvRowsPastTheChunk) {
     SCOPED_TRACE("head_dim " + std::to_string(D));
     Problem p = make_problem(seed, 1, 70, 130, 260, 4, 1, D);  // an unaligned chunk, 60 rows after it
     const Out r = reference(p);
-    const int64_t w = p.d.kv_heads * D;
-    for (int64_t e = (p.d.offset + p.d.len) * w; e < p.d.kv_rows * w; ++e)
-      p.k[e] = p.v[e] = std::numeric_limits<double>::quiet_NaN();
+    poison_kv_rows_past_the_chunk(p);
     const GpuOut g = run_gpu(p);
-    for (const Vec* x : {&g.x.o, &g.x.lse, &g.x.dq}) EXPECT_FALSE(has_nan(*x));
-    EXPECT_FALSE(has_nan(kv_rows_read(p, g.x.dk)) || has_nan(kv_rows_read(p, g.x.dv)));
+    expect_no_nan(p, g);
     for (const auto& [name, err] : errors(p, g.x, r)) EXPECT_LE(err, tolerance(p, name)) << name;
   }
 }
@@ -208,12 +231,7 @@ TEST(PrefixAttentionCuda, CutsOnTheBlockGridAreBitwiseOthersWithinTwiceTheError)
     const GpuOut again = run_gpu(p);  // deterministic: no atomics anywhere
     EXPECT_TRUE(bitwise_equal(again.dk, whole.dk) && bitwise_equal(again.dq, whole.dq));
 
-    const auto e_whole = errors(p, whole.x, r);
-    const auto e_split = errors(p, run_gpu(p, {1, 100, 237}).x, r);
-    for (size_t i = 0; i < e_whole.size(); ++i) {
-      EXPECT_LE(e_whole[i].second, tolerance(p, e_whole[i].first)) << e_whole[i].first;
-      EXPECT_LE(e_split[i].second, 2 * e_whole[i].second + 1e-6) << e_split[i].first;
-    }
+    expect_within_twice_the_unsplit_error(p, errors(p, whole.x, r), errors(p, run_gpu(p, {1, 100, 237}).x, r), "");
   }
 }
 
@@ -236,14 +254,10 @@ TEST(PrefixAttentionCudnn, MatchesFloat64AndOurKernels) {
     if (!cudnn_runs(p.d)) continue;
     ++ran;
     std::printf("%s\n", cudnn_attention_describe(p.d, CudnnBackward::Deterministic).c_str());
-    const int64_t w = p.d.kv_heads * c.D;
-    for (int64_t b = 0; b < c.B; ++b)
-      for (int64_t e = (c.offset + c.L) * w; e < c.rows * w; ++e)
-        p.k[b * c.rows * w + e] = p.v[b * c.rows * w + e] = std::numeric_limits<double>::quiet_NaN();
+    poison_kv_rows_past_the_chunk(p);
     const Out r = reference(p);
     const GpuOut ours = run_gpu(p, {}, Impl::Kernels), dnn = run_gpu(p, {}, Impl::Cudnn);
-    for (const Vec* x : {&dnn.x.o, &dnn.x.lse, &dnn.x.dq}) EXPECT_FALSE(has_nan(*x));
-    EXPECT_FALSE(has_nan(kv_rows_read(p, dnn.x.dk)) || has_nan(kv_rows_read(p, dnn.x.dv)));
+    expect_no_nan(p, dnn);
     const auto e_ours = errors(p, ours.x, r), e_dnn = errors(p, dnn.x, r);
     for (size_t i = 0; i < e_dnn.size(); ++i) {
       std::printf("  %-4s error vs float64: cuDNN %.3g, our kernels %.3g\n", e_dnn[i].first.c_str(),
@@ -292,14 +306,69 @@ TEST(PrefixAttentionCudnn, CutsOnThePieceGridAreBitwiseOthersWithinTwiceTheError
     const Problem small = make_problem(seed + 1, 1, 600, 0, 600, 2, 1, D);
     const Out r = reference(small);
     const auto e_whole = errors(small, run_gpu(small, {}, Impl::Cudnn).x, r);
-    for (const auto& cuts : {std::vector<int64_t>{256, 512}, std::vector<int64_t>{1, 100, 437, 590}}) {
-      const auto e_split = errors(small, run_gpu(small, cuts, Impl::Cudnn).x, r);
-      for (size_t i = 0; i < e_whole.size(); ++i) {
-        EXPECT_LE(e_whole[i].second, tolerance(small, e_whole[i].first)) << e_whole[i].first;
-        EXPECT_LE(e_split[i].second, 2 * e_whole[i].second + 1e-6) << e_split[i].first << " cuts " << cuts.size();
-      }
-    }
+    for (const auto& cuts : {std::vector<int64_t>{256, 512}, std::vector<int64_t>{1, 100, 437, 590}})
+      expect_within_twice_the_unsplit_error(small, e_whole, errors(small, run_gpu(small, cuts, Impl::Cudnn).x, r),
+                                            " cuts " + std::to_string(cuts.size()));
   }
+}
+
+// When cuDNN refuses a shape (here its workspace is over a limit the test seam sets to one
+// byte), the dispatch the layer calls runs our kernels instead: one stderr line per chunk shape
+// says why, and the results are bitwise those of our kernels called directly and within the
+// op's bounds of the float64 reference.
+TEST(PrefixAttentionCudnn, RefusedShapesRunOnOurKernelsWithOneLinePerShape) {
+  SKIP_WITHOUT_GPU();
+  if (attention_impl() != AttentionImpl::Cudnn) GTEST_SKIP() << "STATEFLOW_ATTENTION asks for another implementation";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  // A length of this seed: a shape is reported once per process, so no other test may have run it.
+  const int64_t L = 300 + int64_t(seed % 1000);
+  const Problem p = make_problem(seed, 1, L, 0, L, 4, 2, 128);
+  const std::vector<int64_t> cuts = {100, L - 104};
+  const Out r = reference(p);
+  const GpuOut ours = run_gpu(p, cuts, Impl::Kernels);
+  const bool cudnn_here = cudnn_runs(p.d);  // else it refuses for want of the library, not the limit
+
+  CudnnWorkspaceLimitForTest one_byte(1);
+  const std::string why = cudnn_attention_refusal(p.d, CudnnBackward::Deterministic);
+  std::printf("cuDNN refuses: %s\n", why.c_str());
+  ASSERT_FALSE(why.empty()) << "the seam did not make cuDNN refuse";
+  EXPECT_EQ(attention_impl_describe(p.d).rfind("our kernels (", 0), 0u) << attention_impl_describe(p.d);
+  ::testing::internal::CaptureStderr();
+  const GpuOut first = run_gpu(p, cuts, Impl::Dispatch), second = run_gpu(p, cuts, Impl::Dispatch);
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  std::printf("stderr:\n%s", err.c_str());
+  int lines = 0;
+  for (size_t at = 0; (at = err.find("runs on our kernels, not cuDNN", at)) != std::string::npos; ++at) ++lines;
+  EXPECT_EQ(lines, 3) << "one line for each of the three chunk shapes, however often each runs";
+  if (cudnn_here) EXPECT_NE(err.find("STATEFLOW_ATTENTION_WORKSPACE_GB"), std::string::npos) << err;
+  expect_bitwise(first, ours);
+  expect_bitwise(second, ours);
+  expect_no_nan(p, first);
+  for (const auto& [name, e] : errors(p, first.x, r)) EXPECT_LE(e, tolerance(p, name)) << name;
+}
+
+// The workspace a chunk asks for on cuDNN depends on its length, not on where it starts (it is
+// the one a chunk of that length at the end of the sequence needs), so that the chunks of a
+// sequence reuse one block of the stage's caching allocator instead of leaving one of each size.
+TEST(PrefixAttentionCudnn, WorkspaceOfAChunkDependsOnItsLengthNotItsOffset) {
+  SKIP_WITHOUT_GPU();
+  if (attention_impl() != AttentionImpl::Cudnn) GTEST_SKIP() << "STATEFLOW_ATTENTION asks for another implementation";
+  const int64_t T = 3 * kCudnnAttentionPiece + 512, L = 1024;
+  auto dims = [&](int64_t offset) { return AttentionDims{1, L, offset, T, 8, 2, 128, 1.0 / std::sqrt(128.0)}; };
+  std::vector<size_t> asked;
+  for (int64_t offset : {int64_t(0), int64_t(2048), int64_t(3000), T - L}) {
+    const AttentionDims d = dims(offset);
+    if (!cudnn_runs(d)) GTEST_SKIP() << "cuDNN does not run here";
+    const size_t own = cudnn_attention_workspace_bytes(d, CudnnBackward::Deterministic);
+    asked.push_back(prefix_attention_workspace_bytes(d));
+    std::printf("chunk of %lld at offset %lld: its calls need %zu bytes, it asks for %zu\n", (long long)L,
+                (long long)offset, own, asked.back());
+    EXPECT_GE(asked.back(), own) << "offset " << offset;
+    EXPECT_EQ(asked.back(), asked.front()) << "offset " << offset;
+  }
+  EXPECT_GT(asked.front(), cudnn_attention_workspace_bytes(dims(0), CudnnBackward::Deterministic))
+      << "the first chunk's own workspace should be smaller (it grows with the prefix)";
 }
 
 TEST(PrefixAttentionCuda, ImplementationSwitchTakesItsThreeNamesAndRefusesOthers) {
