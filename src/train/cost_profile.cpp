@@ -69,10 +69,12 @@ std::string build_id() {
 }
 
 nlohmann::json profile_key(const ProfileOptions& o) {
+  // Levers switched off change the layers' times and stashes (keep_t: the GDN core's kept T).
+  const char* levers_off = std::getenv("STATEFLOW_LEVERS_OFF");
   nlohmann::json key = {{"model", o.model.to_json()},  {"dtype", dtype_name(o.dtype)}, {"device", device_description(o.device)},
                         {"batch", o.batch},            {"seq_len", o.seq_len},        {"multiple", o.multiple},
-                        {"build", build_id()}};
-  if (o.sm_parts > 1) key["sm_parts"] = o.sm_parts;  // absent for the whole device: older keys stay valid
+                        {"build", build_id()},         {"levers_off", levers_off ? levers_off : ""}};
+  if (o.sm_parts > 1) key["sm_parts"] = o.sm_parts;  // absent for the whole device
   return key;
 }
 

@@ -4,6 +4,7 @@
 // (kernels/ops/norm_ops.cpp, tests/cuda/test_op_defs_cuda.cpp).
 #include <gtest/gtest.h>
 
+#include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "cuda_test_util.h"
 #include "test_util.h"
@@ -90,6 +91,32 @@ TYPED_TEST(NormsCuda, ChunksAtMultiplesOf64GiveTheUnsplitDwBitwise) {
           << "dw, " << cuts.size() - 1 << " chunks";
     }
   }
+}
+
+// The RMS-norm backward adding the residual's gradient as it stores dx gives bitwise the
+// separate add after it (a pre-norm residual block's backward), and the same dw.
+TYPED_TEST(NormsCuda, RmsNormBackwardAddingToDxIsTheSeparateAdd) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t rows = 333, dim = 2048;  // a part-filled last token block
+  const Vec x = normal_vec(rng, rows * dim), dy = normal_vec(rng, rows * dim), add = normal_vec(rng, rows * dim);
+  const Vec w = normal_vec(rng, dim), dw0 = normal_vec(rng, dim);
+  Dev<A> d_x(x), d_dy(dy), d_add(add), d_y(x.size()), d_dx_sep(x.size()), d_dx_fused(x.size());
+  Dev<float> d_w(w), d_rstd(static_cast<size_t>(rows)), d_dw_sep(dw0), d_dw_fused(dw0);
+  d_dx_fused.poison();
+  Dev<char> ws(norm_backward_workspace_bytes(rows, dim, TokenRows{}));
+  rmsnorm_forward_cuda<A>(d_x.p, d_w.p, d_y.p, d_rstd.p, rows, dim, 1e-5, nullptr);
+  rmsnorm_backward_cuda<A>(d_x.p, d_w.p, d_rstd.p, d_dy.p, d_dx_sep.p, d_dw_sep.p, rows, dim, TokenRows{}, ws.p,
+                           nullptr);
+  add_inplace_cuda<A>(d_dx_sep.p, d_add.p, rows * dim, nullptr);
+  rmsnorm_backward_cuda<A>(d_x.p, d_w.p, d_rstd.p, d_dy.p, d_dx_fused.p, d_dw_fused.p, rows, dim, TokenRows{}, ws.p,
+                           nullptr, d_add.p);
+  sync_ok();
+  EXPECT_TRUE(bitwise_equal(d_dx_fused.raw(), d_dx_sep.raw())) << "dx";
+  EXPECT_TRUE(bitwise_equal(d_dw_fused.raw(), d_dw_sep.raw())) << "dw";
 }
 
 TEST(NormsCudaChecks, RejectsUnsupportedWidths) {

@@ -27,6 +27,7 @@ constexpr int64_t kOldRowsPerTeam = 16;
 template <class A>
 struct NormArgs {
   const A *x = nullptr, *z = nullptr, *dy = nullptr;  // l2norm backward: x holds the forward output y
+  const A* add_to_dx = nullptr;                        // rmsnorm backward: added to dx once rounded
   const float *w = nullptr, *rstd_in = nullptr;
   A *y = nullptr, *dx = nullptr, *dz = nullptr;
   float *rstd_out = nullptr, *partial = nullptr;
@@ -174,6 +175,12 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
           dx[e] = r * (dn - x[e] * r * mean);
         }
       }
+      if (K == Norm::Rms && a.add_to_dx) {  // as add_inplace_cuda on the stored dx: A(A(dx) + add)
+        float add[8];
+        cuda::load8(a.add_to_dx + off + c, add);
+#pragma unroll
+        for (int e = 0; e < 8; ++e) dx[e] = __fadd_rn(float(A(dx[e])), add[e]);  // no FMA with dx's product
+      }
       cuda::store8(a.dx + off + c, dx);
       if constexpr (K == Norm::GatedRms) cuda::store8(a.dz + off + c, dz);
     }
@@ -228,7 +235,8 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
            " rows per token");
   for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.z),
                         static_cast<const void*>(a.w), static_cast<const void*>(a.dy),
-                        static_cast<const void*>(a.dx), static_cast<const void*>(a.dz)})
+                        static_cast<const void*>(a.dx), static_cast<const void*>(a.dz),
+                        static_cast<const void*>(a.add_to_dx)})
     if (p) check_aligned16(p, name, "every row pointer");
   dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
     if (a.rows == 0) return;
@@ -262,9 +270,10 @@ void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
                            int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                           cudaStream_t stream) {
+                           cudaStream_t stream, const A* add_to_dx) {
   NormArgs<A> a;
   a.x = x, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.rows = rows, a.dim = dim;
+  a.add_to_dx = add_to_dx;
   norm_backward<Norm::Rms>("rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
 }
 
@@ -304,7 +313,7 @@ void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int
   template void rmsnorm_forward_cuda<A>(const A*, const float*, A*, float*, int64_t, int64_t, double,           \
                                         cudaStream_t);                                                          \
   template void rmsnorm_backward_cuda<A>(const A*, const float*, const float*, const A*, A*, float*, int64_t,   \
-                                         int64_t, const TokenRows&, void*, cudaStream_t);                       \
+                                         int64_t, const TokenRows&, void*, cudaStream_t, const A*);             \
   template void gated_rmsnorm_forward_cuda<A>(const A*, const A*, const float*, A*, float*, int64_t, int64_t,   \
                                               double, cudaStream_t);                                            \
   template void gated_rmsnorm_backward_cuda<A>(const A*, const A*, const float*, const float*, const A*, A*,    \

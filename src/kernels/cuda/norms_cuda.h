@@ -27,10 +27,13 @@ size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim, const TokenRows&
 template <class A>
 void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t rows, int64_t dim, double eps,
                           cudaStream_t stream);
+// add_to_dx (optional, rows x dim): added to each dx value after it is rounded to A, so
+// dx = A(A(dx) + add_to_dx): bitwise the separate add_inplace_cuda(dx, add_to_dx) after the
+// call, in one pass (a pre-norm residual block's dx = norm backward + dy).
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
                            int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                           cudaStream_t stream);
+                           cudaStream_t stream, const A* add_to_dx = nullptr);
 
 template <class A>
 void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,

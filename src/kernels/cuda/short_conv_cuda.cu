@@ -154,7 +154,7 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
   if (s.c >= a.ch) return;
   // dw: the current segment's terms; done: the tile's finished segments, added in order from 0
   float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {}, done[K][8] = {};
-  const int64_t segs = a.tile_rows / a.seg_rows;
+  const int64_t tile_segs = a.tile_rows / a.seg_rows;
   int64_t folded = 0;
   auto fold = [&] {
 #pragma unroll
@@ -189,7 +189,7 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
         dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
       if (t >= i0) {
         float out[8], dpo[8];
-        if (segs > 1 && t > i0 && (t - i0) % a.seg_rows == 0) fold();
+        if (tile_segs > 1 && t > i0 && (t - i0) % a.seg_rows == 0) fold();
         if (t < a.len)
 #pragma unroll
           for (int j = 0; j < K; ++j)
@@ -213,13 +213,13 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
       shift_window<K>(xw);
     }
   }
-  if (segs > 1)  // every segment, also those past the rows (zeros), as the reduction adds them
-    while (folded < segs) fold();
+  if (tile_segs > 1)  // every segment, also those past the rows (zeros), as the reduction adds them
+    while (folded < tile_segs) fold();
   float* part = a.partial + (s.b * tiles + s.tile) * a.ch * K + s.c * K;
 #pragma unroll
   for (int e = 0; e < 8; ++e)
 #pragma unroll
-    for (int j = 0; j < K; ++j) part[e * K + j] = segs > 1 ? done[j][e] : dw[j][e];
+    for (int j = 0; j < K; ++j) part[e * K + j] = tile_segs > 1 ? done[j][e] : dw[j][e];
 }
 
 template <class Fn>

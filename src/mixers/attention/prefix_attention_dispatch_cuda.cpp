@@ -1,6 +1,7 @@
 // Which prefix attention runs (prefix_attention_cuda.h): cuDNN's fused attention by default,
 // our kernels where cuDNN is missing or refuses a shape (one line on stderr per shape says why),
 // or what STATEFLOW_ATTENTION asks for.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,9 +61,20 @@ std::string attention_impl_describe(const AttentionDims& d) {
   return why.empty() ? cudnn_attention_describe(d, cudnn_mode()) : "our kernels (" + why + ")";
 }
 
+// cuDNN's workspace grows with the chunk's prefix (the deterministic backward materialises dP,
+// len x kv_len per head), so each chunk of a sequence would ask the stage's caching allocator
+// for a size of its own, and every one would stay cached: at 128K in 16 chunks, 16 blocks of
+// 0.25 to 4 GiB (34 GiB) the driver held beyond the tracked peak (docs/attention.md). So every
+// chunk asks for what a chunk of its length at the end of the sequence needs: one size, and one
+// cached block, per chunk length.
 size_t prefix_attention_workspace_bytes(const AttentionDims& d) {
   check_attention_dims_cuda(d);
-  return use_cudnn(d) ? cudnn_attention_workspace_bytes(d, cudnn_mode()) : prefix_attention_kernels_workspace_bytes(d);
+  if (!use_cudnn(d)) return prefix_attention_kernels_workspace_bytes(d);
+  const size_t own = cudnn_attention_workspace_bytes(d, cudnn_mode());
+  AttentionDims at_end = d;
+  at_end.offset = d.kv_rows - d.len;
+  if (!cudnn_attention_refusal(at_end, cudnn_mode()).empty()) return own;  // e.g. over the workspace limit there
+  return std::max(own, cudnn_attention_workspace_bytes(at_end, cudnn_mode()));
 }
 
 void prefix_attention_forward_cuda(const AttentionDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,

@@ -3,7 +3,7 @@
 // tests/cuda/test_op_defs_cuda.cpp's): NaN in the K/V rows past the chunk is never read; the
 // GPU chunk rule: cuts on multiples of 64 rows are bitwise neutral for o, lse, dq, dk and dv,
 // other cuts stay within twice the unsplit error; head_dims without a kernel are refused; shapes
-// cuDNN refuses run on our kernels.
+// cuDNN refuses run on our kernels; a chunk's cuDNN workspace does not depend on its offset.
 // Skips without a GPU.
 #include <gtest/gtest.h>
 
@@ -346,6 +346,29 @@ TEST(PrefixAttentionCudnn, RefusedShapesRunOnOurKernelsWithOneLinePerShape) {
   expect_bitwise(second, ours);
   expect_no_nan(p, first);
   for (const auto& [name, e] : errors(p, first.x, r)) EXPECT_LE(e, tolerance(p, name)) << name;
+}
+
+// The workspace a chunk asks for on cuDNN depends on its length, not on where it starts (it is
+// the one a chunk of that length at the end of the sequence needs), so that the chunks of a
+// sequence reuse one block of the stage's caching allocator instead of leaving one of each size.
+TEST(PrefixAttentionCudnn, WorkspaceOfAChunkDependsOnItsLengthNotItsOffset) {
+  SKIP_WITHOUT_GPU();
+  if (attention_impl() != AttentionImpl::Cudnn) GTEST_SKIP() << "STATEFLOW_ATTENTION asks for another implementation";
+  const int64_t T = 3 * kCudnnAttentionPiece + 512, L = 1024;
+  auto dims = [&](int64_t offset) { return AttentionDims{1, L, offset, T, 8, 2, 128, 1.0 / std::sqrt(128.0)}; };
+  std::vector<size_t> asked;
+  for (int64_t offset : {int64_t(0), int64_t(2048), int64_t(3000), T - L}) {
+    const AttentionDims d = dims(offset);
+    if (!cudnn_runs(d)) GTEST_SKIP() << "cuDNN does not run here";
+    const size_t own = cudnn_attention_workspace_bytes(d, CudnnBackward::Deterministic);
+    asked.push_back(prefix_attention_workspace_bytes(d));
+    std::printf("chunk of %lld at offset %lld: its calls need %zu bytes, it asks for %zu\n", (long long)L,
+                (long long)offset, own, asked.back());
+    EXPECT_GE(asked.back(), own) << "offset " << offset;
+    EXPECT_EQ(asked.back(), asked.front()) << "offset " << offset;
+  }
+  EXPECT_GT(asked.front(), cudnn_attention_workspace_bytes(dims(0), CudnnBackward::Deterministic))
+      << "the first chunk's own workspace should be smaller (it grows with the prefix)";
 }
 
 TEST(PrefixAttentionCuda, ImplementationSwitchTakesItsThreeNamesAndRefusesOthers) {

@@ -9,6 +9,7 @@
 #include "kernels/cuda/cross_entropy_cuda.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/gemm_cuda.h"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "model/cuda/layer_cuda.h"
@@ -29,13 +30,16 @@ struct HeadCudaStash : Stash {
   Tensor x, rstd, xn, targets;  // targets on the device
 };
 
-// Tokens per sequence in a block of logits: enough rows for full GEMMs, while the block's
-// logits stay ~256 MiB. The blocks must start at the same tokens whether or not the sequence
-// was cut (at multiples of kWeightGradTokens): multiples of kWeightGradTokens, or, where those
-// would be too large, its largest power-of-two divisor that fits (at least kTokenBlock); a
-// short chunk takes the smallest such size that holds it.
+// Tokens per sequence in a block of logits: enough rows for full GEMMs, and at a 32K vocabulary
+// kWeightGradTokens (each block's weight gradient reads and writes the fp32 dW once), while the
+// block's logits stay ~512 MiB (~256 MiB with STATEFLOW_LEVERS_OFF=head_blocks). The blocks must
+// start at the same tokens whether or not the sequence was cut (at multiples of
+// kWeightGradTokens): multiples of kWeightGradTokens, or, where those would be too large, its
+// largest power-of-two divisor that fits (at least kTokenBlock); a short chunk takes the
+// smallest such size that holds it.
 int64_t head_block_tokens(int64_t batch, int64_t len, int64_t vocab) {
-  const int64_t fit = (int64_t(256) << 20) / (6 * vocab * batch);
+  const int64_t budget = (lever_off("head_blocks") ? int64_t(256) : int64_t(512)) << 20;
+  const int64_t fit = budget / (6 * vocab * batch);
   int64_t block = kWeightGradTokens;
   if (fit >= kWeightGradTokens)
     block = fit / kWeightGradTokens * kWeightGradTokens;

@@ -1,5 +1,6 @@
 // PreNormResidual on the GPU: bf16 stream x, fp32 norm weight and rstd; y = x + inner(norm(x)).
 #include "kernels/cuda/elementwise_cuda.h"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/residual.h"
@@ -44,13 +45,17 @@ Tensor PreNormResidual::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, con
   const int64_t rows = dy.dim(0), D = dy.dim(1);
   Tensor dx = bf16_out({rows, D});
   const TokenRows tokens{ctx.batch, 1};
+  // dx = norm backward + dy: added by the norm kernel as it stores dx (the same bits as the
+  // separate add, STATEFLOW_LEVERS_OFF=residual_fused)
+  const bool fused = !lever_off("residual_fused");
   {
     OpScope part("block.rmsnorm");
     DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
     rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dh), bf16_ptr(dx),
-                                f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream());
+                                f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream(),
+                                fused ? bf16_ptr(dy) : nullptr);
   }
-  {
+  if (!fused) {
     OpScope part("block.residual_add");
     add_inplace_cuda<bf16>(bf16_ptr(dx), bf16_ptr(dy), dx.numel(), layer_stream());
   }
