@@ -30,6 +30,9 @@ struct GdnCudaStash : Stash {
   Tensor q, rq, k, rk, v;
   Tensor g, beta;
   Tensor o, rstd_o, y;
+  // The core's per-sub-chunk T = (I + A)^-1 (bf16, 128 bytes per token and head), kept so the
+  // backward need not invert again (GdnCudaConfig::kept_T); empty with the keep_t lever off.
+  Tensor T;
 };
 
 // Grouped values (mixers/gdn/gdn_groups_cuda.h): the core runs per value head, so q and k go in
@@ -132,12 +135,19 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
 
   const GdnDims d{B, L, Hv_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   s->o = bf16_out({rows, HV});
+  GdnCudaConfig core;
+  if (!lever_off("keep_t")) {
+    CategoryScope kept(MemCategory::Activations);  // held to the backward like the rest of the stash
+    s->T = bf16_out({int64_t(gdn_cuda_kept_T_bytes(d) / 2)});
+    core.T_buffer = bf16_ptr(s->T);
+  }
   {
     OpScope part("gdn.core");
     const Tensor q = per_value_head_cuda(s->q, H_, Hv_, dk_, st), k = per_value_head_cuda(s->k, H_, Hv_, dk_, st);
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_forward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
-                           f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
+                           f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st,
+                           core);
   }
   by_core.join();  // the gated norm reads z
 
@@ -211,6 +221,8 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   const GdnDims d{B, L, Hv_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   Tensor dq, dk, dv = bf16_out({rows, HV});
   Tensor dbeta = f32_out({rows, Hv_}), dg = f32_out({rows, Hv_});
+  GdnCudaConfig core;
+  if (s.T.defined()) core.T_buffer = bf16_ptr(s.T), core.kept_T = true;
   {
     OpScope part("gdn.core");
     const Tensor q = per_value_head_cuda(s.q, H_, Hv_, dk_, st), k = per_value_head_cuda(s.k, H_, Hv_, dk_, st);
@@ -219,7 +231,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     gdn_chunk_backward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
                             f32_or_null(state_at(s.state_in, kS)), bf16_ptr(do_), f32_or_null(state_at(dstate_out, kS)),
                             bf16_ptr(dqv), bf16_ptr(dkv), bf16_ptr(dv), f32_ptr(dbeta), f32_ptr(dg),
-                            f32_ptr(dstate_in[kS]), ws.get(), st);
+                            f32_ptr(dstate_in[kS]), ws.get(), st, core);
     dq = sum_over_groups_cuda(dqv, H_, Hv_, dk_, st), dk = sum_over_groups_cuda(dkv, H_, Hv_, dk_, st);
   }
 
