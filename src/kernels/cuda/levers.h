@@ -1,6 +1,6 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
-//                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused
+//                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,gate_steps
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -22,6 +22,9 @@
 //                 32K vocabulary, so its weight gradient's fp32 sum is read and written half as often)
 //   residual_fused  pre-norm residual backward: dx += dy as a kernel of its own (instead of added
 //                 by the RMS-norm backward as it stores dx; same bits)
+//   gate_steps    GDN gates backward: dA_log and ddt_bias walk every 64-token block's partial in
+//                 one chain (instead of summing each 2048-token step's blocks in parallel first;
+//                 bitwise at 2048-token cuts instead of 64: mixers/gdn/gdn_gates_cuda.h)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 #pragma once
 #include <cstdlib>
@@ -35,7 +38,8 @@ namespace stateflow {
 inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_rows",
                                            "reduce_ahead", "embed_ahead", "side_stream",
                                            "conv_group",  "side_defer",  "out_gate_by_core",
-                                           "conv_walk",   "head_blocks", "residual_fused"};
+                                           "conv_walk",   "head_blocks", "residual_fused",
+                                           "gate_steps"};
 
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).
