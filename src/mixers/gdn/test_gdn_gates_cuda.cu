@@ -96,7 +96,7 @@ TYPED_TEST(GdnGatesCuda, ParameterGradientsMatchTheFloat64ReferenceWithEitherSte
   const int64_t rows = c.batch * c.len, n = rows * c.heads;
   const Vec a = rounded<A>(c.a), b = rounded<A>(c.b), dg = rounded<float>(c.dg), dbeta = rounded<float>(c.dbeta);
   const Vec A_log = rounded<float>(c.A_log), dt_bias = rounded<float>(c.dt_bias);
-  Vec da(size_t(n)), db(size_t(n)), dA = rounded<float>(c.dA0), ddt = rounded<float>(c.ddt0);
+  Vec da(static_cast<size_t>(n)), db(static_cast<size_t>(n)), dA = rounded<float>(c.dA0), ddt = rounded<float>(c.ddt0);
   gdn_gates_backward<double>(a.data(), b.data(), A_log.data(), dt_bias.data(), dg.data(), dbeta.data(), da.data(),
                              db.data(), dA.data(), ddt.data(), rows, c.heads);
   for (int64_t step : {kWeightGradTokens, kTokenBlock})
