@@ -67,9 +67,11 @@ std::string build_id() {
 }
 
 nlohmann::json profile_key(const ProfileOptions& o) {
+  // Levers switched off change the layers' times and stashes (keep_t: the GDN core's kept T).
+  const char* levers_off = std::getenv("STATEFLOW_LEVERS_OFF");
   return {{"model", o.model.to_json()},  {"dtype", dtype_name(o.dtype)}, {"device", device_description(o.device)},
           {"batch", o.batch},            {"seq_len", o.seq_len},        {"multiple", o.multiple},
-          {"build", build_id()}};
+          {"build", build_id()},         {"levers_off", levers_off ? levers_off : ""}};
 }
 
 nlohmann::json work_json(const WorkTerms& w) {

@@ -13,7 +13,7 @@
 // Workspace (per batch x head; Tp = NS * C rows, NS = ceil(len / C) sub-chunks):
 //   G   fp32 [Tp]           local cumsums                      (Pre)
 //   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre)
-//   Tm  bf16 [NS][C][C]     T = (I + A)^-1                     (Pre)
+//   Tm  bf16 [NS][C][C]     T = (I + A)^-1                     (Pre; or GdnCudaConfig::T_buffer)
 //   Vn  bf16 [Tp][dv]       V_new                              (ST)
 //   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
@@ -164,26 +164,33 @@ __device__ void invert_unit_lower(float* A, float* tmp, int tid) {
 
 // ---------------------------------------------------------------------------------------
 // Pre (forward; backward B1 when nothing was kept): one block per (sub-chunk, head, batch),
-// 8 warps. Writes G, T, W, U to the workspace.
+// 8 warps. Writes G, T, W, U to the workspace (T to a.Tm: the workspace's or a kept buffer).
+// kFromT (backward B1 with a kept T): reads T from a.Tm instead of forming and inverting A.
+// T is rounded to bf16 before W and U are formed from it, in both, so they match bitwise.
 // ---------------------------------------------------------------------------------------
+template <bool kFromT>
 struct PreSmem {
   static constexpr int k = 0;
   static constexpr int v = k + Tile<C, DK>::bytes;
-  static constexpr int A = v + Tile<C, DV>::bytes;  // A, then T in place
-  static constexpr int tmp = A + C * LDF * 4;
-  static constexpr int Tw = tmp + 16 * C * 4;
+  static constexpr int A = v + Tile<C, DV>::bytes;  // A, then T in place (not kFromT)
+  static constexpr int tmp = A + (kFromT ? 0 : C * LDF * 4);
+  static constexpr int Tw = tmp + (kFromT ? 0 : 16 * C * 4);
   static constexpr int Tu = Tw + Tile<C, C>::bytes;
   static constexpr int vec = Tu + Tile<C, C>::bytes;
   static constexpr int bytes = vec + 3 * C * 4;
 };
 
+__device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+template <bool kFromT>
 __global__ void __launch_bounds__(256) pre_kernel(Args a) {
-  using S = PreSmem;
+  using S = PreSmem<kFromT>;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int wm = (tid >> 5) & 3, wn = tid >> 7;  // 4 x 2 warp grid
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
+  bf16* Tg = a.Tm + a.ws_sub(b, h, n) * C * C;
   auto Ks = tile_at<Tile<C, DK>>(sm, S::k);
   auto Vs = tile_at<Tile<C, DV>>(sm, S::v);
   auto Tw = tile_at<Tile<C, C>>(sm, S::Tw), Tu = tile_at<Tile<C, C>>(sm, S::Tu);
@@ -197,25 +204,33 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
   if (tid < C) a.G[ws0 + tid] = G[tid];
   cuda::cp_async_wait_all();
   __syncthreads();
-  {
-    Frag<16, 32> kk;
-    kk.fill(0.f);
-    mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, wm * 16, Ks, wn * 32);
-    kk.each_pair([&](int r, int c, float& x0, float& x1) {
-      r += wm * 16, c += wn * 32;
-      *reinterpret_cast<float2*>(Af + r * LDF + c) =
-          make_float2(c < r ? beta[r] * x0 * expf(G[r] - G[c]) : 0.f,
-                      c + 1 < r ? beta[r] * x1 * expf(G[r] - G[c + 1]) : 0.f);
-    });
+  if constexpr (!kFromT) {
+    {
+      Frag<16, 32> kk;
+      kk.fill(0.f);
+      mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, wm * 16, Ks, wn * 32);
+      kk.each_pair([&](int r, int c, float& x0, float& x1) {
+        r += wm * 16, c += wn * 32;
+        *reinterpret_cast<float2*>(Af + r * LDF + c) =
+            make_float2(c < r ? beta[r] * x0 * expf(G[r] - G[c]) : 0.f,
+                        c + 1 < r ? beta[r] * x1 * expf(G[r] - G[c + 1]) : 0.f);
+      });
+    }
+    __syncthreads();
+    invert_unit_lower(Af, reinterpret_cast<float*>(sm + S::tmp), tid);
   }
-  __syncthreads();
-  invert_unit_lower(Af, reinterpret_cast<float*>(sm + S::tmp), tid);
   for (int i = tid; i < C * C / 2; i += 256) {
     const int r = i / (C / 2), c = 2 * (i % (C / 2));
-    const float x0 = Af[r * LDF + c], x1 = Af[r * LDF + c + 1];
+    float x0, x1;
+    if constexpr (kFromT) {
+      const __nv_bfloat162 t = *reinterpret_cast<const __nv_bfloat162*>(Tg + r * C + c);
+      x0 = __low2float(t), x1 = __high2float(t);
+    } else {
+      x0 = round_bf16(Af[r * LDF + c]), x1 = round_bf16(Af[r * LDF + c + 1]);
+      put2(Tg + r * C + c, x0, x1);
+    }
     put2(Tw.at(r, c), x0 * beta[c] * gam[c], x1 * beta[c + 1] * gam[c + 1]);
     put2(Tu.at(r, c), x0 * beta[c], x1 * beta[c + 1]);
-    put2(a.Tm + (a.ws_sub(b, h, n) * C + r) * C + c, x0, x1);
   }
   __syncthreads();
   {
@@ -1393,7 +1408,7 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   a.U = reinterpret_cast<bf16*>(w + L.U);
   a.Vn = reinterpret_cast<bf16*>(w + L.Vn);
   a.Hs = reinterpret_cast<bf16*>(w + L.Hs);
-  a.Tm = reinterpret_cast<bf16*>(w + L.Tm);
+  a.Tm = cfg.T_buffer ? cfg.T_buffer : reinterpret_cast<bf16*>(w + L.Tm);
   a.dVn = reinterpret_cast<bf16*>(w + L.dVn);
   a.dHs = reinterpret_cast<bf16*>(w + L.dHs);
   a.Ap = reinterpret_cast<float*>(w + L.Ap);
@@ -1404,7 +1419,8 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
 
 // Every kernel here keeps its operands in shared memory (cp.async.cg loads bypass L1), so the
 // carveout is asked to go to shared memory in full rather than left to the driver: B4
-// (107 KiB) fits two blocks on an SM and Pre (75 KiB) three only with all of it.
+// (107 KiB) fits two blocks on an SM and Pre (75 KiB) three only with all of it (B1 from a kept
+// T, 49 KiB: four).
 template <class Kernel, class... More>
 void launch(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, const Args& a, More... more) {
   cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
@@ -1556,7 +1572,7 @@ int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {
   return is_split(cfg) ? sub_chunks_per_piece(d, cfg) * C : 0;
 }
 
-GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward) {
+GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward, bool kept_T) {
   check_dims(d);
   // Per sub-chunk of one (batch, head), from what the kernels above load and store.
   constexpr double tok = C * 2.0, vk = tok * DK, vv = tok * DV, st = DV * DK * 2.0, tc = C * C * 2.0, sc = C * 4.0;
@@ -1567,7 +1583,7 @@ GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward) {
   const double stage_b[7] = {pre_b,
                              fwd_sweep_b,
                              2 * vk + st + vv + sc + vv,  // q, k, Hs, V_new, G -> o
-                             saved_forward ? 0 : pre_b,
+                             saved_forward ? 0 : pre_b,  // with kept_T: T read instead of written
                              2 * vk + vv + sc + vv,  // q, k, dO, G -> dV_new_local
                              rev_sweep_b + (saved_forward ? 0 : fwd_sweep_b),
                              // q, k, dO, V_new, dV_new, Hs, dHs, G, beta, v, T -> dq, dk, dv, dbeta, dg
@@ -1575,7 +1591,7 @@ GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward) {
   const double stage_f[7] = {3 * kk,           // K K^T, W, U
                              2 * sq,           // W S^T, the state update
                              2 * kk + sq,      // Q K^T, Q S^T, P V_new
-                             saved_forward ? 0 : 3 * kk,
+                             saved_forward ? 0 : kept_T ? 2 * kk : 3 * kk,
                              2 * kk,           // Q K^T, P^T dO
                              3 * sq + (saved_forward ? 0 : 2 * sq),  // dO^T Q, K dS^T, dV_new^T W
                              // dO S, V_new dSe, dV_new S; dO V_new^T, dPG K, dPG^T Q, dT (2), T^T dW,
@@ -1585,6 +1601,11 @@ GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward) {
   GdnStageCost c{};
   for (int i = 0; i < 7; ++i) c.bytes[i] = subs * stage_b[i], c.flops[i] = subs * stage_f[i];
   return c;
+}
+
+size_t gdn_cuda_kept_T_bytes(const GdnDims& d) {
+  check_dims(d);
+  return size_t(d.batch) * d.heads * size_t((d.len + C - 1) / C) * C * C * sizeof(bf16);
 }
 
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
@@ -1601,7 +1622,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
+  launch(pre_kernel<false>, subs, 256, PreSmem<false>::bytes, stream, a);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, cfg.sweep_key_split, false, false, a, stream);
@@ -1627,7 +1648,8 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
-  if (!cfg.saved_forward) launch(pre_kernel, subs, 256, PreSmem::bytes, stream, a);
+  if (!cfg.saved_forward && cfg.kept_T) launch(pre_kernel<true>, subs, 256, PreSmem<true>::bytes, stream, a);
+  else if (!cfg.saved_forward) launch(pre_kernel<false>, subs, 256, PreSmem<false>::bytes, stream, a);
   timer.mark();
   launch(dvloc_kernel, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();

@@ -20,7 +20,8 @@
 //             ST  (sequential over sub-chunks, parallel over batch x heads x dv row tiles;
 //                  GdnCudaConfig::sweep picks row sweeps, the default, or tile sweeps)
 //             Out (parallel over sub-chunks)
-//   backward: B1  Pre again (skipped when saved_forward)
+//   backward: B1  Pre again (skipped when saved_forward; with kept_T only G, W and U, formed
+//                 from the forward's T: no K K^T product, no inversion)
 //             B2  dV_new_local = P^T dO (parallel)
 //             B3  the reverse dS sweep (sequential like ST); when nothing was kept the forward
 //                 sweep (B1') runs again beside it (row sweeps: in blocks of its own; tile
@@ -38,7 +39,11 @@
 // Forward leaves in the workspace, per sub-chunk: G (fp32), T, W, U, V_new and the entering
 // state (bf16). Backward either recomputes all of it (default: the workspace may have been
 // reused in between; only the inputs and S_in are needed, MATH.md 4.1) or, with
-// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'.
+// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'. In between, a caller can keep
+// only T (GdnCudaConfig::T_buffer and kept_T, gdn_cuda_kept_T_bytes(): 2 C = 128 bytes per token
+// and head), the one part of Pre that costs more to recompute than to keep (MATH.md 4.1). T is
+// rounded to bf16 before W and U are formed from it, so W and U formed from a kept T are
+// bitwise those of the forward (and the backward differentiates the T the forward used).
 // Workspace: gdn_cuda_workspace_bytes() bytes of global memory,
 // 4 dk dv / C + 2 dk + 6 dv + 2 C + 4 bytes per token and head (2180 at dk = dv = 128:
 // 1.06 GiB for 32K tokens x 16 heads), plus 3 x 64 KiB per piece and head when split
@@ -78,6 +83,13 @@ struct GdnCudaConfig {
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;
+  // Where T = (I + A)^-1 of every sub-chunk lives, bf16 [batch][heads][sub-chunks][C][C]
+  // (gdn_cuda_kept_T_bytes()): nullptr = in the workspace. A caller that keeps T between the
+  // forward and the backward points both calls at the same buffer.
+  __nv_bfloat16* T_buffer = nullptr;
+  // Backward only: T_buffer (or the workspace) still holds the T the forward wrote for these
+  // same inputs, so B1 forms G, W and U from it instead of recomputing it. Same results, bitwise.
+  bool kept_T = false;
   // Split core: tokens per piece, a multiple of 64; 0 takes gdn_cuda_default_piece_len();
   // kUnsplit runs the sequential sweeps. Splits of a sequence are bitwise neutral at multiples
   // of the piece length (of 64 when unsplit), so keep it fixed across a model's calls.
@@ -103,13 +115,17 @@ int gdn_cuda_default_sweep();
 
 // What each stage of the unsplit core moves and computes, for benchmarks (gdn_core_bench's per-stage
 // table), in the order of GdnCudaConfig::stage_ms: forward Pre, ST, Out, backward B1, B2, B3, B4
-// (B1 = Pre; B3 with the forward sweep beside it unless saved_forward). bytes: device memory the
+// (B1 = Pre, without K K^T and the inversion when kept_T; B3 with the forward sweep beside it
+// unless saved_forward). bytes: device memory the
 // kernels read and write at least once (tiles re-read by other blocks or passes come from L2 and
 // are not counted); flops: the tensor-core products they issue (short last sub-chunks padded to 64).
 struct GdnStageCost {
   double bytes[7], flops[7];
 };
-GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward);
+GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward, bool kept_T = false);
+
+// Bytes of GdnCudaConfig::T_buffer for dims d: 2 C^2 per sub-chunk, head and sequence.
+size_t gdn_cuda_kept_T_bytes(const GdnDims& d);
 
 // The piece length a call with these dims and config uses (0 when not split).
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});

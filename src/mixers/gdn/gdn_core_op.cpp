@@ -58,7 +58,10 @@ using bf16 = __nv_bfloat16;
 // The shape's kernel settings: sweep (0: STATEFLOW_GDN_SWEEP, default rows; 1 rows; 2 tiles),
 // sweep_key_split, sweep_warps, value_tile, piece_len / piece_tile of the split core (piece_len 0:
 // STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit) and B4's slab height b4_slab (0: the core's).
-GdnCudaConfig config_of(const OpShape& s, bool saved_forward = false) {
+// How the backward reuses the forward: not at all, T only (kept_T), or the whole workspace.
+enum class Reuse { kNothing, kT, kWorkspace };
+
+GdnCudaConfig config_of(const OpShape& s, Reuse reuse = Reuse::kNothing) {
   GdnCudaConfig cfg;
   cfg.sweep = int(s["sweep"]);
   cfg.sweep_key_split = int(s["sweep_key_split"]);
@@ -67,7 +70,8 @@ GdnCudaConfig config_of(const OpShape& s, bool saved_forward = false) {
   cfg.piece_len = int(s["piece_len"]);
   cfg.piece_tile = int(s["piece_tile"]);
   cfg.b4_slab = int(s["b4_slab"]);
-  cfg.saved_forward = saved_forward;
+  cfg.kept_T = reuse == Reuse::kT;
+  cfg.saved_forward = reuse == Reuse::kWorkspace;
   return cfg;
 }
 
@@ -77,11 +81,11 @@ void run_forward(const OpLaunch& l) {
                          nullptr, config_of(l.shape));
 }
 
-void run_backward(const OpLaunch& l, bool saved_forward) {
+void run_backward(const OpLaunch& l, Reuse reuse) {
   gdn_chunk_backward_cuda(dims_of(l.shape), l.at<bf16>("q"), l.at<bf16>("k"), l.at<bf16>("v"), l.at<float>("beta"),
                           l.at<float>("g"), l.at<float>("S_in"), l.at<bf16>("dO"), l.at<float>("dS_out"),
                           l.at<bf16>("dq"), l.at<bf16>("dk"), l.at<bf16>("dv"), l.at<float>("dbeta"),
-                          l.at<float>("dg"), l.at<float>("dS_in"), l.workspace, nullptr, config_of(l.shape, saved_forward));
+                          l.at<float>("dg"), l.at<float>("dS_in"), l.workspace, nullptr, config_of(l.shape, reuse));
 }
 #endif
 
@@ -145,14 +149,18 @@ OpDef make_gdn_core_op() {
       {"bwd", grads, reference_backward, backward_flops, backward_bytes},
       // The backward reading what the forward left in the workspace (GdnCudaConfig::saved_forward).
       {"bwd saved", grads, reference_backward, backward_flops, backward_bytes},
+      // The backward reading only T from the workspace (GdnCudaConfig::kept_T; the layer keeps
+      // it in a buffer of its own).
+      {"bwd kept T", grads, reference_backward, backward_flops, backward_bytes},
   };
 #ifdef STATEFLOW_HAVE_CUDA
   op.workspace_bytes = [](const OpShape& s) {
     return gdn_cuda_workspace_bytes(dims_of(s), config_of(s));
   };
   op.passes[0].run = run_forward;
-  op.passes[1].run = [](const OpLaunch& l) { run_backward(l, false); };
-  op.passes[2].run = [](const OpLaunch& l) { run_backward(l, true); };
+  op.passes[1].run = [](const OpLaunch& l) { run_backward(l, Reuse::kNothing); };
+  op.passes[2].run = [](const OpLaunch& l) { run_backward(l, Reuse::kWorkspace); };
+  op.passes[3].run = [](const OpLaunch& l) { run_backward(l, Reuse::kT); };
 #endif
   return op;
 }

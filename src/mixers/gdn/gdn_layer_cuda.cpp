@@ -29,6 +29,9 @@ struct GdnCudaStash : Stash {
   Tensor q, rq, k, rk, v;
   Tensor g, beta;
   Tensor o, rstd_o, y;
+  // The core's per-sub-chunk T = (I + A)^-1 (bf16, 128 bytes per token and head), kept so the
+  // backward need not invert again (GdnCudaConfig::kept_T); empty with the keep_t lever off.
+  Tensor T;
 };
 }  // namespace
 
@@ -112,11 +115,18 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
 
   const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   s->o = bf16_out({rows, HV});
+  GdnCudaConfig core;
+  if (!lever_off("keep_t")) {
+    CategoryScope kept(MemCategory::Activations);  // held to the backward like the rest of the stash
+    s->T = bf16_out({int64_t(gdn_cuda_kept_T_bytes(d) / 2)});
+    core.T_buffer = bf16_ptr(s->T);
+  }
   {
     OpScope part("gdn.core");
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_forward_cuda(d, bf16_ptr(s->q), bf16_ptr(s->k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
-                           f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st);
+                           f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st,
+                           core);
   }
   by_core.join();  // the gated norm reads z
 
@@ -190,13 +200,15 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   const GdnDims d{B, L, H_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
   Tensor dq = bf16_out({rows, HK}), dk = bf16_out({rows, HK}), dv = bf16_out({rows, HV});
   Tensor dbeta = f32_out({rows, H_}), dg = f32_out({rows, H_});
+  GdnCudaConfig core;
+  if (s.T.defined()) core.T_buffer = bf16_ptr(s.T), core.kept_T = true;
   {
     OpScope part("gdn.core");
     DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
     gdn_chunk_backward_cuda(d, bf16_ptr(s.q), bf16_ptr(s.k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
                             f32_or_null(state_at(s.state_in, kS)), bf16_ptr(do_), f32_or_null(state_at(dstate_out, kS)),
                             bf16_ptr(dq), bf16_ptr(dk), bf16_ptr(dv), f32_ptr(dbeta), f32_ptr(dg),
-                            f32_ptr(dstate_in[kS]), ws.get(), st);
+                            f32_ptr(dstate_in[kS]), ws.get(), st, core);
   }
 
   // gates

@@ -88,6 +88,9 @@ struct Gpu {
 
 struct RunOptions {
   bool with_S_in = true, with_dS_out = true;
+  // T kept in a buffer of its own from the forward to the backward (GdnCudaConfig::T_buffer,
+  // kept_T), the workspace filled with NaN in between (the layer's workspace is scratch).
+  bool keep_T = false;
   GdnCudaConfig cfg;
 };
 
@@ -123,10 +126,17 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   for (auto* x : {&o, &dq, &dk, &dv}) x->poison();
   for (auto* x : {&S_out, &dbeta, &dg, &dS_in}) x->poison();
   Dev<char> ws(gdn_cuda_workspace_bytes(d, opt.cfg));
+  Dev<bf16> kept_T(opt.keep_T ? gdn_cuda_kept_T_bytes(d) / sizeof(bf16) : 0);
+  GdnCudaConfig cfg = opt.cfg;
+  if (opt.keep_T) cfg.T_buffer = kept_T.p;
   const float* s_in = opt.with_S_in ? S_in.p : nullptr;
-  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, opt.cfg);
+  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, cfg);
+  if (opt.keep_T) {
+    EXPECT_EQ(cudaMemset(ws.p, 0xff, ws.n), cudaSuccess);  // NaN in every fp32 and bf16 slot
+    cfg.kept_T = true;
+  }
   gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, dO.p, opt.with_dS_out ? dS_out.p : nullptr, dq.p, dk.p,
-                          dv.p, dbeta.p, dg.p, dS_in.p, ws.p, nullptr, opt.cfg);
+                          dv.p, dbeta.p, dg.p, dS_in.p, ws.p, nullptr, cfg);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   Gpu r{o.get(), S_out.get(), dq.get(), dk.get(), dv.get(), dbeta.get(), dg.get(), dS_in.get()};
   r.raw_o = o.raw(), r.raw_dq = dq.raw(), r.raw_dk = dk.raw(), r.raw_dv = dv.raw();
@@ -399,6 +409,34 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
     EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
         << "dbeta, dg, dS_in";
     for (auto [name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(name)) << name << ", saved forward";
+  }
+}
+
+// B1 from a kept T (the layer's default): outputs and every gradient bitwise those of the
+// backward that recomputes T, for each unsplit sweep and the split core, with a short last
+// sub-chunk and the workspace poisoned between the calls (nothing but T may survive).
+TEST(GdnCoreCuda, BackwardFromKeptTEqualsRecomputeBitwise) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  std::vector<std::pair<std::string, RunOptions>> cases;
+  for (const SweepCase& sc : kSweeps) cases.push_back({sc.name, unsplit(sc.sweep, sc.key_split)});
+  cases.push_back({"pieces of 128", pieces_of(128)});
+  for (auto [name, opt] : cases) {
+    SCOPED_TRACE(name);
+    RunOptions kept = opt;
+    kept.keep_T = true;
+    const Gpu a = run_gpu(p, opt), b = run_gpu(p, kept);
+    EXPECT_TRUE(bitwise_equal(a.raw_o, b.raw_o) && bitwise_equal(a.S_out, b.S_out)) << "o, S_out";
+    EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
+                bitwise_equal(a.raw_dv, b.raw_dv))
+        << "dq, dk, dv";
+    EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
+        << "dbeta, dg, dS_in";
+    for (auto [err_name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(err_name)) << err_name << ", kept T";
   }
 }
 
