@@ -81,16 +81,7 @@ __global__ void gdn_gates_add_steps_kernel(float* partial, int64_t batch, int64_
       const int64_t j = e % heads, k = (e / heads) % steps, b = e / (heads * steps);
       const int64_t n = min(segs, blocks - k * segs);  // the last step may be short
       float* q = p + (b * steps + k) * segs * heads + j;
-      float s = q[0];
-      for (int64_t u0 = 1; u0 < n; u0 += kAhead) {
-        float v[kAhead];
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u) v[u] = u0 + u < n ? q[(u0 + u) * heads] : 0.f;
-#pragma unroll
-        for (int u = 0; u < kAhead; ++u)
-          if (u0 + u < n) s += v[u];
-      }
-      q[0] = s;
+      q[0] = cuda::add_in_order<kAhead>(q[0], n - 1, [&](int64_t u) { return q[(u + 1) * heads]; });
     }
     __syncthreads();  // the step sums are global stores of this block: visible to it after the barrier
   }
@@ -100,16 +91,7 @@ __global__ void gdn_gates_add_steps_kernel(float* partial, int64_t batch, int64_
       const int64_t k = steps - 1 - w / batch, b = batch - 1 - w % batch;
       return p[(b * steps + k) * segs * heads + j];
     };
-    float acc = out[j];
-    for (int64_t w0 = 0; w0 < n; w0 += kAhead) {
-      float v[kAhead];
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u) v[u] = w0 + u < n ? at(w0 + u) : 0.f;
-#pragma unroll
-      for (int u = 0; u < kAhead; ++u)
-        if (w0 + u < n) acc += v[u];
-    }
-    out[j] = acc;
+    out[j] = cuda::add_in_order<kAhead>(out[j], n, at);
   }
 }
 

@@ -25,11 +25,13 @@ using ActTypes = ::testing::Types<float, bf16>;
 TYPED_TEST_SUITE(GdnGatesCuda, ActTypes);
 
 // Two sequences of two whole 2048-token steps and a short third; 5 heads (not a divisor of
-// the kernel's 256-thread block).
+// the kernel's 256-thread block); fresh random inputs.
 struct GatesCase {
+  uint64_t seed = fresh_seed();
   int64_t batch = 2, len = 2 * kWeightGradTokens + 320, heads = 5;
   Vec a, b, dg, dbeta, A_log, dt_bias, dA0, ddt0;
-  explicit GatesCase(Rng& rng) {
+  GatesCase() {
+    Rng rng(seed);
     const size_t n = size_t(batch * len * heads);
     a = normal_vec(rng, n), b = normal_vec(rng, n), dg = normal_vec(rng, n), dbeta = normal_vec(rng, n);
     A_log = normal_vec(rng, size_t(heads), 0.5), dt_bias = normal_vec(rng, size_t(heads), 0.5);
@@ -64,10 +66,8 @@ struct GatesCase {
 TYPED_TEST(GdnGatesCuda, ChunksAtMultiplesOfTheStepGiveTheUnsplitParameterGradientsBitwise) {
   SKIP_WITHOUT_GPU();
   using A = TypeParam;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const GatesCase c(rng);
+  const GatesCase c;
+  SCOPED_TRACE("seed " + std::to_string(c.seed));
   const int64_t S = kWeightGradTokens, L = c.len;
   const std::vector<std::pair<int64_t, std::vector<std::vector<int64_t>>>> cases = {
       {S, {{0, S, L}, {0, 2 * S, L}, {0, S, 2 * S, L}}},
@@ -89,10 +89,8 @@ TYPED_TEST(GdnGatesCuda, ChunksAtMultiplesOfTheStepGiveTheUnsplitParameterGradie
 TYPED_TEST(GdnGatesCuda, ParameterGradientsMatchTheFloat64ReferenceWithEitherStep) {
   SKIP_WITHOUT_GPU();
   using A = TypeParam;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const GatesCase c(rng);
+  const GatesCase c;
+  SCOPED_TRACE("seed " + std::to_string(c.seed));
   const int64_t rows = c.batch * c.len, n = rows * c.heads;
   const Vec a = rounded<A>(c.a), b = rounded<A>(c.b), dg = rounded<float>(c.dg), dbeta = rounded<float>(c.dbeta);
   const Vec A_log = rounded<float>(c.A_log), dt_bias = rounded<float>(c.dt_bias);
