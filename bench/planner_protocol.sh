@@ -10,11 +10,15 @@
 #      The first T profiles the model (cached in OUT/profiles; the later ones reuse it).
 #   2. `plan --auto` of each --profile-models model at 32K (profiles it into OUT/profiles):
 #      `plan --auto --cost-profile OUT/profiles/costs-MODEL-*.json` then predicts anywhere.
+#   With --sm-split, step 1 runs each stage on its own half of GPU 0's SMs (CUDA green contexts):
+#   the stages work side by side as on two smaller GPUs (memory bandwidth and L2 shared), so the
+#   partition changes the step; the profile is then made on one half.
 # Each step's output goes to OUT as it ends (a time-out loses only the run in progress); at the
 # end the planned-runs tables are printed together.
 #
 #   usage: bench/planner_protocol.sh [--bin PATH] [--out DIR] [--seq-lens LIST] [--schedules LIST]
-#            [--profile-models LIST] [--steps N] [--dry-run]
+#            [--profile-models LIST] [--steps N] [--sm-split] [--chunk-counts LIST] [--alphas LIST]
+#            [--cost-profile FILE] [--dry-run]
 #
 #   --bin             the stateflow binary (default build-gpu/stateflow, else build/stateflow)
 #   --out             where logs, JSON records and profiles go (default planner-protocol/)
@@ -22,11 +26,17 @@
 #   --schedules       bench's --schedules: stateflow's runs and these baselines (default stateflow,1f1b)
 #   --profile-models  presets profiled for predictions (default gdn-1.3b,mamba3-1.3b; "" for none)
 #   --steps           timed steps per run, after one warm-up step (default 1)
+#   --sm-split        step 1 with bench --sm-split (stages side by side on halves of the SMs)
+#   --chunk-counts    the N the planner may choose in step 1 (bench --chunk-counts; default all)
+#   --alphas          the partition grid of step 1, every one run (default 0,1)
+#   --cost-profile    step 1 plans on this recorded profile instead of profiling (e.g. the half-GPU
+#                     one in docs/records/h200-2026-12-01-smsplit/ with --sm-split: saves ~106 s)
 #   --dry-run         print the commands, run nothing
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bin="" out=planner-protocol seq_lens=65536,131072 models=gdn-1.3b,mamba3-1.3b schedules=stateflow,1f1b steps=1 dry=0
+alphas=0,1 split=() counts=() recorded=()
 while (($#)); do
   case $1 in
     --bin) bin=$2; shift ;;
@@ -35,6 +45,10 @@ while (($#)); do
     --schedules) schedules=$2; shift ;;
     --profile-models) models=$2; shift ;;
     --steps) steps=$2; shift ;;
+    --sm-split) split=(--sm-split) ;;
+    --chunk-counts) counts=(--chunk-counts "$2"); shift ;;
+    --alphas) alphas=$2; shift ;;
+    --cost-profile) recorded=(--cost-profile "$2"); shift ;;
     --dry-run) dry=1 ;;
     *) echo "planner_protocol.sh: unknown option '$1' (see the usage at the top of the script)" >&2; exit 2 ;;
   esac
@@ -54,7 +68,8 @@ run() {  # run LOG command...: the command's output to LOG (and said first)
 
 for T in ${seq_lens//,/ }; do
   run "$out/hybrid-$T.log" "$bin" bench --device cuda --dtype f32 --preset hybrid-1.3b --stages 2 --transport local \
-    --batch 1 --microbatches 1 --seq-len "$T" --recompute full --chunks auto --alphas 0,1 --every-alpha --gpu-memory 130 \
+    --batch 1 --microbatches 1 --seq-len "$T" --recompute full --chunks auto --alphas "$alphas" --every-alpha \
+    --gpu-memory 130 "${split[@]}" "${counts[@]}" "${recorded[@]}" \
     --schedules "$schedules" --warmup-steps 1 --steps "$steps" --profile-dir "$out/profiles" --json "$out/hybrid-$T.json"
 done
 for m in ${models//,/ }; do

@@ -3,6 +3,7 @@
 #  * verify: --chunks -3 / 0, an empty --chunk-lengths, --tolerance -1 / 0 / nan are errors
 #    naming the option (they used to run the built-in chunkings and default tolerance);
 #    plan --seq-len 0 likewise; --chunks auto where it cannot run, and a missing plan file;
+#    --sm-split without a GPU to split;
 #  * plan --auto profiles once and then uses its cache, or a recorded profile of a model with
 #    the same layers and device (--cost-profile), and finds the longest sequence that fits; train runs a plan file's chunks and
 #    --chunks auto says what it chose and tunes;
@@ -30,6 +31,15 @@ refused "verify --chunks 0" "--chunks: 0 is not a number of chunks" "$bin" verif
 refused "verify --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" verify --chunk-lengths ""
 refused "train --chunk-lengths ''" "--chunk-lengths: it is empty: give lengths a,b,c" "$bin" train --chunk-lengths ""
 refused "plan --seq-len 0" "--seq-len 0 must be >= 1" "$bin" plan --preset hybrid-1.3b --stages 2 --seq-len 0
+# --sm-split shares one GPU: refused where there is none to share or the plan cannot use it.
+refused "train --sm-split on the cpu" "--sm-split splits one GPU's multiprocessors" \
+  "$bin" train --sm-split --stages 2 --steps 1 --seq-len 16
+refused "plan --auto --sm-split on the cpu" "--sm-split plans stages side by side on parts of one GPU" \
+  "$bin" plan --auto --sm-split --stages 2 --seq-len 16
+refused "plan --auto --sm-split --shared-gpu" "--shared-gpu and --sm-split are two ways of sharing one GPU" \
+  "$bin" plan --auto --sm-split --shared-gpu --device cuda --stages 2 --seq-len 16
+refused "bench --chunk-counts without --chunks auto" "--alphas, --every-alpha and --chunk-counts choose runs of --chunks auto" \
+  "$bin" bench --chunk-counts 4
 # --chunks auto and plan files.
 refused "verify --chunks auto" "verify --chunks auto: verify compares given chunkings" "$bin" verify --chunks auto
 refused "train --chunks many" "many is not a number of chunks: give a whole number, at least 1, or auto" \
@@ -66,6 +76,10 @@ refused "plan --cost-profile of another model" "was measured on model 'tiny', wh
   >"$dir/plan4.log" 2>&1 || fail "plan --cost-profile of a hybrid for its GDN-only model: $(cat "$dir/plan4.log")"
 refused "plan --cost-profile of another device" "give --device cpu" \
   "$bin" plan --auto "${recorded[@]}" --device cuda
+"$bin" train "${recorded[@]}" --chunks auto --steps 1 --profile-dir "$dir/none" >"$dir/recorded.log" 2>&1 ||
+  fail "train --chunks auto --cost-profile: $(cat "$dir/recorded.log")"
+grep -q "(recorded: cpu" "$dir/recorded.log" && [[ ! -e $dir/none ]] ||
+  fail "train --chunks auto --cost-profile profiled instead: $(cat "$dir/recorded.log")"
 "$bin" plan --auto "${recorded[@]}" --recompute none --memory-gib 0.01 --chunk-multiple 64 \
   --longest-seq-len --max-seq-len 65536 >"$dir/longest.log" 2>&1 || fail "plan --longest-seq-len: $(cat "$dir/longest.log")"
 grep -q "^  1f1b: .*(stateflow's is" "$dir/longest.log" || fail "plan --longest-seq-len: $(cat "$dir/longest.log")"

@@ -60,9 +60,24 @@ TEST(CostProfile, ProfilesEveryLayerKindAndCaches) {
   EXPECT_EQ(cost_model_json(cost_model_from_file(cost_profile_path(o, dir.path.string()), &key)), cost_model_json(c));
   EXPECT_EQ(key.at("model"), o.model.to_json());
   EXPECT_THROW(cost_model_from_file(dir / "missing.json"), Error);
-  // Another shape is another key.
+  // A recorded profile prices a run measured the same way: its model, device and SM split.
+  const std::string file = cost_profile_path(o, dir.path.string());
+  std::ostringstream read;
+  EXPECT_EQ(cost_model_json(recorded_cost_model(file, o, read)), cost_model_json(c));
+  EXPECT_NE(read.str().find("(recorded: cpu"), std::string::npos) << read.str();
+  ProfileOptions split = o;
+  split.sm_parts = 2;
+  expect_error([&] { recorded_cost_model(file, split, read); }, "was measured on the whole device, but this run splits "
+                                                                "the SMs 2 ways (--sm-split, --stages 2)");
+  ProfileOptions other = o;
+  other.model = resolve_model_config("small", "", "");
+  expect_error([&] { recorded_cost_model(file, other, read); }, "whose layers are not this one's");
+  // Another shape is another key, and so is a profile on part of the SMs.
   o.batch = 1;
   EXPECT_NE(cost_profile_path(o, "d"), cost_profile_path(ProfileOptions{}, "d"));
+  ProfileOptions whole = split;
+  whole.sm_parts = 1;
+  EXPECT_NE(cost_profile_path(split, "d"), cost_profile_path(whole, "d"));
 }
 
 TEST(CostProfile, NotACostModelIsAnErrorNamingTheFile) {

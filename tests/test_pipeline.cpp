@@ -192,6 +192,8 @@ TEST(Pipeline, ReshapeRefusesWhatOnlyAnotherPipelineCanChange) {
   expect_error([&] { pipe->reshape(other); }, "cannot change the dtype");
   other = pc, other.adamw.beta1 = 0.5;
   expect_error([&] { pipe->reshape(other); }, "cannot change the optimizer");
+  other = pc, other.split_sms = true;
+  expect_error([&] { pipe->reshape(other); }, "cannot change the SM split");
   other = pc, other.schedule = ScheduleKind::OneFOneB, other.microbatches = 2, other.chunk_lengths = {16};
   other.recompute = true;
   pipe->reshape(other);
@@ -214,6 +216,9 @@ TEST(Pipeline, BadShapesAreRejectedWithTheFix) {
   pc.model.pattern = "G|G|G";
   pc.schedule = ScheduleKind::StateFlow;
   expect_error([&] { make_local_pipeline(pc); }, "cuts the model into 3 stages");
+  pc.model.pattern = "GG", pc.split_sms = true;  // on the CPU: no GPU to split
+  expect_error([&] { make_local_pipeline(pc); }, "--sm-split splits one GPU's multiprocessors");
+  expect_error([&] { make_local_pipeline(pc); }, "it needs --device cuda, --transport local and --stages 2 or more");
 }
 
 TEST(Partition, EvenByDefaultOrAsThePatternSays) {

@@ -152,6 +152,17 @@ TEST(Planner, WorkingMemoryAndSharedDevice) {
   space.memory_bytes = double(shared.peak_total()) - 1;
   predict_plan(c, stages, space, shared);
   EXPECT_FALSE(shared.fits);
+  // One device split by SMs (--sm-split): the stages run side by side, as on devices of their
+  // own, but their memory still adds up against the one device's limit.
+  space.shared_device = false, space.split_sms = true;
+  Plan split = p;
+  predict_plan(c, stages, space, split);
+  EXPECT_EQ(split.step_s, p.step_s);
+  EXPECT_EQ(split.peak_total(), split.stage_peak_total[0] + split.stage_peak_total[1]);
+  EXPECT_FALSE(split.fits);
+  EXPECT_EQ(profile_options(space).sm_parts, 2) << "a split stage is profiled on its part of the SMs";
+  space.split_sms = false;
+  EXPECT_EQ(profile_options(space).sm_parts, 1);
 }
 
 // The longest sequence of a schedule: it fits, one multiple more does not; stateflow's chunks

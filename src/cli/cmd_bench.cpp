@@ -61,10 +61,12 @@ static std::vector<double> alpha_list(const std::string& text) {
 // planner finds for each schedule over every M and recompute (the same search for all).
 static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const PipelineOptions& pipe,
                                             const std::vector<std::string>& schedules, double memory_bytes,
-                                            bool every_alpha, const std::vector<double>& alphas, AutoChunks& a) {
+                                            bool every_alpha, const std::vector<double>& alphas,
+                                            const std::vector<int>& chunk_counts, AutoChunks& a) {
   PlanSpace space = pipe.auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory_bytes);
-  space.schedules = {"stateflow"}, space.alphas = alphas;
-  a = choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout);
+  space.schedules = {"stateflow"}, space.alphas = alphas, space.chunks = chunk_counts;
+  a = choose_chunks(space, pipe.profile_dir.empty() ? default_profile_dir() : pipe.profile_dir, std::cout,
+                    pipe.cost_profile);
   const std::vector<PassCosts> stages = a.costs.stage_costs(o.model, o.stages);
   std::vector<PlannedRun> runs;
   auto add = [&](const std::string& label, Plan p) {
@@ -86,13 +88,15 @@ static std::vector<PlannedRun> planned_runs(const BenchOptions& o, const Pipelin
     p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
     if (!p.chunk_lengths.empty()) add(label, p);
   }
-  // The brute force the choice is judged against: every alpha of the grid at that N.
-  for (double alpha : !every_alpha ? std::vector<double>{} : alphas.empty() ? partition_alphas() : alphas) {
-    Plan p = a.plan;
-    p.alpha = alpha;
-    p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, a.plan.chunks, alpha, space.multiple);
-    if (!p.chunk_lengths.empty()) add(cat("alpha ", alpha), p);
-  }
+  // The brute force the choice is judged against: every alpha of the grid at that N, or at every
+  // N the planner chose from when --chunk-counts names them.
+  for (int N : chunk_counts.empty() ? std::vector<int>{a.plan.chunks} : chunk_counts)
+    for (double alpha : !every_alpha ? std::vector<double>{} : alphas.empty() ? partition_alphas() : alphas) {
+      Plan p = a.plan;
+      p.alpha = alpha;
+      p.chunk_lengths = alpha_partition(unit_cost(stages, o.recompute), b, o.seq_len, N, alpha, space.multiple);
+      if (!p.chunk_lengths.empty()) add(cat("N ", N, " alpha ", alpha), p);
+    }
   for (const std::string& name : schedules) {
     if (parse_schedule_kind(name) == ScheduleKind::StateFlow) continue;
     Plan p;
@@ -155,6 +159,7 @@ void add_bench_command(CLI::App& root) {
   auto predict_from = std::make_shared<std::string>();
   auto every_alpha = std::make_shared<bool>(false);
   auto alphas = std::make_shared<std::string>();
+  auto chunk_counts = std::make_shared<std::string>();
   auto chosen = std::make_shared<AutoChunks>();  // --chunks auto
   pipe->stages = opts->stages, pipe->microbatches = opts->microbatches, pipe->chunks = 8;
   model->add(*app, "small", "f32");
@@ -195,6 +200,10 @@ void add_bench_command(CLI::App& root) {
   app->add_option("--alphas", *alphas,
                  "With --chunks auto: the partition grid to search (and, with --every-alpha, to run), comma-separated "
                  "alphas, e.g. 0,1 (default: 0, 0.1, ..., 1, 1.25)");
+  app->add_option("--chunk-counts", *chunk_counts,
+                  "With --chunks auto: the chunk counts N the planner may choose from, comma-separated, e.g. 4,8 "
+                  "(default: 2, 4, ..., 64 that fit the cut multiple); with --every-alpha, every alpha runs at each of "
+                  "them (the brute force over the planner's whole grid)");
   app->add_option("--json", *json, "Also write the results (and predictions) as JSON to this file");
   app->add_option("--predict-from", *predict_from,
                   "Run nothing: read a run recorded with --json (e.g. on the GPU machine), print it, and predict "
@@ -203,14 +212,14 @@ void add_bench_command(CLI::App& root) {
   app->callback([=]() {
     BenchOptions o = *opts;
     apply_common_options(o, *model, *data, *pipe);
-    SF_CHECK(pipe->chunks_auto || (alphas->empty() && !*every_alpha),
-             "--alphas and --every-alpha choose runs of --chunks auto: add --chunks auto");
+    SF_CHECK(pipe->chunks_auto || (alphas->empty() && !*every_alpha && chunk_counts->empty()),
+             "--alphas, --every-alpha and --chunk-counts choose runs of --chunks auto: add --chunks auto");
     if (pipe->chunks_auto) {
       SF_CHECK(sweep->empty() && predict_from->empty(), "--chunks auto plans its own runs: leave out --chunk-sweep "
                                                         "and --predict-from");
       o.planned = planned_runs(o, *pipe, comma_list<std::string>(*schedules),
                                o.device == Device::CPU ? 0 : *gpu_memory_gib * double(int64_t(1) << 30), *every_alpha,
-                               alpha_list(*alphas), *chosen);
+                               alpha_list(*alphas), comma_list<int>(*chunk_counts), *chosen);
       o.chunk_lengths = o.planned.front().chunk_lengths;
     } else {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);

@@ -68,7 +68,7 @@ struct PlanOptions {
   int64_t batch = 8, multiple = 0;
   std::string dtype = "f32", device = "cpu", recompute = "both", profile_dir = default_profile_dir(), write_plan;
   std::string cost_profile;  // a recorded profile instead of profiling here
-  bool shared_gpu = false, longest = false;
+  bool shared_gpu = false, sm_split = false, longest = false;
   int64_t longest_limit = int64_t(1) << 22;
   double memory_gib = -1;
   int top = 15;
@@ -107,24 +107,14 @@ void plan_automatically(const PlanOptions& o, const CLI::App& app) {
   space.multiple = o.multiple > 0 ? o.multiple : default_chunk_multiple(space.model, space.device);
   const double gib = o.memory_gib >= 0 ? o.memory_gib : space.device == Device::CPU ? 0 : 141;
   space.memory_bytes = gib * double(int64_t(1) << 30);
+  SF_CHECK(!(o.shared_gpu && o.sm_split), "--shared-gpu and --sm-split are two ways of sharing one GPU: give one");
+  SF_CHECK(!o.sm_split || (space.device == Device::CUDA && space.stages > 1),
+           "--sm-split plans stages side by side on parts of one GPU: it needs --device cuda and --stages 2 or more");
   space.shared_device = o.shared_gpu;
+  space.split_sms = o.sm_split;
   CostModel costs;
   if (!o.cost_profile.empty()) {
-    nlohmann::json key;
-    costs = cost_model_from_file(o.cost_profile, &key);
-    const nlohmann::json model = key.value("model", nlohmann::json());
-    const std::string profiled = model.is_object() ? model.value("name", std::string("?")) : std::string("?");
-    SF_CHECK(profile_prices_model(model, space.model), "the cost profile '", o.cost_profile,
-             "' was measured on model '", profiled, "', whose layers are not this one's ('", space.model.name,
-             "'): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
-    const std::string where = key.value("device", std::string());
-    SF_CHECK(where.rfind(device_name(space.device), 0) == 0, "the cost profile '", o.cost_profile,
-             "' was measured on '", where, "': give --device ", where.substr(0, where.find(' ')));
-    std::cout << "cost profile: " << o.cost_profile << " (recorded: " << key.value("device", std::string("?")) << ", "
-              << key.value("batch", 0) << " x " << key.value("seq_len", 0) << " tokens per pass)\n";
-    if (profiled != space.model.name)
-      std::cout << "cost profile: measured on " << profiled << ", whose layer kinds have " << space.model.name
-                << "'s shapes\n";
+    costs = recorded_cost_model(o.cost_profile, profile_options(space), std::cout);
   } else {
     init_device(space.device);
     costs = cached_cost_model(profile_options(space), o.profile_dir, std::cout);
@@ -205,6 +195,9 @@ void add_plan_command(CLI::App& root) {
   app->add_flag("--shared-gpu", o->shared_gpu,
                 "--auto: every stage on one GPU (what --transport local does with --device cuda): the stages' work "
                 "runs one action at a time and their memory adds up on that GPU");
+  app->add_flag("--sm-split", o->sm_split,
+                "--auto: every stage on GPU 0 on its own 1/P of its SMs (what train/bench --sm-split run): the stages "
+                "work side by side at the speed of a part, profiled on one part, and their memory adds up on that GPU");
   app->add_flag("--longest-seq-len", o->longest,
                 "--auto: instead of ranking, find for each schedule the longest --seq-len that some configuration "
                 "fits in --memory-gib (bisection on multiples of --chunk-multiple)");

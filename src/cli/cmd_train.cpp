@@ -97,7 +97,7 @@ void add_train_command(CLI::App& root) {
       const double memory = o.device == Device::CPU ? 0 : 141.0 * double(int64_t(1) << 30);
       chosen = choose_chunks(
           pipe->auto_chunk_space(o.model, o.dtype, o.device, o.batch, o.seq_len, o.recompute, memory),
-          pipe->profile_dir.empty() ? default_profile_dir() : pipe->profile_dir, std::cout);
+          pipe->profile_dir.empty() ? default_profile_dir() : pipe->profile_dir, std::cout, pipe->cost_profile);
       o.chunk_lengths = chosen->plan.chunk_lengths;
     } else if (o.resume.empty()) {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);

@@ -77,6 +77,10 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
     app.add_option("--chunk-multiple", chunk_multiple,
                    "With --chunks auto: cut on multiples of this many tokens (default: 2048 on cuda, which keeps the "
                    "GPU step bitwise equal to the unchunked one; the mixers' inner block on the cpu; 1: exact)");
+    app.add_option("--cost-profile", cost_profile,
+                   "With --chunks auto: plan on this recorded cost profile (a file of --profile-dir, e.g. from an "
+                   "earlier run on the same kind of GPU) instead of the cache or a new profile; its model, device and "
+                   "--sm-split must be this run's");
     app.add_option("--profile-dir", profile_dir,
                    "With --chunks auto: where measured cost profiles are cached (default: " + default_profile_dir() +
                        ")");
@@ -102,6 +106,10 @@ void PipelineOptions::add(CLI::App& app, bool with_chunks) {
   app.add_option("--recompute", recompute,
                  "Activation recomputation: none, or full (keep each layer's input, redo its forward in backward)")
       ->capture_default_str();
+  app.add_flag("--sm-split", sm_split,
+               "With --device cuda --transport local (every stage on GPU 0): give each stage its own 1/P of the GPU's "
+               "multiprocessors (CUDA green contexts), so the stages run side by side as on smaller GPUs instead of "
+               "taking turns on the whole GPU (memory bandwidth and L2 stay shared)");
 }
 
 bool PipelineOptions::recompute_full() const {
@@ -140,9 +148,12 @@ PlanSpace PipelineOptions::auto_chunk_space(const ModelConfig& m, DType dtype, D
   space.schedules = {schedule}, space.microbatches = {microbatches}, space.recompute = {recompute};
   space.multiple = chunk_multiple > 0 ? chunk_multiple : default_chunk_multiple(m, device);
   space.memory_bytes = memory_bytes;
-  // The local transport runs every stage on GPU 0: one action at a time, one memory.
-  space.shared_device = device == Device::CUDA && stages > 1 &&
-                        choose_transport(transport, device, stages, nccl_gpus(), 0).name == "local";
+  // The local transport runs every stage on GPU 0: one action at a time, one memory; with
+  // --sm-split, side by side on parts of its SMs, one memory.
+  const bool one_gpu = device == Device::CUDA && stages > 1 &&
+                       choose_transport(transport, device, stages, nccl_gpus(), 0).name == "local";
+  space.shared_device = one_gpu && !sm_split;
+  space.split_sms = one_gpu && sm_split;
   return space;
 }
 

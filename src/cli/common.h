@@ -36,6 +36,7 @@ struct PipelineOptions {
   std::string chunk_lengths;      // a,b,c or a plan file
   int64_t chunk_multiple = 0;     // --chunks auto: cuts on multiples of this (0: the device's default)
   std::string profile_dir;        // --chunks auto: where cost profiles are cached
+  std::string cost_profile;       // --chunks auto: a recorded profile instead
   std::string schedule = "stateflow";
   std::string transport = "auto";
   double timeout_s = 120;
@@ -43,6 +44,7 @@ struct PipelineOptions {
   int rank = -1, world_size = -1, local_rank = -1;
   std::string rendezvous;
   std::string recompute = "none";
+  bool sm_split = false;  // --sm-split
   void add(CLI::App& app, bool with_chunks = true);
   bool recompute_full() const;  // validates --recompute
   void apply_launch_flags() const;  // hands --rank, --world-size, --local-rank, --rendezvous to launch
@@ -86,6 +88,7 @@ void apply_common_options(Options& o, const ModelOptions& m, const DataOptions& 
   o.data = d.data;
   o.stages = p.stages, o.microbatches = p.microbatches;
   o.transport = p.transport, o.timeout_s = p.timeout_s, o.recompute = p.recompute_full();
+  o.split_sms = p.sm_split;
   p.apply_launch_flags();
 }
 

@@ -9,6 +9,8 @@ void init_device(Device d) {
   if (d != Device::CPU) no_cuda();
 }
 
+int use_gpu_sm_partition(int, int) { no_cuda(); }
+void synchronize_gpu_thread() { no_cuda(); }
 void adamw_update_device(Param&, Tensor&, Tensor&, double, double, const AdamWConfig&, int64_t) { no_cuda(); }
 double sq_sum_device(const std::vector<const Tensor*>&) { no_cuda(); }
 void scale_device(Tensor&, double) { no_cuda(); }

@@ -111,6 +111,9 @@ std::unique_ptr<Pipeline> make_pipeline(const PipelineConfig& cfg, const std::st
   if (!choice.why.empty() && !said && (!rank || rank->rank == 0))
     std::cerr << "stateflow: --transport auto chose " << choice.name << " (" << choice.why << ")" << std::endl;
   said = true;
+  SF_CHECK(!cfg.split_sms || choice.name == "local", "--sm-split shares GPU 0 between the stages of this process, but ",
+           "the ", choice.name, " transport was chosen (", choice.why.empty() ? "asked for" : choice.why,
+           "): add --transport local, or leave out --sm-split to give each stage a GPU of its own");
   if (choice.name == "local") {
     check_one_replica(cfg, "local");
     return make_local_pipeline(cfg);

@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <chrono>
 
+#include "model/device_ops.h"
+
 namespace stateflow {
 
-LocalHub::LocalHub(int world_size, double timeout_s) : world_size_(world_size), timeout_s_(timeout_s) {
+LocalHub::LocalHub(int world_size, double timeout_s, bool device_queues_apart)
+    : world_size_(world_size), timeout_s_(timeout_s), device_queues_apart_(device_queues_apart) {
   SF_CHECK(world_size >= 1, "local transport needs at least one stage");
   SF_CHECK(timeout_s > 0, "transport timeout must be positive, got ", timeout_s);
   contributions_.resize(world_size);
@@ -17,6 +20,7 @@ void LocalTransport::check_failure_locked() const {
 
 void LocalTransport::send(int peer, const MessageTag& tag, const Tensor& t) {
   SF_CHECK(peer >= 0 && peer < world_size() && peer != rank_, "stage ", rank_, ": bad peer ", peer);
+  if (hub_->device_queues_apart_ && t.device() != Device::CPU) synchronize_gpu_thread();
   std::lock_guard<std::mutex> lock(hub_->mu_);
   check_failure_locked();
   auto [it, fresh] = hub_->mailbox_.emplace(std::make_tuple(rank_, peer, tag), t);
@@ -36,7 +40,10 @@ Tensor LocalTransport::recv(int peer, const MessageTag& tag, const MessageSpec& 
       hub_->mailbox_.erase(it);
       lock.unlock();
       check_arrival(sent, spec, peer, tag);
-      return sent.clone();  // now owned (and counted) by the receiving stage
+      Tensor own = sent.clone();  // now owned (and counted) by the receiving stage
+      // The sender's block may be reused as soon as `sent` goes: not before the copy is done.
+      if (hub_->device_queues_apart_ && own.device() != Device::CPU) synchronize_gpu_thread();
+      return own;
     }
     if (hub_->cv_.wait_until(lock, deadline) == std::cv_status::timeout && !hub_->mailbox_.count(key)) {
       check_failure_locked();
@@ -80,8 +87,9 @@ void LocalTransport::abort(const std::string& reason) {
   hub_->cv_.notify_all();
 }
 
-std::vector<std::unique_ptr<Transport>> make_local_transports(int world_size, double timeout_s) {
-  auto hub = std::make_shared<LocalHub>(world_size, timeout_s);
+std::vector<std::unique_ptr<Transport>> make_local_transports(int world_size, double timeout_s,
+                                                              bool device_queues_apart) {
+  auto hub = std::make_shared<LocalHub>(world_size, timeout_s, device_queues_apart);
   std::vector<std::unique_ptr<Transport>> out;
   for (int r = 0; r < world_size; ++r) out.push_back(std::make_unique<LocalTransport>(hub, r));
   return out;

@@ -1,7 +1,9 @@
 // In-process transport: one thread per stage, messages handed over through a shared hub.
 // A received tensor is checked against the receiver's MessageSpec and copied into the
 // receiver's own memory (its tracker), as a real transfer would, so per-stage memory
-// accounting stays honest.
+// accounting stays honest. Stages whose device work is queued apart (SM partitions: each
+// stage thread's own queue) hand device tensors over only once the sender's work on them is
+// done, and the receiver lets go of the sender's tensor only once its copy is done.
 #pragma once
 #include <condition_variable>
 #include <map>
@@ -16,7 +18,7 @@ namespace stateflow {
 
 class LocalHub {
  public:
-  LocalHub(int world_size, double timeout_s);
+  LocalHub(int world_size, double timeout_s, bool device_queues_apart = false);
   int world_size() const { return world_size_; }
   double timeout_s() const { return timeout_s_; }
 
@@ -24,6 +26,7 @@ class LocalHub {
   friend class LocalTransport;
   int world_size_;
   double timeout_s_;
+  bool device_queues_apart_;
   std::mutex mu_;
   std::condition_variable cv_;
   std::map<std::tuple<int, int, MessageTag>, Tensor> mailbox_;  // (src, dst, tag)
@@ -57,7 +60,9 @@ class LocalTransport : public Transport {
   int rank_;
 };
 
-// P endpoints sharing one hub.
-std::vector<std::unique_ptr<Transport>> make_local_transports(int world_size, double timeout_s);
+// P endpoints sharing one hub; device_queues_apart: the stages' device work is queued apart
+// (PipelineConfig::split_sms).
+std::vector<std::unique_ptr<Transport>> make_local_transports(int world_size, double timeout_s,
+                                                              bool device_queues_apart = false);
 
 }  // namespace stateflow

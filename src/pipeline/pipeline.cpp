@@ -199,7 +199,7 @@ std::vector<Stage*> Pipeline::stages() {
 }
 
 std::unique_ptr<Pipeline> make_local_pipeline(const PipelineConfig& cfg) {
-  return std::make_unique<Pipeline>(cfg, make_local_transports(cfg.stages, cfg.timeout_s));
+  return std::make_unique<Pipeline>(cfg, make_local_transports(cfg.stages, cfg.timeout_s, cfg.split_sms));
 }
 
 }  // namespace stateflow

@@ -27,6 +27,12 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport, Transpor
     init_device(Device::CUDA);
     device_backend(Device::CUDA).use_device(gpu);  // before anything of the stage is allocated
   }
+  if (cfg.split_sms) {
+    SF_CHECK(cfg.device == Device::CUDA && transport.cuda_device() < 0 && cfg.stages > 1,
+             "--sm-split splits one GPU's multiprocessors between the stages of one process: it needs --device cuda, "
+             "--transport local and --stages 2 or more");
+    use_gpu_sm_partition(rank, cfg.stages);  // before anything is allocated or launched
+  }
   make_actions();
   auto [begin, end] = stage_layer_ranges(cfg.model, cfg.stages).at(rank);
   TrackerScope scope(tracker_);
@@ -90,6 +96,7 @@ std::string model_and_placement_difference(const PipelineConfig& a, const Pipeli
   if (x.beta1 != y.beta1 || x.beta2 != y.beta2 || x.eps != y.eps || x.weight_decay != y.weight_decay || a.clip != b.clip)
     return "optimizer";
   if (a.timeout_s != b.timeout_s) return "timeout";
+  if (a.split_sms != b.split_sms) return "SM split";
   if (a.data_parallel != b.data_parallel || a.bucket_bytes != b.bucket_bytes) return "data parallelism";
   return "";
 }

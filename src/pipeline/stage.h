@@ -31,6 +31,9 @@ struct PipelineConfig {
   double clip = 1.0;         // global gradient-norm clip (0: off)
   double timeout_s = 120.0;  // transport: longest wait for a peer
   bool recompute = false;    // full recomputation per layer (keep layer inputs, not stashes)
+  // --sm-split: stages on one GPU (the local transport), each on its own 1/P of its
+  // multiprocessors, side by side, instead of taking turns on the whole GPU.
+  bool split_sms = false;
   // Data parallelism: replicas of the pipeline (0: the launch's world size / stages; local
   // and single-process runs have 1), and the size of the gradient buckets they sum.
   int data_parallel = 0;

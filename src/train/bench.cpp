@@ -164,6 +164,7 @@ BenchResult run_bench(const BenchOptions& o) {
   PipelineConfig base;
   base.model = o.model, base.dtype = o.dtype, base.device = o.device, base.stages = o.stages;
   base.microbatches = o.microbatches, base.timeout_s = o.timeout_s, base.recompute = o.recompute;
+  base.split_sms = o.split_sms;
   for (const PlannedRun& p : o.planned) {
     PipelineConfig pc = base;
     pc.schedule = parse_schedule_kind(p.schedule);
@@ -364,7 +365,7 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
   j["dtype"] = dtype_name(o.dtype);
   j["device"] = device_name(o.device);
   j["batch"] = o.batch, j["seq_len"] = o.seq_len, j["stages"] = o.stages, j["microbatches"] = o.microbatches;
-  j["transport"] = o.transport, j["recompute"] = o.recompute, j["warmup_steps"] = o.warmup_steps, j["steps"] = o.steps;
+  j["transport"] = o.transport, j["sm_split"] = o.split_sms, j["recompute"] = o.recompute, j["warmup_steps"] = o.warmup_steps, j["steps"] = o.steps;
   j["results"] = nlohmann::json::array();
   const BenchRow* base = baseline(r);
   for (auto& row : r.rows) {

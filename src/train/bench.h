@@ -49,6 +49,7 @@ struct BenchOptions {
   std::vector<std::string> schedules{"1f1b", "stateflow"};
   std::string transport = "local";
   double timeout_s = 120;
+  bool split_sms = false;  // --sm-split (PipelineConfig::split_sms)
   bool recompute = false;
   int warmup_steps = 1, steps = 3;
   // After the timed steps, one more step with every layer call profiled (layer_profile.h):

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -15,6 +16,7 @@
 #include "core/crc32.h"
 #include "core/error.h"
 #include "core/rng.h"
+#include "model/device_ops.h"
 #include "model/mixer.h"
 #include "model/model.h"
 #include "model/optimizer.h"
@@ -69,9 +71,11 @@ std::string build_id() {
 nlohmann::json profile_key(const ProfileOptions& o) {
   // Levers switched off change the layers' times and stashes (keep_t: the GDN core's kept T).
   const char* levers_off = std::getenv("STATEFLOW_LEVERS_OFF");
-  return {{"model", o.model.to_json()},  {"dtype", dtype_name(o.dtype)}, {"device", device_description(o.device)},
-          {"batch", o.batch},            {"seq_len", o.seq_len},        {"multiple", o.multiple},
-          {"build", build_id()},         {"levers_off", levers_off ? levers_off : ""}};
+  nlohmann::json key = {{"model", o.model.to_json()},  {"dtype", dtype_name(o.dtype)}, {"device", device_description(o.device)},
+                        {"batch", o.batch},            {"seq_len", o.seq_len},        {"multiple", o.multiple},
+                        {"build", build_id()},         {"levers_off", levers_off ? levers_off : ""}};
+  if (o.sm_parts > 1) key["sm_parts"] = o.sm_parts;  // absent for the whole device
+  return key;
 }
 
 nlohmann::json work_json(const WorkTerms& w) {
@@ -103,6 +107,8 @@ Batch random_batch(int64_t b, int64_t T, int64_t vocab) {
 
 }  // namespace
 
+static CostModel profile_on_this_thread(const ProfileOptions& o, std::ostream& log);
+
 std::vector<std::vector<int64_t>> profile_chunkings(int64_t T, int64_t multiple) {
   SF_CHECK(T >= 1 && multiple >= 1, "cost profile: the sequence length and multiple must be positive");
   return {from_fractions(T, multiple, {8, 4, 2, 1, 1}),
@@ -113,6 +119,28 @@ std::vector<std::vector<int64_t>> profile_chunkings(int64_t T, int64_t multiple)
 CostModel profile_costs(const ProfileOptions& o, std::ostream& log) {
   SF_CHECK(o.seq_len >= 1 && o.batch >= 1 && o.repeats >= 1, "cost profile: needs a sequence length, a batch and "
                                                              "at least one repeat");
+  SF_CHECK(o.sm_parts >= 1 && (o.sm_parts == 1 || o.device == Device::CUDA),
+           "cost profile: a profile on part of the SMs (--sm-split) needs --device cuda");
+  if (o.sm_parts == 1) return profile_on_this_thread(o, log);
+  // On part 0 of the SMs, as stage 0 of a split runs. A thread of its own: a part stays with the
+  // thread that enters it, and one part may be current to one thread at a time.
+  CostModel out;
+  std::exception_ptr error;
+  std::thread profiler([&] {
+    try {
+      const int sms = use_gpu_sm_partition(0, o.sm_parts);
+      log << "cost profile: on " << sms << " SMs (one of " << o.sm_parts << " parts, as a --sm-split stage)\n";
+      out = profile_on_this_thread(o, log);
+    } catch (...) {
+      error = std::current_exception();
+    }
+  });
+  profiler.join();
+  if (error) std::rethrow_exception(error);
+  return out;
+}
+
+static CostModel profile_on_this_thread(const ProfileOptions& o, std::ostream& log) {
   using Clock = std::chrono::steady_clock;
   const auto started = Clock::now();
   MemoryTracker tracker("cost profile");
@@ -312,6 +340,30 @@ CostModel cached_cost_model(const ProfileOptions& o, const std::string& dir, std
     log << "cost profile: could not write " << path << " (not cached)\n";
   }
   return c;
+}
+
+CostModel recorded_cost_model(const std::string& path, const ProfileOptions& run, std::ostream& log) {
+  nlohmann::json key;
+  CostModel costs = cost_model_from_file(path, &key);
+  const nlohmann::json model = key.value("model", nlohmann::json());
+  const std::string profiled = model.is_object() ? model.value("name", std::string("?")) : std::string("?");
+  SF_CHECK(profile_prices_model(model, run.model), "the cost profile '", path, "' was measured on model '", profiled,
+           "', whose layers are not this one's ('", run.model.name,
+           "'): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
+  const std::string where = key.value("device", std::string());
+  SF_CHECK(where.rfind(device_name(run.device), 0) == 0, "the cost profile '", path, "' was measured on '", where,
+           "': give --device ", where.substr(0, where.find(' ')));
+  const int parts = key.value("sm_parts", 1);
+  SF_CHECK(parts == run.sm_parts, "the cost profile '", path, "' was measured on ",
+           parts > 1 ? cat("1/", parts, " of the GPU's SMs") : std::string("the whole device"), ", but this run ",
+           run.sm_parts > 1 ? cat("splits the SMs ", run.sm_parts, " ways (--sm-split, --stages ", run.sm_parts, ")")
+                            : std::string("gives each stage a whole device"),
+           ": give a profile measured the way this run runs, or leave out --cost-profile to profile here");
+  log << "cost profile: " << path << " (recorded: " << where << (parts > 1 ? cat(", 1/", parts, " of its SMs") : "")
+      << ", " << key.value("batch", 0) << " x " << key.value("seq_len", 0) << " tokens per pass)\n";
+  if (profiled != run.model.name)
+    log << "cost profile: measured on " << profiled << ", whose layer kinds have " << run.model.name << "'s shapes\n";
+  return costs;
 }
 
 }  // namespace stateflow

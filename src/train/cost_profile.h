@@ -25,6 +25,9 @@ struct ProfileOptions {
   int64_t seq_len = 0;  // the run's sequence length: chunks and prefixes span it
   int64_t multiple = 64;  // profiled chunk lengths are multiples of this (the kernels' block)
   int repeats = 1;        // timed passes over each chunking (after one untimed warm-up pass)
+  // GPU: profile on one of this many equal parts of the SMs, as each stage of a --sm-split run
+  // of that many stages runs (1: the whole GPU).
+  int sm_parts = 1;
 };
 
 // The chunkings the profile runs (each sums to seq_len): long chunks early, long chunks late,
@@ -54,5 +57,9 @@ CostModel cost_model_from_file(const std::string& path, nlohmann::json* key = nu
 // and the sections of the mixers m uses; names, patterns, seeds and unused mixers aside). A
 // hybrid's profile so prices the pure model of its GDN blocks.
 bool profile_prices_model(const nlohmann::json& profiled, const ModelConfig& m);
+// A recorded profile file to price a run profiled with options `run` instead: its model must
+// price run.model (profile_prices_model), and its device kind and SM split (sm_parts) must be
+// the run's. Throws Error naming the file and the fix; logs what it read.
+CostModel recorded_cost_model(const std::string& path, const ProfileOptions& run, std::ostream& log);
 
 }  // namespace stateflow

@@ -101,7 +101,7 @@ void predict_plan(const CostModel& c, const std::vector<PassCosts>& stages, cons
   p.bubble = sim.bubble_fraction;
   p.stage_peak_bytes = sim.peak_bytes;
   p.stage_peak_total = sim.peak_total_bytes;
-  p.shared_device = space.shared_device;
+  p.shared_device = space.shared_device || space.split_sms;
   p.fits = space.memory_bytes <= 0 || double(p.peak_total()) <= space.memory_bytes;
 }
 
@@ -187,10 +187,13 @@ void print_plans(const std::vector<Plan>& ranked, const PlanSpace& space, int to
      << ", memory limit "
      << (space.memory_bytes > 0 ? format_bytes(int64_t(space.memory_bytes)) : std::string("none")) << " per device"
      << (space.shared_device ? ", every stage on one device (one action at a time, memory summed over stages)" : "")
+     << (space.split_sms ? ", every stage on its own 1/P of one device's SMs (side by side, memory summed over stages)"
+                         : "")
      << "\n";
   char line[512];
   std::snprintf(line, sizeof line, "%4s %-10s %3s %4s %4s %6s %9s %11s %8s %12s  %s\n", "rank", "schedule", "M", "rec",
-                "N", "alpha", "step s", "tokens/s", "bubble", space.shared_device ? "peak/device" : "peak/stage",
+                "N", "alpha", "step s", "tokens/s", "bubble",
+                space.shared_device || space.split_sms ? "peak/device" : "peak/stage",
                 "chunk lengths");
   os << line;
   auto row = [&](size_t i) {
@@ -252,6 +255,7 @@ nlohmann::json plan_json(const Plan& p, const PlanSpace& space) {
           {"predicted_bubble", p.bubble},
           {"predicted_stage_peak_bytes", p.stage_peak_total},
           {"shared_device", p.shared_device},
+          {"sm_split", space.split_sms},
           {"arguments", plan_arguments(p)}};
 }
 
@@ -265,11 +269,16 @@ ProfileOptions profile_options(const PlanSpace& space) {
   // Units of the run's microbatch when it is fixed (the fixed term is per unit), else of one sequence.
   po.batch = space.microbatches.size() == 1 ? space.batch / space.microbatches.front() : 1;
   po.multiple = std::min<int64_t>(space.multiple, std::max<int64_t>(1, space.seq_len / 32));
+  // A stage of an SM split runs on 1/P of the SMs: so does its profile.
+  po.sm_parts = space.split_sms ? space.stages : 1;
   return po;
 }
 
-AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log) {
-  AutoChunks a{cached_cost_model(profile_options(space), profile_dir, log), space, {}};
+AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log,
+                         const std::string& cost_profile) {
+  const ProfileOptions po = profile_options(space);
+  AutoChunks a{cost_profile.empty() ? cached_cost_model(po, profile_dir, log) : recorded_cost_model(cost_profile, po, log),
+               space, {}};
   const std::vector<Plan> ranked = search_plans(a.costs, space);
   SF_CHECK(!ranked.empty() && ranked.front().fits, "--chunks auto: no chunking of ", space.seq_len,
            " tokens fits the memory limit of ", format_bytes(int64_t(space.memory_bytes)),

@@ -53,6 +53,10 @@ struct PlanSpace {
   // Every stage on one device (--transport local with --device cuda: stage threads on GPU 0):
   // their work is serialised and memory_bytes holds for all of them together.
   bool shared_device = false;
+  // Every stage on one device, each on its own 1/P of its multiprocessors (--sm-split): their
+  // work runs side by side, priced by a profile made on one such part (profile_options), and
+  // memory_bytes holds for all of them together.
+  bool split_sms = false;
 };
 
 struct Plan {
@@ -65,7 +69,7 @@ struct Plan {
   double step_s = 0, tokens_per_s = 0, bubble = 0;
   std::vector<ByteCounts> stage_peak_bytes;  // by category (core/allocator.h)
   std::vector<int64_t> stage_peak_total;
-  bool shared_device = false;  // PlanSpace::shared_device
+  bool shared_device = false;  // PlanSpace::shared_device or split_sms: the stages' memory on one device
   bool fits = true;            // peak_total() within PlanSpace::memory_bytes
   // The peak of one device: the largest stage's, or the sum of the stages' when they share one
   // device (an upper bound: their peaks need not coincide).
@@ -120,13 +124,15 @@ ProfileOptions profile_options(const PlanSpace& space);
 
 // `--chunks auto`: the cost model of this run's shape (cached, else profiled now) and the best
 // plan of `space` (the caller fixes what the run fixes: schedule, M, recompute). Logs what it
-// chose. Throws Error when nothing fits the memory limit.
+// chose. Throws Error when nothing fits the memory limit. A recorded profile file (cost_profile,
+// recorded_cost_model) prices the run instead of the cache or a new profile when given.
 struct AutoChunks {
   CostModel costs;
   PlanSpace space;
   Plan plan;
 };
-AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log);
+AutoChunks choose_chunks(const PlanSpace& space, const std::string& profile_dir, std::ostream& log,
+                         const std::string& cost_profile = "");
 
 // Chunk lengths from a plan file, checked against the run's sequence length (0: unchecked).
 std::vector<int64_t> chunk_lengths_from_plan_file(const std::string& path, int64_t seq_len);

@@ -62,6 +62,7 @@ const std::vector<ResumeRule>& resume_rules() {
       {{"--device"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.device = g.device; }},
       {{"--transport"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.transport = g.transport; }},
       {{"--timeout"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.timeout_s = g.timeout_s; }},
+      {{"--sm-split"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.split_sms = g.split_sms; }},
       // The replicas slice the same global batches: any count continues the run.
       {{"--data-parallel"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.data_parallel = g.data_parallel; }},
       {{"--trace"}, OnResume::ThisRunOnly, "", [](R& o, const R& g) { o.trace_path = g.trace_path; }},
@@ -69,7 +70,7 @@ const std::vector<ResumeRule>& resume_rules() {
       // Handed to the launcher, not part of the options.
       {{"--rank", "--world-size", "--local-rank", "--rendezvous"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
       // --chunks auto's search (refused with --resume; the chosen lengths are what a run keeps).
-      {{"--chunk-multiple", "--profile-dir"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
+      {{"--chunk-multiple", "--profile-dir", "--cost-profile"}, OnResume::ThisRunOnly, "", [](R&, const R&) {}},
   };
   return rules;
 }

@@ -33,6 +33,7 @@ PipelineConfig TrainOptions::pipeline_config() const {
   pc.clip = clip;
   pc.timeout_s = timeout_s;
   pc.recompute = recompute;
+  pc.split_sms = split_sms;
   return pc;
 }
 

@@ -30,6 +30,7 @@ struct TrainOptions {
   std::string schedule = "stateflow";
   std::string transport = "local";
   double timeout_s = 120;
+  bool split_sms = false;  // --sm-split (PipelineConfig::split_sms)
   bool recompute = false;  // full per-layer activation recomputation
   double lr = 3e-3, min_lr = 3e-4;
   int64_t warmup = 20;

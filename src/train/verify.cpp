@@ -157,6 +157,7 @@ VerifyResult run_verify(const VerifyOptions& opts) {
   pc.schedule = parse_schedule_kind(opts.schedule);
   pc.timeout_s = opts.timeout_s;
   pc.recompute = opts.recompute;
+  pc.split_sms = opts.split_sms;
   for (auto& [label, lengths] : cases) {
     validate_chunk_lengths(lengths, opts.seq_len);
     pc.chunk_lengths = lengths;

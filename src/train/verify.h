@@ -30,6 +30,7 @@ struct VerifyOptions {
   std::string schedule = "stateflow";
   std::string transport = "local";
   double timeout_s = 120;
+  bool split_sms = false;  // --sm-split (PipelineConfig::split_sms)
   bool recompute = false;
   std::vector<std::vector<int64_t>> chunkings;  // empty: the built-in set
   double tolerance = 0;                         // CPU runs; 0: 1e-10 for f64, 1e-4 for f32

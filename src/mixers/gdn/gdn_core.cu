@@ -1572,7 +1572,7 @@ int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg) {
   return is_split(cfg) ? sub_chunks_per_piece(d, cfg) * C : 0;
 }
 
-GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward, bool kept_T) {
+GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward) {
   check_dims(d);
   // Per sub-chunk of one (batch, head), from what the kernels above load and store.
   constexpr double tok = C * 2.0, vk = tok * DK, vv = tok * DV, st = DV * DK * 2.0, tc = C * C * 2.0, sc = C * 4.0;
@@ -1583,7 +1583,7 @@ GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward, bool kept
   const double stage_b[7] = {pre_b,
                              fwd_sweep_b,
                              2 * vk + st + vv + sc + vv,  // q, k, Hs, V_new, G -> o
-                             saved_forward ? 0 : pre_b,  // with kept_T: T read instead of written
+                             saved_forward ? 0 : pre_b,
                              2 * vk + vv + sc + vv,  // q, k, dO, G -> dV_new_local
                              rev_sweep_b + (saved_forward ? 0 : fwd_sweep_b),
                              // q, k, dO, V_new, dV_new, Hs, dHs, G, beta, v, T -> dq, dk, dv, dbeta, dg
@@ -1591,7 +1591,7 @@ GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward, bool kept
   const double stage_f[7] = {3 * kk,           // K K^T, W, U
                              2 * sq,           // W S^T, the state update
                              2 * kk + sq,      // Q K^T, Q S^T, P V_new
-                             saved_forward ? 0 : kept_T ? 2 * kk : 3 * kk,
+                             saved_forward ? 0 : 3 * kk,
                              2 * kk,           // Q K^T, P^T dO
                              3 * sq + (saved_forward ? 0 : 2 * sq),  // dO^T Q, K dS^T, dV_new^T W
                              // dO S, V_new dSe, dV_new S; dO V_new^T, dPG K, dPG^T Q, dT (2), T^T dW,

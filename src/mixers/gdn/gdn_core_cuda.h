@@ -115,14 +115,13 @@ int gdn_cuda_default_sweep();
 
 // What each stage of the unsplit core moves and computes, for benchmarks (gdn_core_bench's per-stage
 // table), in the order of GdnCudaConfig::stage_ms: forward Pre, ST, Out, backward B1, B2, B3, B4
-// (B1 = Pre, without K K^T and the inversion when kept_T; B3 with the forward sweep beside it
-// unless saved_forward). bytes: device memory the
+// (B1 = Pre; B3 with the forward sweep beside it unless saved_forward). bytes: device memory the
 // kernels read and write at least once (tiles re-read by other blocks or passes come from L2 and
 // are not counted); flops: the tensor-core products they issue (short last sub-chunks padded to 64).
 struct GdnStageCost {
   double bytes[7], flops[7];
 };
-GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward, bool kept_T = false);
+GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward);
 
 // Bytes of GdnCudaConfig::T_buffer for dims d: 2 C^2 per sub-chunk, head and sequence.
 size_t gdn_cuda_kept_T_bytes(const GdnDims& d);

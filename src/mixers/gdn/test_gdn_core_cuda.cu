@@ -229,15 +229,15 @@ Gpu run_split(const Problem& p, const std::vector<int64_t>& cuts, const RunOptio
   return all;
 }
 
-void expect_bitwise_equal(const Gpu& split, const Gpu& whole) {
-  EXPECT_TRUE(bitwise_equal(split.raw_o, whole.raw_o)) << "o";
-  EXPECT_TRUE(bitwise_equal(split.S_out, whole.S_out)) << "S_out";
-  EXPECT_TRUE(bitwise_equal(split.raw_dq, whole.raw_dq)) << "dq";
-  EXPECT_TRUE(bitwise_equal(split.raw_dk, whole.raw_dk)) << "dk";
-  EXPECT_TRUE(bitwise_equal(split.raw_dv, whole.raw_dv)) << "dv";
-  EXPECT_TRUE(bitwise_equal(split.dbeta, whole.dbeta)) << "dbeta";
-  EXPECT_TRUE(bitwise_equal(split.dg, whole.dg)) << "dg";
-  EXPECT_TRUE(bitwise_equal(split.dS_in, whole.dS_in)) << "dS_in";
+void expect_bitwise_equal(const Gpu& got, const Gpu& want) {
+  EXPECT_TRUE(bitwise_equal(got.raw_o, want.raw_o)) << "o";
+  EXPECT_TRUE(bitwise_equal(got.S_out, want.S_out)) << "S_out";
+  EXPECT_TRUE(bitwise_equal(got.raw_dq, want.raw_dq)) << "dq";
+  EXPECT_TRUE(bitwise_equal(got.raw_dk, want.raw_dk)) << "dk";
+  EXPECT_TRUE(bitwise_equal(got.raw_dv, want.raw_dv)) << "dv";
+  EXPECT_TRUE(bitwise_equal(got.dbeta, want.dbeta)) << "dbeta";
+  EXPECT_TRUE(bitwise_equal(got.dg, want.dg)) << "dg";
+  EXPECT_TRUE(bitwise_equal(got.dS_in, want.dS_in)) << "dS_in";
 }
 
 TEST(GdnCoreCuda, UnsplitCoreSplitAtMultiplesOfCIsBitwiseNeutral) {
@@ -402,12 +402,8 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
     SCOPED_TRACE(sc.name);
     RunOptions saved = unsplit(sc.sweep, sc.key_split);
     saved.cfg.saved_forward = true;
-    const Gpu a = run_gpu(p, unsplit(sc.sweep, sc.key_split)), b = run_gpu(p, saved);
-    EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
-                bitwise_equal(a.raw_dv, b.raw_dv))
-        << "dq, dk, dv";
-    EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
-        << "dbeta, dg, dS_in";
+    const Gpu b = run_gpu(p, saved);
+    expect_bitwise_equal(b, run_gpu(p, unsplit(sc.sweep, sc.key_split)));
     for (auto [name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(name)) << name << ", saved forward";
   }
 }
@@ -429,13 +425,8 @@ TEST(GdnCoreCuda, BackwardFromKeptTEqualsRecomputeBitwise) {
     SCOPED_TRACE(name);
     RunOptions kept = opt;
     kept.keep_T = true;
-    const Gpu a = run_gpu(p, opt), b = run_gpu(p, kept);
-    EXPECT_TRUE(bitwise_equal(a.raw_o, b.raw_o) && bitwise_equal(a.S_out, b.S_out)) << "o, S_out";
-    EXPECT_TRUE(bitwise_equal(a.raw_dq, b.raw_dq) && bitwise_equal(a.raw_dk, b.raw_dk) &&
-                bitwise_equal(a.raw_dv, b.raw_dv))
-        << "dq, dk, dv";
-    EXPECT_TRUE(bitwise_equal(a.dbeta, b.dbeta) && bitwise_equal(a.dg, b.dg) && bitwise_equal(a.dS_in, b.dS_in))
-        << "dbeta, dg, dS_in";
+    const Gpu b = run_gpu(p, kept);
+    expect_bitwise_equal(b, run_gpu(p, opt));
     for (auto [err_name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(err_name)) << err_name << ", kept T";
   }
 }

@@ -5,12 +5,21 @@
 #include "kernels/cuda/adamw_cuda.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/elementwise_cuda.h"
+#include "kernels/cuda/sm_partition_cuda.h"
 
 namespace stateflow {
 
 void init_device(Device d) {
   if (d == Device::CUDA) init_cuda_backend();
 }
+
+int use_gpu_sm_partition(int part, int parts) {
+  init_cuda_backend();
+  use_sm_partition(part, parts);
+  return sm_count_of_thread();
+}
+
+void synchronize_gpu_thread() { synchronize_thread_stream(); }
 
 void adamw_update_device(Param& p, Tensor& m, Tensor& v, double lr, double decay, const AdamWConfig& cfg,
                          int64_t step) {
