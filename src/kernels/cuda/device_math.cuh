@@ -1,5 +1,5 @@
 // Device helpers shared by the fused CUDA kernels: 8-wide vector loads and stores that widen
-// bf16 or fp32 storage to fp32 registers, warp sums in a fixed order, and the activations of
+// bf16 or fp32 storage to fp32 registers, warp sums and walks in a fixed order, and the activations of
 // kernels/cpu/activations.h in fp32.
 #pragma once
 #include <cuda_bf16.h>
@@ -85,5 +85,21 @@ __device__ inline void silu_and_grad(float x, float& silu_x, float& grad) {
   grad = s * (1.f + x * (1.f - s));
 }
 __device__ inline float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)); }
+
+// acc + at(0) + at(1) + ... + at(n - 1), added left to right (one chain: a fixed order of
+// roundings), with the loads of Ahead values issued before they are added, so that a long walk
+// costs one memory latency per Ahead values, not per value.
+template <int Ahead, class At>
+__device__ inline float add_in_order(float acc, int64_t n, At at) {
+  for (int64_t w0 = 0; w0 < n; w0 += Ahead) {
+    float v[Ahead];
+#pragma unroll
+    for (int u = 0; u < Ahead; ++u) v[u] = w0 + u < n ? at(w0 + u) : 0.f;
+#pragma unroll
+    for (int u = 0; u < Ahead; ++u)
+      if (w0 + u < n) acc += v[u];
+  }
+  return acc;
+}
 
 }  // namespace stateflow::cuda

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_math.cuh"
 #include "kernels/cuda/levers.h"
 
 namespace stateflow {
@@ -23,16 +24,7 @@ __global__ void sum_segments_kernel(float* partials, int64_t batch, int64_t bloc
   for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
     const int64_t j = e % width, k = (e / width) % blocks, b = e / (width * blocks);
     float* p = partials + (b * seq_stride + k) * segs * width + j;
-    float s = 0.f;
-    for (int64_t q0 = 0; q0 < segs; q0 += Ahead) {
-      float v[Ahead];
-#pragma unroll
-      for (int u = 0; u < Ahead; ++u) v[u] = q0 + u < segs ? p[(q0 + u) * width] : 0.f;
-#pragma unroll
-      for (int u = 0; u < Ahead; ++u)
-        if (q0 + u < segs) s += v[u];
-    }
-    p[0] = s;
+    p[0] = cuda::add_in_order<Ahead>(0.f, segs, [&](int64_t q) { return p[q * width]; });
   }
 }
 
@@ -48,16 +40,7 @@ __global__ void add_blocks_in_order_kernel(const float* partials, int64_t batch,
     const int64_t k = blocks - 1 - w / batch, b = batch - 1 - w % batch;
     return partials[(b * seq_stride + k) * segs * width + j];
   };
-  float acc = out[j];
-  for (int64_t w0 = 0; w0 < n; w0 += kAhead) {
-    float v[kAhead];
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u) v[u] = w0 + u < n ? at(w0 + u) : 0.f;
-#pragma unroll
-    for (int u = 0; u < kAhead; ++u)
-      if (w0 + u < n) acc += v[u];
-  }
-  out[j] = acc;
+  out[j] = cuda::add_in_order<kAhead>(out[j], n, at);
 }
 
 }  // namespace

@@ -4,7 +4,9 @@
 
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/device_math.cuh"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/reduce_cuda.h"
+#include "kernels/cuda/weight_grad_cuda.h"
 
 namespace stateflow {
 namespace {
@@ -26,15 +28,16 @@ __global__ void gdn_gates_forward_kernel(const A* a, const A* b, const float* A_
 }
 
 // Block (k, b) owns token block k of sequence b (of len tokens) and leaves its per-head sums
-// of dg * g and da in partial[b * blocks + k] and partial[(batch + b) * blocks + k].
+// of dg * g and da in partial[(b * seq_stride + k) * heads] and partial[((batch + b) *
+// seq_stride + k) * heads].
 template <class A>
 __global__ void gdn_gates_backward_kernel(const A* a, const A* b, const float* A_log, const float* dt_bias,
                                           const float* dg, const float* dbeta, A* da, A* db, int64_t len,
-                                          int64_t heads, float* partial) {
+                                          int64_t heads, int64_t seq_stride, float* partial) {
   extern __shared__ float sums[];  // [2][blockDim.x]
   const int t = threadIdx.x;
   const int64_t h = t % heads;
-  const int64_t blocks = gridDim.x, seq = blockIdx.y, batch = gridDim.y;
+  const int64_t seq = blockIdx.y, batch = gridDim.y;
   const int64_t t0 = int64_t(blockIdx.x) * kTokenBlock, t1 = min(len, t0 + kTokenBlock);
   const int64_t i0 = (seq * len + t0) * heads, i1 = (seq * len + t1) * heads;
   const float decay_rate = expf(A_log[h]), bias = dt_bias[h];
@@ -54,9 +57,48 @@ __global__ void gdn_gates_backward_kernel(const A* a, const A* b, const float* A
   if (t < heads) {  // thread h adds up the threads of head h in ascending order
     float x = 0.f, y = 0.f;
     for (int u = t; u < blockDim.x; u += heads) x += sums[u], y += sums[blockDim.x + u];
-    partial[(seq * blocks + blockIdx.x) * heads + t] = x;
-    partial[((batch + seq) * blocks + blockIdx.x) * heads + t] = y;
+    partial[(seq * seq_stride + blockIdx.x) * heads + t] = x;
+    partial[((batch + seq) * seq_stride + blockIdx.x) * heads + t] = y;
   }
+}
+
+constexpr int kAddThreads = 512;
+constexpr int kAhead = 8;  // partials one thread loads before adding them
+
+// Block 0 adds the dA_log partials into dA_log, block 1 the ddt_bias ones into ddt_bias. The
+// token blocks of sequence b sit at partial[(b * steps + k) * segs + q] (times heads), q < segs
+// for step k. First every (sequence, step, head) adds its step's blocks in ascending order, in
+// parallel, into the step's first block; then one thread per head walks the steps from the
+// last to the first (sequence batch - 1 first in each), one rounding into the gradient per
+// step: the order weight_grad_cuda adds its 2048-token steps in. With one block per step
+// (segs = 1) the first stage has nothing to add and this is the old one-block-at-a-time walk.
+__global__ void gdn_gates_add_steps_kernel(float* partial, int64_t batch, int64_t steps, int64_t segs,
+                                           int64_t blocks, int64_t heads, float* dA_log, float* ddt_bias) {
+  float* p = partial + blockIdx.x * batch * steps * segs * heads;
+  float* out = blockIdx.x == 0 ? dA_log : ddt_bias;
+  if (segs > 1) {
+    for (int64_t e = threadIdx.x; e < batch * steps * heads; e += blockDim.x) {
+      const int64_t j = e % heads, k = (e / heads) % steps, b = e / (heads * steps);
+      const int64_t n = min(segs, blocks - k * segs);  // the last step may be short
+      float* q = p + (b * steps + k) * segs * heads + j;
+      q[0] = cuda::add_in_order<kAhead>(q[0], n - 1, [&](int64_t u) { return q[(u + 1) * heads]; });
+    }
+    __syncthreads();  // the step sums are global stores of this block: visible to it after the barrier
+  }
+  const int64_t n = batch * steps;  // walk step w: step steps - 1 - w / batch of sequence batch - 1 - w % batch
+  for (int64_t j = threadIdx.x; j < heads; j += blockDim.x) {
+    auto at = [&](int64_t w) {
+      const int64_t k = steps - 1 - w / batch, b = batch - 1 - w % batch;
+      return p[(b * steps + k) * segs * heads + j];
+    };
+    out[j] = cuda::add_in_order<kAhead>(out[j], n, at);
+  }
+}
+
+// Token blocks of a sequence of len tokens, rounded up to whole steps of the largest step.
+int64_t padded_blocks(int64_t len) {
+  constexpr int64_t segs = kWeightGradTokens / kTokenBlock;
+  return (token_blocks(len) + segs - 1) / segs * segs;
 }
 
 void check_shape(const char* name, int64_t rows, int64_t heads) {
@@ -77,27 +119,35 @@ void gdn_gates_forward_cuda(const A* a, const A* b, const float* A_log, const fl
 }
 
 size_t gdn_gates_backward_workspace_bytes(int64_t rows, int64_t heads, int64_t batch) {
-  return batch > 0 ? size_t(2 * batch * token_blocks(rows / batch) * heads) * sizeof(float) : 0;
+  return batch > 0 ? size_t(2 * batch * padded_blocks(rows / batch) * heads) * sizeof(float) : 0;
 }
+
+int64_t gdn_gates_step_tokens() { return lever_off("gate_steps") ? kTokenBlock : kWeightGradTokens; }
 
 template <class A>
 void gdn_gates_backward_cuda(const A* a, const A* b, const float* A_log, const float* dt_bias, const float* dg,
                              const float* dbeta, A* da, A* db, float* dA_log, float* ddt_bias, int64_t rows,
-                             int64_t heads, int64_t batch, void* workspace, cudaStream_t stream) {
+                             int64_t heads, int64_t batch, void* workspace, cudaStream_t stream,
+                             int64_t step_tokens) {
   const char* name = "gdn_gates_backward_cuda";
   check_shape(name, rows, heads);
   SF_CHECK(batch > 0 && batch <= 65535 && rows % batch == 0, name, ": rows = ", rows, " is not batch = ", batch,
            " sequences of equal length");
+  SF_CHECK(step_tokens > 0 && step_tokens <= kWeightGradTokens && step_tokens % kTokenBlock == 0, name,
+           ": step_tokens = ", step_tokens, " must be a multiple of ", kTokenBlock, " up to ", kWeightGradTokens,
+           " (the steps the parameter gradients are added in)");
   if (rows == 0) return;
   SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate gdn_gates_backward_workspace_bytes()");
-  const int64_t len = rows / batch, blocks = token_blocks(len);
+  const int64_t len = rows / batch, blocks = token_blocks(len), segs = step_tokens / kTokenBlock;
+  const int64_t steps = (blocks + segs - 1) / segs;
   const int threads = block_size(heads);
   auto* partial = static_cast<float*>(workspace);
   gdn_gates_backward_kernel<<<dim3(unsigned(blocks), unsigned(batch)), threads, 2 * threads * sizeof(float), stream>>>(
-      a, b, A_log, dt_bias, dg, dbeta, da, db, len, heads, partial);
+      a, b, A_log, dt_bias, dg, dbeta, da, db, len, heads, steps * segs, partial);
   cuda_check_launch("gdn_gates_backward_kernel");
-  add_token_block_partials_cuda(partial, batch, blocks, blocks, 1, heads, dA_log, stream);
-  add_token_block_partials_cuda(partial + batch * blocks * heads, batch, blocks, blocks, 1, heads, ddt_bias, stream);
+  gdn_gates_add_steps_kernel<<<2, kAddThreads, 0, stream>>>(partial, batch, steps, segs, blocks, heads, dA_log,
+                                                             ddt_bias);
+  cuda_check_launch("gdn_gates_add_steps_kernel");
 }
 
 #define SF_INSTANTIATE(A)                                                                                        \
@@ -105,7 +155,7 @@ void gdn_gates_backward_cuda(const A* a, const A* b, const float* A_log, const f
                                           int64_t, int64_t, cudaStream_t);                                      \
   template void gdn_gates_backward_cuda<A>(const A*, const A*, const float*, const float*, const float*,        \
                                            const float*, A*, A*, float*, float*, int64_t, int64_t, int64_t,     \
-                                           void*, cudaStream_t);
+                                           void*, cudaStream_t, int64_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE

@@ -1,7 +1,8 @@
 // The GDN gates (g = -exp(A_log) softplus(a + dt_bias), beta = sigmoid(b), per token and head)
 // as an op (kernels/op_def.h), for their CUDA test and kernels_bench. Test shapes: head counts
 // that do and do not divide the kernel's block, more rows than partial blocks, two sequences
-// (the per-head parameter gradients' fixed-order reduction). Reference: mixers/gdn/gdn_gates.
+// of several 2048-token steps, the last short (the per-head parameter gradients' fixed-order
+// reduction). Reference: mixers/gdn/gdn_gates.
 #include "kernels/op_def.h"
 #include "mixers/gdn/gdn_gates.h"
 
@@ -19,7 +20,9 @@ double* at(OpHost& h, const char* name) { return h.at(name).data(); }
 OpDef make_gdn_gates_op() {
   OpDef op;
   op.name = op.label = "gdn_gates";
-  op.test_shapes = {{{{"rows", 2500}, {"heads", 16}, {"batch", 2}}}, {{{"rows", 77}, {"heads", 3}, {"batch", 1}}}};
+  op.test_shapes = {{{{"rows", 2500}, {"heads", 16}, {"batch", 2}}},
+                    {{{"rows", 77}, {"heads", 3}, {"batch", 1}}},
+                    {{{"rows", 9000}, {"heads", 5}, {"batch", 2}}}};
   op.bench_shapes = [](const BenchSizes& b) {
     return std::vector<OpShape>{{{{"rows", b.tokens}, {"heads", b.heads}, {"batch", 1}}}};
   };

@@ -1,8 +1,9 @@
 // LM head + cross-entropy on the GPU: final RMSNorm, then the fused row-block kernel, which
-// never holds all logits. As on the CPU, backward recomputes the logits. The loss statistics
-// come back per token block and are added up in token order (chunk-invariant sums): on the
-// device into the step's accumulator when the caller passes one (ctx.device_stats, so the host
-// never waits for the GPU here), else on the host into ctx.stats (one synchronisation a chunk).
+// never holds all logits. As on the CPU, backward recomputes the logits (why: docs/design.md,
+// "The LM head's recomputed logits"). The loss statistics come back per token block and are
+// added up in token order (chunk-invariant sums): on the device into the step's accumulator
+// when the caller passes one (ctx.device_stats, so the host never waits for the GPU here), else
+// on the host into ctx.stats (one synchronisation a chunk).
 #include <algorithm>
 #include <cstddef>
 
