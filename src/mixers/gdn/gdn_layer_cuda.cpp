@@ -30,7 +30,7 @@ struct GdnCudaStash : Stash {
   Tensor q, rq, k, rk, v;
   Tensor g, beta;
   Tensor o, rstd_o, y;
-  // The core's per-sub-chunk T = (I + A)^-1 (bf16, 128 bytes per token and head), kept so the
+  // The core's per-sub-chunk T = (I + A)^-1 (bf16, 128 bytes per token and value head), kept so the
   // backward need not invert again (GdnCudaConfig::kept_T); empty with the keep_t lever off.
   Tensor T;
 };

@@ -74,6 +74,8 @@ void gdn_check_device(const ModelConfig& cfg, Device device) {
            "head_dk = ", g.head_dk, ", head_dv = ", g.head_dv, ", block_size = ", g.block_size,
            "); heads of 256 have no GPU kernel yet. Set those sizes, or run on the CPU (docs/guide.md, "
            "\"Gated DeltaNet heads\")");
+  SF_CHECK(g.value_heads <= 256, "gdn on the GPU: gdn.value_heads = ", g.value_heads,
+           " is above the gate kernel's 256 heads; use at most 256 value heads, or run on the CPU");
 }
 
 Mixer make_gdn_mixer() {

@@ -244,6 +244,9 @@ TEST(GdnConfig, TheGpuNamesTheCoresHeadSizes) {
   expect_error([&] { gdn.check_device(c, Device::CUDA); }, "heads of 256 have no GPU kernel");
   c.mixers["gdn"]["head_dk"] = 128, c.mixers["gdn"]["head_dv"] = 128;
   EXPECT_NO_THROW(gdn.check_device(c, Device::CUDA));  // grouped values run on the GPU
+  c.mixers["gdn"]["value_heads"] = 258;
+  expect_error([&] { gdn.check_device(c, Device::CUDA); }, "gdn.value_heads = 258 is above the gate kernel's 256");
+  c.mixers["gdn"]["value_heads"] = 4;
   // The model checks before it draws a weight (a CPU build has no CUDA backend to reach).
   c.mixers["gdn"]["head_dk"] = 256;
   expect_error([&] { Model m(c, DType::F32, 0, Model::num_layers_of(c), Device::CUDA); }, "heads of 256");
