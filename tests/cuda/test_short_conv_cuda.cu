@@ -194,13 +194,6 @@ TYPED_TEST(ShortConvCuda, AGroupGivesEachConvItsOwnResultsBitwise) {
   EXPECT_TRUE(one_by_one == run_group(convs, 0, convs.size(), B, len, K));
 }
 
-// Sets the calling thread's conv threads to narrow or wide until the scope ends.
-struct ConvWidthScope {
-  bool before = short_conv_narrow_for_thread();
-  explicit ConvWidthScope(bool narrow) { short_conv_narrow_for_thread() = narrow; }
-  ~ConvWidthScope() { short_conv_narrow_for_thread() = before; }
-};
-
 // Threads of 2 channels (the default) give the bits of threads of 8 (conv_narrow off), forward
 // and backward, where the two tile the backward alike and where not: the GDN's q, k, v group at
 // 2K tokens (narrow threads walk whole blocks, wide ones 16-row tiles), at 1000 tokens (both
@@ -213,9 +206,9 @@ TYPED_TEST(ShortConvCuda, NarrowThreadsGiveTheWideBits) {
   Rng rng(seed);
   const int64_t K = 4;
   {  // the premise of the first case
-    ConvWidthScope narrow(true);
+    FlagScope narrow(short_conv_narrow_for_thread(), true);
     ASSERT_TRUE(short_conv_backward_walks_blocks(1, 2048, 3 * 2048, K));
-    ConvWidthScope wide(false);
+    FlagScope wide(short_conv_narrow_for_thread(), false);
     ASSERT_FALSE(short_conv_backward_walks_blocks(1, 2048, 3 * 2048, K));
   }
   struct Case {
@@ -228,11 +221,11 @@ TYPED_TEST(ShortConvCuda, NarrowThreadsGiveTheWideBits) {
     std::vector<GroupConv<A>> convs = draw_group<A>(rng, c.batch, c.len, c.widths, K);
     std::vector<char> narrow, wide;
     {
-      ConvWidthScope scope(true);
+      FlagScope scope(short_conv_narrow_for_thread(), true);
       narrow = run_group(convs, 0, convs.size(), c.batch, c.len, K);
     }
     {
-      ConvWidthScope scope(false);
+      FlagScope scope(short_conv_narrow_for_thread(), false);
       wide = run_group(convs, 0, convs.size(), c.batch, c.len, K);
     }
     EXPECT_TRUE(narrow == wide);
