@@ -102,36 +102,45 @@ __device__ inline void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #endif
 }
-__device__ inline void wgmma_commit_and_wait() {
+// Waits until every product this warpgroup issued is in its accumulators and has read its operands.
+__device__ inline void wgmma_wait() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  asm volatile("wgmma.commit_group.sync.aligned;\nwgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
 #endif
 }
 
-// acc += A[0:64, 0:K] * B[0:K, n0 : n0 + WN] for the calling warpgroup (every one of its 128
-// threads calls it with the same operands; warp w receives rows 16 w ..). Orientations as in
-// mma_acc: Lay::Row A is K-major, Lay::Col A M-major; Lay::Row B N-major, Lay::Col B K-major.
-// Returns once the products are in acc and the operands may be overwritten.
+// Starts acc += A[0:64, 0:K] * B[0:K, n0 : n0 + WN] for the calling warpgroup (every one of its
+// 128 threads calls it with the same operands; warp w receives rows 16 w ..) and returns before
+// it is done: acc and the operands' shared memory stay untouched until wgmma_wait(). Orientations
+// as in mma_acc: Lay::Row A is K-major, Lay::Col A M-major; Lay::Row B N-major, Lay::Col B K-major.
 template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
-__device__ void wgmma_acc(Frag<16, WN>& acc, TA a, TB b, int n0) {
-  static_assert(K % 16 == 0 && (WN == 32 || WN == 64), "wgmma_acc takes K a multiple of 16 and WN 32 or 64");
+__device__ void wgmma_issue(Frag<16, WN>& acc, TA a, TB b, int n0) {
+  static_assert(K % 16 == 0 && (WN == 32 || WN == 64), "wgmma takes K a multiple of 16 and WN 32 or 64");
   static_assert((LA == Lay::Row ? TA::rows : TA::cols) == 64, "A must have 64 rows (K-major) or 64 columns (M-major)");
   constexpr int ta = LA == Lay::Col, tb = LB == Lay::Row;
   // K-major: the next core matrix along K is the next block of the row (128 bytes), along M/N
-  // the next row of blocks; M/N-major the other way round.
+  // the next row of blocks; M/N-major the other way round. A 16-wide K step is two along K.
   constexpr uint32_t a_k = ta ? TA::row_block_bytes : 128, a_mn = ta ? 128 : TA::row_block_bytes;
   constexpr uint32_t b_k = tb ? TB::row_block_bytes : 128, b_mn = tb ? 128 : TB::row_block_bytes;
+  const uint64_t da = wgmma_desc(a.p, a_k, a_mn), db = wgmma_desc(tb ? b.at(0, n0) : b.at(n0, 0), b_k, b_mn);
   wgmma_fence();
 #pragma unroll
-  for (int k0 = 0; k0 < K; k0 += 16) {
-    const uint64_t da = wgmma_desc(ta ? a.at(k0, 0) : a.at(0, k0), a_k, a_mn);
-    const uint64_t db = wgmma_desc(tb ? b.at(k0, n0) : b.at(n0, k0), b_k, b_mn);
+  for (int k = 0; k < K / 16; ++k) {  // the descriptors' start address counts 16-byte units
     if constexpr (WN == 64)
-      wgmma_m64n64<ta, tb>(acc.x[0], da, db);
+      wgmma_m64n64<ta, tb>(acc.x[0], da + k * (2 * a_k >> 4), db + k * (2 * b_k >> 4));
     else
-      wgmma_m64n32<ta, tb>(acc.x[0], da, db);
+      wgmma_m64n32<ta, tb>(acc.x[0], da + k * (2 * a_k >> 4), db + k * (2 * b_k >> 4));
   }
-  wgmma_commit_and_wait();
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+// wgmma_issue, then wgmma_wait: returns with the products (and any issued before) in acc.
+template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
+__device__ void wgmma_acc(Frag<16, WN>& acc, TA a, TB b, int n0) {
+  wgmma_issue<K, LA, LB>(acc, a, b, n0);
+  wgmma_wait();
 }
 
 }  // namespace stateflow::cuda

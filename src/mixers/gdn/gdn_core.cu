@@ -1073,14 +1073,21 @@ __global__ void __launch_bounds__(256) out_kernel(Args a) {
 // B4's products (GdnCudaConfig::b4_mma): mma.sync on ldmatrix fragments of padded row-major tiles
 // (each warp its 16 rows), or wgmma, each warpgroup reading all 64 rows of core-matrix tiles
 // straight from shared memory (sm_90a; kernels/cuda/wgmma_tile.cuh). Both add the same K steps
-// in the same order. sync() is the block barrier, with the fence wgmma's reads need before it.
+// in the same order. issue() may return before its product is done (wgmma: the tensor cores run
+// on while the warps do other work; acc and the operands stay untouched until wait()); acc() is
+// issue() then wait(). sync() is the block barrier, with the fence wgmma's reads need before it.
 struct MmaSyncProducts {
   template <int R, int CC>
   using TileT = Tile<R, CC>;
   template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
+  __device__ static void issue(Frag<16, WN>& f, TA a, int m0, TB b, int n0) {
+    mma_acc<K, LA, LB>(f, a, m0, b, n0);
+  }
+  template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
   __device__ static void acc(Frag<16, WN>& f, TA a, int m0, TB b, int n0) {
     mma_acc<K, LA, LB>(f, a, m0, b, n0);
   }
+  __device__ static void wait() {}
   __device__ static void sync() { __syncthreads(); }
 };
 struct WgmmaProducts {
@@ -1088,9 +1095,14 @@ struct WgmmaProducts {
   using TileT = cuda::CoreTile<R, CC>;
   // The warp's rows m0 = 16 (warp % 4) are implied: its warpgroup multiplies all 64.
   template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
+  __device__ static void issue(Frag<16, WN>& f, TA a, int, TB b, int n0) {
+    cuda::wgmma_issue<K, LA, LB>(f, a, b, n0);
+  }
+  template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
   __device__ static void acc(Frag<16, WN>& f, TA a, int, TB b, int n0) {
     cuda::wgmma_acc<K, LA, LB>(f, a, b, n0);
   }
+  __device__ static void wait() { cuda::wgmma_wait(); }
   __device__ static void sync() {
     cuda::fence_for_wgmma();
     __syncthreads();
@@ -1192,8 +1204,8 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   dk.fill(0.f);
   float sds = 0.f;
   stream_slabs<SR, P>(issue_S_dSe, [&](int j, int slot) {
-    P::template acc<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Sslab(slot), wn * HK);
-    P::template acc<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSslab(slot), wn * HK);
+    P::template issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Sslab(slot), wn * HK);
+    P::template issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSslab(slot), wn * HK);
     for (int i = tid; i < SR * DK / 8; i += 256) {
       const int r = i / (DK / 8), c = (i % (DK / 8)) * 8;
       const uint4 xs = *reinterpret_cast<const uint4*>(Sslab(slot).at(r, c));
@@ -1205,6 +1217,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
         sds += fd.x * fs.x + fd.y * fs.y;
       }
     }
+    P::wait();
   });
   if (tid < C) gam[tid] = expf(G[tid]);
   {
@@ -1213,20 +1226,22 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   }
   P::sync();
   const float GL = G[C - 1];
-  dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
-  dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
-  row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
-  {  // Out, intra-chunk term: dPG = s (dO V_new^T) ⊙ Gam, causal incl. the diagonal
+  {  // Out, intra-chunk term: dPG = s (dO V_new^T) ⊙ Gam, causal incl. the diagonal (its
+     // product runs while dq and dk are scaled)
     Frag<16, 32> dp;
     dp.fill(0.f);
-    P::template acc<DV, Lay::Row, Lay::Col>(dp, dOs, m0, Vns, wn * 32);
+    P::template issue<DV, Lay::Row, Lay::Col>(dp, dOs, m0, Vns, wn * 32);
+    dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
+    dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
+    row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
+    P::wait();
     dp.each([&](int r, int c, float& x) {
       r += m0, c += wn * 32;
       *dPGs.at(r, c) = __float2bfloat16(c <= r ? s * x * expf(G[r] - G[c]) : 0.f);
     });
   }
   P::sync();
-  P::template acc<C, Lay::Row, Lay::Row>(dq, dPGs, m0, Ks, wn * HK);
+  P::template issue<C, Lay::Row, Lay::Row>(dq, dPGs, m0, Ks, wn * HK);
   P::template acc<C, Lay::Col, Lay::Row>(dk, dPGs, m0, Qs, wn * HK);
   row_dot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
   row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
@@ -1249,7 +1264,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
     Frag<16, 32> ta, tb;
     ta.fill(0.f);
     tb.fill(0.f);
-    P::template acc<DK, Lay::Row, Lay::Col>(ta, dWs, m0, Ks, wn * 32);
+    P::template issue<DK, Lay::Row, Lay::Col>(ta, dWs, m0, Ks, wn * 32);
     P::template acc<DV, Lay::Row, Lay::Col>(tb, dVns, m0, Vs, wn * 32);
     int idx = 0;
     ta.each([&](int r, int c, float& x) {
@@ -1291,7 +1306,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
     Frag<16, 32> da, kk;
     da.fill(0.f);
     kk.fill(0.f);
-    P::template acc<C, Lay::Row, Lay::Col>(da, M1s, m0, Ts, wn * 32);
+    P::template issue<C, Lay::Row, Lay::Col>(da, M1s, m0, Ts, wn * 32);
     P::template acc<DK, Lay::Row, Lay::Col>(kk, Ks, m0, Ks, wn * 32);
     float rs[2] = {0.f, 0.f}, cs[4][2] = {};
 #pragma unroll
@@ -1327,7 +1342,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
       }
   }
   P::sync();
-  P::template acc<C, Lay::Row, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
+  P::template issue<C, Lay::Row, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
   P::template acc<C, Lay::Col, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
   store_rows(dk, a.dk + r0 * DK, ldk, m0, wn * HK, nv);
   if (tid < C) {  // per-token scalars: dbeta, and dG before the reverse cumsum
