@@ -30,7 +30,7 @@ TEST(Levers, AnUnknownNameIsRefusedNamingTheLevers) {
     EXPECT_NE(std::string(e.what()).find("'norm_row'"), std::string::npos) << e.what();
     const std::string listed =
         "conv_tiles, norm_rows, gemm_rows, reduce_ahead, embed_ahead, side_stream, conv_group, side_defer, "
-        "out_gate_by_core, conv_walk, head_blocks, residual_fused, keep_t, gate_steps, b4_wgmma";
+        "out_gate_by_core, conv_walk, head_blocks, residual_fused, keep_t, gate_steps";
     EXPECT_NE(std::string(e.what()).find(listed), std::string::npos) << e.what();
   }
 }

@@ -25,7 +25,6 @@
 #include <cstring>
 
 #include "core/error.h"
-#include "kernels/cuda/levers.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/wgmma_tile.cuh"
 
@@ -1039,18 +1038,18 @@ __global__ void __launch_bounds__(256) out_kernel(Args a) {
   cuda::cp_async_commit();
   cuda::cp_async_wait_all();
   __syncthreads();
+  Frag<16, DV / 2> o;  // the inter-chunk term's products go first: they overlap the intra term's exps
+  o.fill(0.f);
   {
     Frag<16, 32> qk;
     qk.fill(0.f);
     mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, wm * 16, Ks, wn * 32);
+    mma_acc<DK, Lay::Row, Lay::Col>(o, Qs, wm * 16, Hs, wn * DV / 2);
     qk.each([&](int r, int c, float& x) {
       r += wm * 16, c += wn * 32;
       *Ps.at(r, c) = __float2bfloat16(c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f);
     });
   }
-  Frag<16, DV / 2> o;
-  o.fill(0.f);
-  mma_acc<DK, Lay::Row, Lay::Col>(o, Qs, wm * 16, Hs, wn * DV / 2);
   o.each([&](int r, int, float& x) { x *= a.scale * expf(G[wm * 16 + r]); });
   __syncthreads();
   mma_acc<C, Lay::Row, Lay::Row>(o, Ps, wm * 16, Vn, wn * DV / 2);
@@ -1599,12 +1598,11 @@ void b4_with(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
 void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
-  const bool wgmma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_wgmma_available() && !lever_off("b4_wgmma")
-                                                              : cfg.b4_mma == GdnCudaConfig::kWgmma;
-  SF_CHECK(!wgmma || gdn_cuda_wgmma_available(), "GDN CUDA core: b4_mma = kWgmma needs a compute capability 9.x ",
-           "GPU and a build with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a); use kMmaSync or kDefaultMma");
-  if (wgmma) return b4_with<WgmmaProducts>(cfg.b4_slab, grid, a, stream);
-  b4_with<MmaSyncProducts>(cfg.b4_slab, grid, a, stream);
+  const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
+  if (mma == GdnCudaConfig::kMmaSync) return b4_with<MmaSyncProducts>(cfg.b4_slab, grid, a, stream);
+  SF_CHECK(gdn_cuda_wgmma_available(), "GDN CUDA core: B4 on wgmma needs a compute capability 9.x GPU and a ",
+           "build with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a); use kMmaSync (STATEFLOW_GDN_B4=mma_sync)");
+  b4_with<WgmmaProducts>(cfg.b4_slab, grid, a, stream);
 }
 
 }  // namespace
@@ -1618,6 +1616,13 @@ bool gdn_cuda_wgmma_available() {
 #else
   return false;
 #endif
+}
+
+int gdn_cuda_default_b4_mma() {
+  const char* env = std::getenv("STATEFLOW_GDN_B4");
+  if (env == nullptr || std::strcmp(env, "mma_sync") == 0) return GdnCudaConfig::kMmaSync;
+  SF_CHECK(std::strcmp(env, "wgmma") == 0, "STATEFLOW_GDN_B4 must be mma_sync or wgmma, got '", env, "'");
+  return GdnCudaConfig::kWgmma;
 }
 
 int gdn_cuda_default_piece_len() {
