@@ -11,8 +11,10 @@
 // One tile serves as a K-major operand (rows are M or N, columns K) and as an M/N-major one (rows
 // K): only the descriptor's two strides differ. ldmatrix and plain element accesses work on it too.
 //
-// Built only into sm_90a machine code (elsewhere wgmma_acc traps): callers pick these products
-// only when gdn-style host code has checked wgmma_built() and a compute capability 9.x device.
+// Only sm_90a machine code holds the wgmma instructions (built for another target, a product
+// traps): host code picks a kernel using them only in a build with sm_90a code
+// (STATEFLOW_CUDA_SM90A, set by CMake) on a compute capability 9.x device, as
+// gdn_cuda_wgmma_available() does.
 #pragma once
 #include "kernels/cuda/mma_tile.cuh"
 
