@@ -30,15 +30,24 @@ __device__ void load_quarter_b(QuarterB& f, T t, int n0) {
     for (int j = 0; j < KWQ / 16; ++j) cuda::load_b2<Lay::Row>(f[kb][j], t, n0 + 16 * j, 16 * kb);
 }
 
-// acc += a (16 x C, registers) times the operand f holds, tokens in order (as mma_regs_acc).
+// acc += a (16 x C, registers) times the operand f holds: the first half of the tokens added
+// into acc, the second into a zero accumulator added last, so that the step's chain waits on
+// two dependent mma per n-tile instead of four.
 __device__ void mma_quarter(Frag<RW, KWQ>& acc, const AFrags<C>& a, const QuarterB& f) {
+  Frag<RW, KWQ> late;
+  late.fill(0.f);
 #pragma unroll
   for (int kb = 0; kb < C / 16; ++kb)
 #pragma unroll
     for (int j = 0; j < KWQ / 16; ++j) {
-      cuda::mma_bf16(acc.x[0][2 * j], a[kb], f[kb][j][0], f[kb][j][1]);
-      cuda::mma_bf16(acc.x[0][2 * j + 1], a[kb], f[kb][j][2], f[kb][j][3]);
+      auto& d = kb < C / 32 ? acc : late;
+      cuda::mma_bf16(d.x[0][2 * j], a[kb], f[kb][j][0], f[kb][j][1]);
+      cuda::mma_bf16(d.x[0][2 * j + 1], a[kb], f[kb][j][2], f[kb][j][3]);
     }
+#pragma unroll
+  for (int j = 0; j < KWQ / 8; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc.x[0][j][e] += late.x[0][j][e];
 }
 
 // Tokens [TQ q, TQ q + TQ) of the row group's four 16 x 64 partials, added in quarter order.
@@ -128,38 +137,41 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     issue(i, i);
     cuda::cp_async_commit();
   }
+  // A step in the order its chain needs it (state -> S W^T -> exchange -> V_new -> exchange ->
+  // update); what does not feed the chain (the operands read ahead, the snapshot and V_new
+  // stores, the next copies) is issued around it, the stores and copies after the update.
   for (int n = 0; n < a.NS; ++n) {
     const int s = n % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
-    __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled next
-    issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
-    cuda::cp_async_commit();
+    __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled below
     AFrags<KWQ> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
     cuda::acc_to_a(st, sa);
     Frag<RW, C> part_vn;  // this warp's keys' share of (S W^T): value rows, token columns
     part_vn.fill(0.f);
     cuda::mma_regs_acc<KWQ, Lay::Col>(part_vn, sa, Wt(s), 0, w.k0);
+    const float* G = Gt(s);
+    float e[TQ / 8][2];
+    quarter_decays(G, q, e);
+    const float gl = expf(G[C - 1]);
+    Frag<RW, TQ> u;
+    cuda::load_transposed(u, Ut(s), w.v0, TQ * q);
     QuarterB kf;
     load_quarter_b(kf, Kt(s), w.k0);
     Frag<RW, TQ> vn;  // V_new^T for tokens TQ q..: U^T - S W^T
     quarter_sum(part_vn, mine, group, q, w.pair_bar(), vn);
-    store_state_rows<KWQ>(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
-    Frag<RW, TQ> u;
-    cuda::load_transposed(u, Ut(s), w.v0, TQ * q);
     vn.each([&](int r, int c, float& x) { x = u.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] - x; });
-    AFrags<TQ> vq;
+    AFrags<TQ> vq, vs;  // V_new (stored) and V_new diag(e) (the update's operand), in bf16
     cuda::acc_to_a(vn, vq);
-    store_quarter_tokens(vq[0], stage, a.Vn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
-    const float* G = Gt(s);
-    float e[TQ / 8][2];
-    quarter_decays(G, q, e);
     vn.each([&](int, int c, float& x) { x *= e[c >> 3][c & 1]; });
-    cuda::acc_to_a(vn, vq);
-    AFrags<C> va;  // (V_new^T diag(e)) for all C tokens, in bf16
-    share_quarter(vq[0], op, q, w.pair_bar(), va);
-    const float gl = expf(G[C - 1]);
+    cuda::acc_to_a(vn, vs);
+    AFrags<C> va;  // V_new^T diag(e) for all C tokens
+    share_quarter(vs[0], op, q, w.pair_bar(), va);
     st.each([&](int, int, float& x) { x *= gl; });
     mma_quarter(st, va, kf);
+    store_state_rows<KWQ>(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
+    store_quarter_tokens(vq[0], stage, a.Vn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
+    issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
   }
   if (to) st.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
@@ -205,43 +217,50 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     issue(a.NS - 1 - i, i);
     cuda::cp_async_commit();
   }
+  // In the order of the chain (dS -> K dSe^T -> exchange -> dV_new -> exchange -> update), as
+  // the forward; the term without dV_new, s (diag(gamma) dO)^T Q, goes into an accumulator of
+  // its own (off the chain) that is added to gamma_L dS before the dV_new term.
   for (int i = 0; i < a.NS; ++i) {
     const int n = a.NS - 1 - i, s = i % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();
-    issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
-    cuda::cp_async_commit();
-    const float* G = Gt(s);
     AFrags<KWQ> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
     cuda::acc_to_a(ds, da);
     Frag<RW, C> part_dvn;  // this warp's keys' share of (K dSe^T)^T: value rows, token columns
     part_dvn.fill(0.f);
     cuda::mma_regs_acc<KWQ, Lay::Col>(part_dvn, da, Kt(s), 0, w.k0);
-    // The part of the update that does not need this sub-chunk's dV_new: gamma_L dS + s (diag(gamma) dO)^T Q.
-    AFrags<C> og;
-    scaled_dO_operand(og, dOt(s), w.v0, G, a.scale);
-    const float gl = expf(G[C - 1]);
-    ds.each([&](int, int, float& x) { x *= gl; });
-    cuda::mma_regs_acc<C, Lay::Row>(ds, og, Qt(s), w.k0);
-    QuarterB wf;
-    load_quarter_b(wf, Wt(s), w.k0);
-    Frag<RW, TQ> dvn;  // dV_new^T for tokens TQ q..: dV_new_local^T + e (K dSe^T)^T
-    quarter_sum(part_dvn, mine, group, q, w.pair_bar(), dvn);
-    store_state_rows<KWQ>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
-    Frag<RW, TQ> dl;
-    cuda::load_transposed(dl, dVlt(s), w.v0, TQ * q);
+    const float* G = Gt(s);
     float e[TQ / 8][2];
     quarter_decays(G, q, e);
+    const float gl = expf(G[C - 1]);
+    Frag<RW, TQ> dl;
+    cuda::load_transposed(dl, dVlt(s), w.v0, TQ * q);
+    QuarterB wf;
+    load_quarter_b(wf, Wt(s), w.k0);
+    AFrags<C> og;
+    scaled_dO_operand(og, dOt(s), w.v0, G, a.scale);
+    Frag<RW, KWQ> oq;  // s (diag(gamma) dO)^T Q
+    oq.fill(0.f);
+    cuda::mma_regs_acc<C, Lay::Row>(oq, og, Qt(s), w.k0);
+    Frag<RW, TQ> dvn;  // dV_new^T for tokens TQ q..: dV_new_local^T + e (K dSe^T)^T
+    quarter_sum(part_dvn, mine, group, q, w.pair_bar(), dvn);
     dvn.each([&](int r, int c, float& x) { x = dl.x[0][c >> 3][(r >> 3) * 2 + (c & 1)] + e[c >> 3][c & 1] * x; });
     AFrags<TQ> dvq;
     cuda::acc_to_a(dvn, dvq);
-    store_quarter_tokens(dvq[0], stage, a.dVn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
     uint32_t neg[4];  // -dV_new^T in bf16: the sign bits flipped, as rounding the negated sum gives
 #pragma unroll
     for (int r = 0; r < 4; ++r) neg[r] = dvq[0][r] ^ 0x80008000u;
     AFrags<C> nd;
     share_quarter(neg, op, q, w.pair_bar(), nd);
+#pragma unroll
+    for (int j = 0; j < KWQ / 8; ++j)
+#pragma unroll
+      for (int k = 0; k < 4; ++k) ds.x[0][j][k] = gl * ds.x[0][j][k] + oq.x[0][j][k];
     mma_quarter(ds, nd, wf);
+    store_state_rows<KWQ>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
+    store_quarter_tokens(dvq[0], stage, a.dVn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
+    issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
   }
   if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
