@@ -585,7 +585,8 @@ struct RowSmem {
   static constexpr int V2 = V + STAGES * tv;  // reverse only
   static constexpr int G = (REVERSE ? V2 : V) + STAGES * tv;
   static constexpr int out = G + STAGES * C * 4;  // per warp: what it writes, staged for 16-byte stores
-  static constexpr int xch = out + NWB * Tile<RW, DK>::bytes;  // per warp: its part of S W^T (KS = 2, 4)
+  static constexpr int stage_bytes = KS == 4 ? 0 : Tile<RW, DK>::bytes;  // (quarter sweeps: in their xch slot)
+  static constexpr int xch = out + NWB * stage_bytes;  // per warp: its part of S W^T (KS = 2, 4)
   static constexpr int op = xch + (KS > 1 ? NWB * RW * C * 4 : 0);  // per row group: the update's operand (KS = 4)
   static constexpr int bytes = op + (KS == 4 ? RG * Tile<RW, C>::bytes : 0);
 };
@@ -599,11 +600,12 @@ __host__ __device__ constexpr int row_stages() {
 }
 
 // A warp's bf16 16 x KW state rows (A fragments) to rows [0, 16), columns [0, KW) of a
-// [DV][DK] matrix g, through its staging area (stmatrix, then 16-byte stores of whole rows).
-template <int KW>
+// [DV][DK] matrix g, through its staging area (a 16 x LD tile: stmatrix, then 16-byte stores
+// of whole rows).
+template <int KW, int LD = DK>
 __device__ void store_state_rows(const AFrags<KW>& s, char* stage, bf16* g) {
   constexpr int CR = KW / 8;  // 16-byte chunks per row
-  const auto st = tile_at<Tile<RW, DK>>(stage, 0);
+  const auto st = tile_at<Tile<RW, LD>>(stage, 0);
 #pragma unroll
   for (int kb = 0; kb < KW / 16; ++kb) cuda::store_a<Lay::Row>(s[kb], st, 0, 16 * kb);
   __syncwarp();

@@ -17,6 +17,10 @@
 constexpr int KQ = 4;          // warps per 16 state rows
 constexpr int KWQ = DK / KQ;   // key columns per warp
 constexpr int TQ = C / KQ;     // tokens of V_new each warp finishes
+// A warp stages its stores in its exchange slot (RowSmem::xch), which the others are done reading
+// once the step's second barrier of the four has passed.
+static_assert(Tile<RW, KWQ>::bytes <= RW * C * 4 && Tile<TQ, RW>::bytes <= RW * C * 4,
+              "a quarter warp's exchange slot holds its staged state rows or its 16 x 16 values");
 
 // B fragments of a Lay::Row tile's rows [0, C) (tokens) and columns [n0, n0 + KWQ): the state
 // update's second operand (K forward, W reverse), read before the barrier that precedes its use.
@@ -112,9 +116,9 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * S::tk); };
   auto Ut = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V + s * S::tv); };
   auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
-  char* stage = sm + S::out + w.warp * Tile<RW, DK>::bytes;
   float4* part = reinterpret_cast<float4*>(sm + S::xch);
   float4* mine = part + w.warp * (RW * C / 4);
+  char* stage = reinterpret_cast<char*>(mine);
   const float4* group = part + (w.warp - q) * (RW * C / 4);
   const auto op = tile_at<Tile<RW, C>>(sm, S::op + (w.warp / KQ) * Tile<RW, C>::bytes);
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
@@ -138,8 +142,9 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     cuda::cp_async_commit();
   }
   // A step in the order its chain needs it (state -> S W^T -> exchange -> V_new -> exchange ->
-  // update); what does not feed the chain (the operands read ahead, the snapshot and V_new
-  // stores, the next copies) is issued around it, the stores and copies after the update.
+  // update); what does not feed the chain is issued around it: the next sub-chunk's copies
+  // beside the first product, the operands read ahead before the exchanges, the snapshot and
+  // V_new stores after the update.
   for (int n = 0; n < a.NS; ++n) {
     const int s = n % STAGES;
     cuda::cp_async_wait<STAGES - 2>();
@@ -149,6 +154,8 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     Frag<RW, C> part_vn;  // this warp's keys' share of (S W^T): value rows, token columns
     part_vn.fill(0.f);
     cuda::mma_regs_acc<KWQ, Lay::Col>(part_vn, sa, Wt(s), 0, w.k0);
+    issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);  // beside the product: a whole step ahead
+    cuda::cp_async_commit();
     const float* G = Gt(s);
     float e[TQ / 8][2];
     quarter_decays(G, q, e);
@@ -168,10 +175,8 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     share_quarter(vs[0], op, q, w.pair_bar(), va);
     st.each([&](int, int, float& x) { x *= gl; });
     mma_quarter(st, va, kf);
-    store_state_rows<KWQ>(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
+    store_state_rows<KWQ, KWQ>(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
     store_quarter_tokens(vq[0], stage, a.Vn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
-    issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);
-    cuda::cp_async_commit();
   }
   if (to) st.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
@@ -190,9 +195,9 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
   auto dOt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V + s * S::tv); };
   auto dVlt = [&](int s) { return tile_at<Tile<C, BV>>(sm, S::V2 + s * S::tv); };
   auto Gt = [&](int s) { return reinterpret_cast<float*>(sm + S::G + s * C * 4); };
-  char* stage = sm + S::out + w.warp * Tile<RW, DK>::bytes;
   float4* part = reinterpret_cast<float4*>(sm + S::xch);
   float4* mine = part + w.warp * (RW * C / 4);
+  char* stage = reinterpret_cast<char*>(mine);
   const float4* group = part + (w.warp - q) * (RW * C / 4);
   const auto op = tile_at<Tile<RW, C>>(sm, S::op + (w.warp / KQ) * Tile<RW, C>::bytes);
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
@@ -229,6 +234,8 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     Frag<RW, C> part_dvn;  // this warp's keys' share of (K dSe^T)^T: value rows, token columns
     part_dvn.fill(0.f);
     cuda::mma_regs_acc<KWQ, Lay::Col>(part_dvn, da, Kt(s), 0, w.k0);
+    issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
     const float* G = Gt(s);
     float e[TQ / 8][2];
     quarter_decays(G, q, e);
@@ -257,10 +264,8 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
 #pragma unroll
       for (int k = 0; k < 4; ++k) ds.x[0][j][k] = gl * ds.x[0][j][k] + oq.x[0][j][k];
     mma_quarter(ds, nd, wf);
-    store_state_rows<KWQ>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
+    store_state_rows<KWQ, KWQ>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
     store_quarter_tokens(dvq[0], stage, a.dVn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
-    issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
-    cuda::cp_async_commit();
   }
   if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
