@@ -1,6 +1,7 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
-//                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps
+//                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
+//                      conv_narrow,reduce_deep,norm_staged
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -27,6 +28,14 @@
 //   gate_steps    GDN gates backward: dA_log and ddt_bias walk every 64-token block's partial in
 //                 one chain (instead of summing each 2048-token step's blocks in parallel first;
 //                 bitwise at 2048-token cuts instead of 64: mixers/gdn/gdn_gates_cuda.h)
+//   conv_narrow   short conv: a thread works on 8 channels, and each conv of a group adds its dw
+//                 blocks in a launch of its own (instead of 2 channels a thread, 4x the threads at
+//                 a quarter of the registers, and one dw launch for the group; same bits)
+//   reduce_deep   token-block reductions: 8 partials loaded ahead of their additions (instead of
+//                 32: a chain costs a quarter of the memory latencies; same sums)
+//   norm_staged   RMS/L2 norm backward: each pass loads its row as it goes, the second between its
+//                 own stores of dx (instead of all of a row's loads, the residual's included,
+//                 issued at once before the first pass; same arithmetic)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 #pragma once
 #include <cstdlib>
@@ -41,7 +50,8 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_ahead", "embed_ahead", "side_stream",
                                            "conv_group",  "side_defer",  "out_gate_by_core",
                                            "conv_walk",   "head_blocks", "residual_fused",
-                                           "keep_t",      "gate_steps"};
+                                           "keep_t",      "gate_steps",  "conv_narrow",
+                                           "reduce_deep", "norm_staged"};
 
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).
