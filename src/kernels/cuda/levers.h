@@ -40,6 +40,12 @@
 //                 quarter of the key columns: mixers/gdn/gdn_core_quarter_sweeps.cuh; another
 //                 summation order, exact and chunk-invariant either way)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
+//
+// Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
+// run on one, so it stays off -- the code runs the way it did before it -- unless
+// STATEFLOW_LEVERS_ON names it. tools/gpu-check.sh runs the CUDA tests with every untried lever on;
+// once they pass on a GPU and a benchmark shows the gain, the lever leaves that list and is on by
+// default like the others (STATEFLOW_LEVERS_OFF then turns it off).
 #pragma once
 #include <cstdlib>
 #include <string>
@@ -56,9 +62,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters"};
 
-// The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
-// lever (a typo would otherwise measure a lever "off" that ran on).
-inline std::string parse_levers_off(const std::string& value) {
+// Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
+inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged"};
+
+// The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
+// name that is no lever (a typo would otherwise measure a lever "off" that ran on).
+inline std::string parse_levers_off(const std::string& value, const char* variable = "STATEFLOW_LEVERS_OFF") {
   std::string known = ",", listed;
   for (const char* lever : kLeverNames) {
     known += std::string(lever) + ",";
@@ -69,20 +78,34 @@ inline std::string parse_levers_off(const std::string& value) {
     size_t end = value.find(',', at);
     if (end == std::string::npos) end = value.size();
     const std::string name = value.substr(at, end - at);
-    SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, "STATEFLOW_LEVERS_OFF names '",
-             name, "', which is no lever; the levers are ", listed);
+    SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, variable, " names '", name,
+             "', which is no lever; the levers are ", listed);
     if (!name.empty()) names += name + ",";
     at = end + 1;
   }
   return names;
 }
 
+inline bool lever_untried(const std::string& name) {
+  for (const char* lever : kUntriedLevers)
+    if (name == lever) return true;
+  return false;
+}
+
+// Whether a lever runs the old way: an untried one unless STATEFLOW_LEVERS_ON names it, any other
+// when STATEFLOW_LEVERS_OFF names it.
 inline bool lever_off(const std::string& name) {
   static const std::string off = [] {
     const char* v = std::getenv("STATEFLOW_LEVERS_OFF");
     return parse_levers_off(v ? v : "");
   }();
-  return off.find("," + name + ",") != std::string::npos;
+  static const std::string on = [] {
+    const char* v = std::getenv("STATEFLOW_LEVERS_ON");
+    return parse_levers_off(v ? v : "", "STATEFLOW_LEVERS_ON");
+  }();
+  const std::string key = "," + name + ",";
+  if (lever_untried(name)) return on.find(key) == std::string::npos || off.find(key) != std::string::npos;
+  return off.find(key) != std::string::npos;
 }
 
 }  // namespace stateflow

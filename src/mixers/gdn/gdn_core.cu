@@ -1058,18 +1058,18 @@ __global__ void __launch_bounds__(256) out_kernel(Args a) {
   cuda::cp_async_commit();
   cuda::cp_async_wait_all();
   __syncthreads();
-  Frag<16, DV / 2> o;  // the inter-chunk term's products go first: they overlap the intra term's exps
-  o.fill(0.f);
   {
     Frag<16, 32> qk;
     qk.fill(0.f);
     mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, wm * 16, Ks, wn * 32);
-    mma_acc<DK, Lay::Row, Lay::Col>(o, Qs, wm * 16, Hs, wn * DV / 2);
     qk.each([&](int r, int c, float& x) {
       r += wm * 16, c += wn * 32;
       *Ps.at(r, c) = __float2bfloat16(c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f);
     });
   }
+  Frag<16, DV / 2> o;
+  o.fill(0.f);
+  mma_acc<DK, Lay::Row, Lay::Col>(o, Qs, wm * 16, Hs, wn * DV / 2);
   o.each([&](int r, int, float& x) { x *= a.scale * expf(G[wm * 16 + r]); });
   __syncthreads();
   mma_acc<C, Lay::Row, Lay::Row>(o, Ps, wm * 16, Vn, wn * DV / 2);
