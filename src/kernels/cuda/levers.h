@@ -1,7 +1,7 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
-//                      conv_narrow,reduce_deep,norm_staged,reduce_group
+//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -36,10 +36,19 @@
 //   norm_staged   RMS/L2 norm backward: each pass loads its row as it goes, the second between its
 //                 own stores of dx (instead of all of a row's loads, the residual's included,
 //                 issued at once before the first pass; same arithmetic)
+//   sweep_quarters  GDN core: row sweeps with 2 warps per 16 state rows (instead of 4, each a
+//                 quarter of the key columns: mixers/gdn/gdn_core_quarter_sweeps.cuh; another
+//                 summation order, exact and chunk-invariant either way)
 //   reduce_group  token-block reductions of several gradients (the GDN's q, k, v conv weights,
 //                 Mamba-3's output-gate mixes) one launch each (instead of one launch for all;
 //                 same sums)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
+//
+// Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
+// run on one, so it stays off -- the code runs the way it did before it -- unless
+// STATEFLOW_LEVERS_ON names it. tools/gpu-check.sh runs the CUDA tests with every untried lever on;
+// once they pass on a GPU and a benchmark shows the gain, the lever leaves that list and is on by
+// default like the others (STATEFLOW_LEVERS_OFF then turns it off).
 #pragma once
 #include <cstdlib>
 #include <string>
@@ -54,11 +63,15 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "conv_group",  "side_defer",  "out_gate_by_core",
                                            "conv_walk",   "head_blocks", "residual_fused",
                                            "keep_t",      "gate_steps",  "conv_narrow",
-                                           "reduce_deep", "norm_staged", "reduce_group"};
+                                           "reduce_deep", "norm_staged", "sweep_quarters",
+                                           "reduce_group"};
 
-// The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
-// lever (a typo would otherwise measure a lever "off" that ran on).
-inline std::string parse_levers_off(const std::string& value) {
+// Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
+inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "reduce_group"};
+
+// The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
+// name that is no lever (a typo would otherwise measure a lever "off" that ran on).
+inline std::string parse_levers_off(const std::string& value, const char* variable = "STATEFLOW_LEVERS_OFF") {
   std::string known = ",", listed;
   for (const char* lever : kLeverNames) {
     known += std::string(lever) + ",";
@@ -69,20 +82,34 @@ inline std::string parse_levers_off(const std::string& value) {
     size_t end = value.find(',', at);
     if (end == std::string::npos) end = value.size();
     const std::string name = value.substr(at, end - at);
-    SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, "STATEFLOW_LEVERS_OFF names '",
-             name, "', which is no lever; the levers are ", listed);
+    SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, variable, " names '", name,
+             "', which is no lever; the levers are ", listed);
     if (!name.empty()) names += name + ",";
     at = end + 1;
   }
   return names;
 }
 
+inline bool lever_untried(const std::string& name) {
+  for (const char* lever : kUntriedLevers)
+    if (name == lever) return true;
+  return false;
+}
+
+// Whether a lever runs the old way: an untried one unless STATEFLOW_LEVERS_ON names it, any other
+// when STATEFLOW_LEVERS_OFF names it.
 inline bool lever_off(const std::string& name) {
   static const std::string off = [] {
     const char* v = std::getenv("STATEFLOW_LEVERS_OFF");
     return parse_levers_off(v ? v : "");
   }();
-  return off.find("," + name + ",") != std::string::npos;
+  static const std::string on = [] {
+    const char* v = std::getenv("STATEFLOW_LEVERS_ON");
+    return parse_levers_off(v ? v : "", "STATEFLOW_LEVERS_ON");
+  }();
+  const std::string key = "," + name + ",";
+  if (lever_untried(name)) return on.find(key) == std::string::npos || off.find(key) != std::string::npos;
+  return off.find(key) != std::string::npos;
 }
 
 }  // namespace stateflow

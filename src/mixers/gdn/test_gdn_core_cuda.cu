@@ -101,14 +101,20 @@ RunOptions unsplit(int sweep = GdnCudaConfig::kDefaultSweep, int key_split = 0, 
   return opt;
 }
 
-// The unsplit core's sweeps, by name for traces (row sweeps: whole and split key columns).
+// The unsplit core's sweeps, by name for traces (row sweeps: whole, halved and quartered key columns).
 struct SweepCase {
   const char* name;
   int sweep, key_split;
 };
 const std::vector<SweepCase> kSweeps = {{"row sweeps", GdnCudaConfig::kRowSweeps, 1},
                                         {"row sweeps, split keys", GdnCudaConfig::kRowSweeps, 2},
+                                        {"quarter sweeps", GdnCudaConfig::kRowSweeps, 4},
                                         {"tile sweeps", GdnCudaConfig::kTileSweeps, 0}};
+
+// Warps per block a row sweep with this key split can run with (each a different row grouping).
+std::vector<int> row_tilings(int key_split) {
+  return key_split == 4 ? std::vector<int>{4, 8} : std::vector<int>{2, 4, 8};
+}
 
 RunOptions pieces_of(int len, int tile = 0) {
   RunOptions opt;
@@ -175,7 +181,7 @@ TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryTilingAgrees) {
     const Gpu null_states = run_gpu(p, null_opt);
     for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", " << sc.name;
     const bool rows = sc.sweep == GdnCudaConfig::kRowSweeps;
-    for (int tiling : rows ? std::vector<int>{2, 4, 8} : std::vector<int>{16, 32, 64}) {
+    for (int tiling : rows ? row_tilings(sc.key_split) : std::vector<int>{16, 32, 64}) {
       RunOptions opt = unsplit(sc.sweep, sc.key_split, rows ? tiling : 0);
       if (!rows) opt.cfg.value_tile = tiling;
       const Gpu gpu = run_gpu(zero, opt);
@@ -473,7 +479,7 @@ TEST(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
       }
       const Ref ref = reference(p);
       const auto e_tiles = errors(run_gpu(p, unsplit(GdnCudaConfig::kTileSweeps)), ref, rms_rel_err<double, double>);
-      for (int key_split : {1, 2}) {
+      for (int key_split : {1, 2, 4}) {
         const Gpu rows = run_gpu(p, unsplit(GdnCudaConfig::kRowSweeps, key_split));
         const auto e_max = errors(rows, ref), e = errors(rows, ref, rms_rel_err<double, double>);
         for (size_t i = 0; i < e.size(); ++i) {
@@ -499,7 +505,8 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   cfg.piece_len = 100;  // not a multiple of 64
   EXPECT_THROW(gdn_cuda_workspace_bytes(d, cfg), Error);
   for (auto [sweep, warps, key_split] : {std::tuple{3, 0, 0}, {int(GdnCudaConfig::kRowSweeps), 3, 0},
-                                         {int(GdnCudaConfig::kRowSweeps), 16, 0}, {int(GdnCudaConfig::kRowSweeps), 0, 4}}) {
+                                         {int(GdnCudaConfig::kRowSweeps), 16, 0}, {int(GdnCudaConfig::kRowSweeps), 0, 3},
+                                         {int(GdnCudaConfig::kRowSweeps), 2, 4}}) {
     GdnCudaConfig bad;
     bad.sweep = sweep, bad.sweep_warps = warps, bad.sweep_key_split = key_split;
     EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
