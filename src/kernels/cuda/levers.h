@@ -1,7 +1,7 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
-//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group
+//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -42,6 +42,8 @@
 //   reduce_group  token-block reductions of several gradients (the GDN's q, k, v conv weights,
 //                 Mamba-3's output-gate mixes) one launch each (instead of one launch for all;
 //                 same sums)
+//   sweep_copy_warp  GDN core: the quarter sweeps' warps issue their own tile copies (instead of
+//                 a fifth warp per 4-warp block issuing them; same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -64,10 +66,11 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "conv_walk",   "head_blocks", "residual_fused",
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
-                                           "reduce_group"};
+                                           "reduce_group", "sweep_copy_warp"};
 
 // Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
-inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "reduce_group"};
+// One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
+inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "reduce_group", "sweep_copy_warp"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
