@@ -119,10 +119,10 @@ TYPED_TEST(NormsCuda, RmsNormBackwardAddingToDxIsTheSeparateAdd) {
   EXPECT_TRUE(bitwise_equal(d_dw_fused.raw(), d_dw_sep.raw())) << "dw";
 }
 
-// Rows loaded before the passes (the default) give the bits of loading as they go
-// (norm_staged off): every kind at the team widths of the model's norms (2048-wide rows, a
-// warp each; 128-wide heads, 16 lanes; 64, 8 lanes), dw in 64-token blocks of 3 rows a token,
-// and the RMS norm adding a residual's gradient to dx.
+// The fused residual loaded with a row's first pass (norm_staged) gives the bits of loading it
+// between dx's stores, and the switch changes nothing else: every kind at the team widths of
+// the model's norms (2048-wide rows, a warp each; 128-wide heads, 16 lanes; 64, 8 lanes), dw in
+// 64-token blocks of 3 rows a token, and the RMS norm adding a residual's gradient to dx.
 TYPED_TEST(NormsCuda, StagedRowsGiveTheBitsOfLoadsAsTheyGo) {
   SKIP_WITHOUT_GPU();
   using A = TypeParam;

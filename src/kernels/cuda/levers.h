@@ -33,9 +33,8 @@
 //   reduce_deep   token-block reductions (and the GDN gates' step sums): 8 partials loaded ahead
 //                 of their additions (instead of 32: a chain costs a quarter of the memory
 //                 latencies; same sums)
-//   norm_staged   RMS/L2 norm backward: each pass loads its row as it goes, the second between its
-//                 own stores of dx (instead of all of a row's loads, the residual's included,
-//                 issued at once before the first pass; same arithmetic)
+//   norm_staged   RMS-norm backward with the fused residual: the residual loaded vector by vector
+//                 between the stores of dx (instead of with the row's first pass; same arithmetic)
 //   sweep_quarters  GDN core: row sweeps with 2 warps per 16 state rows (instead of 4, each a
 //                 quarter of the key columns: mixers/gdn/gdn_core_quarter_sweeps.cuh; another
 //                 summation order, exact and chunk-invariant either way)

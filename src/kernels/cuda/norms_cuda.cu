@@ -113,18 +113,21 @@ struct TeamRows {
   }
 };
 
-// Two passes over each row: the first forms the row's dot product, the second the gradients.
-// RMS kinds leave the team's dw sums in partial[team]. Staged: each round first issues all its
-// row's loads (x, dy, z, the residual), and both passes read them from registers. Otherwise
-// (STATEFLOW_LEVERS_OFF=norm_staged) the passes load as they go and the second re-reads x, dy, z
-// from cache; its loads then wait for the stores before them (the compiler cannot tell that dx
-// is no input), so the residual's came one memory latency after another, per 8 columns. Same
-// arithmetic either way.
+// Two passes over each row (the second re-reads it from cache): the first forms the row's
+// dot product, the second the gradients. RMS kinds leave the team's dw sums in partial[team].
+// The second pass's loads wait for the stores before them (the compiler cannot tell that dx is
+// no input), so the fused residual's, which are not in cache, came one memory latency after
+// another, 8 columns at a time. Staged: they are issued with the row's first pass instead, in
+// registers (ptxas: 124 -> 164 a thread for 2048-wide bf16 rows; rows whose residual would take
+// more than 128 bytes a lane stay as they were, as with STATEFLOW_LEVERS_OFF=norm_staged).
+// Same arithmetic.
+constexpr size_t kMaxStagedBytes = 128;
 template <class A, int TPR, int VPT, Norm K, bool Staged>
 __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
   const Team<TPR, VPT> T;
   if ((T.id - T.id % T.per_warp) >= tr.teams) return;  // whole warps only
   constexpr bool has_w = K != Norm::L2;
+  constexpr bool stage = Staged && K == Norm::Rms && VPT * sizeof(cuda::Raw8<A>) <= kMaxStagedBytes;
   float dw[VPT][8] = {};  // w is re-read per row (from L1) rather than held: registers go to dw
   for (int64_t round = 0; round < tr.seg_rows; ++round) {
     const int64_t row = tr.row(T.id, round);
@@ -132,30 +135,20 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
     const float r = valid ? a.rstd_in[row] : 0.f;
     const int64_t off = row * a.dim;
     const bool add_residual = K == Norm::Rms && a.add_to_dx;
-    cuda::Raw8<A> xs[VPT], dys[VPT], zs[VPT], adds[VPT];  // the row as loaded (Staged)
-    if constexpr (Staged) {
+    cuda::Raw8<A> staged_add[VPT];
+    if constexpr (stage) {
 #pragma unroll
-      for (int j = 0; j < VPT; ++j) {
-        const int64_t c = T.col(j);
-        if (!valid || c >= a.dim) continue;
-        cuda::load_raw(a.x + off + c, xs[j]), cuda::load_raw(a.dy + off + c, dys[j]);
-        if constexpr (K == Norm::GatedRms) cuda::load_raw(a.z + off + c, zs[j]);
-        if (add_residual) cuda::load_raw(a.add_to_dx + off + c, adds[j]);
-      }
+      for (int j = 0; j < VPT; ++j)
+        if (add_residual && valid && T.col(j) < a.dim) cuda::load_raw(a.add_to_dx + off + T.col(j), staged_add[j]);
     }
-    // Vector j of array p (staged as s) in fp32.
-    auto get = [&](int j, const A* p, const cuda::Raw8<A>& s, float (&v)[8]) {
-      if constexpr (Staged) cuda::widen(s, v);
-      else cuda::load8(p + off + T.col(j), v);
-    };
     float dot = 0.f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       const int64_t c = T.col(j);
       if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8];
-      get(j, a.x, xs[j], x), get(j, a.dy, dys[j], dy);
-      if constexpr (K == Norm::GatedRms) get(j, a.z, zs[j], z);
+      cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
+      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
       if constexpr (has_w) cuda::load8(a.w + c, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -175,8 +168,8 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
       const int64_t c = T.col(j);
       if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8], dx[8], dz[8];
-      get(j, a.x, xs[j], x), get(j, a.dy, dys[j], dy);
-      if constexpr (K == Norm::GatedRms) get(j, a.z, zs[j], z);
+      cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
+      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
       if constexpr (has_w) cuda::load8(a.w + c, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -199,7 +192,8 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
       }
       if (add_residual) {  // as add_inplace_cuda on the stored dx: A(A(dx) + add)
         float add[8];
-        get(j, a.add_to_dx, adds[j], add);
+        if constexpr (stage) cuda::widen(staged_add[j], add);
+        else cuda::load8(a.add_to_dx + off + c, add);
 #pragma unroll
         for (int e = 0; e < 8; ++e) dx[e] = __fadd_rn(float(A(dx[e])), add[e]);  // no FMA with dx's product
       }
@@ -267,11 +261,16 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
       SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate norm_backward_workspace_bytes(rows, dim)");
       a.partial = static_cast<float*>(workspace);
     }
-    const unsigned blocks = blocks_for_teams(tr.teams, tpr.value);
-    if (norm_staged_for_thread())
-      norm_backward_kernel<A, tpr.value, vpt.value, K, true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a, tr);
-    else
-      norm_backward_kernel<A, tpr.value, vpt.value, K, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a, tr);
+    auto launch = [&](auto staged) {
+      norm_backward_kernel<A, tpr.value, vpt.value, K, staged.value>
+          <<<blocks_for_teams(tr.teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, tr);
+    };
+    if constexpr (K == Norm::Rms) {  // the only kind with a residual to stage
+      if (norm_staged_for_thread()) launch(std::true_type{});
+      else launch(std::false_type{});
+    } else {
+      launch(std::false_type{});
+    }
     cuda_check_launch(name);
     if (K != Norm::L2)
       add_token_block_partials_cuda(a.partial, tokens.batch, tr.blocks, tr.blocks, tr.segs, a.dim, dw, stream);

@@ -21,8 +21,9 @@
 
 namespace stateflow {
 
-// Whether the calling thread's norm backwards load each row before computing on it (default) or
-// as they go (STATEFLOW_LEVERS_OFF=norm_staged: the same results); the tests set it to compare.
+// Whether the calling thread's RMS-norm backwards load the fused residual (add_to_dx) with a
+// row's first pass or between the second pass's stores (norm_staged off: the same results); the
+// tests set it to compare.
 bool& norm_staged_for_thread();
 
 // Device scratch of rmsnorm_backward_cuda and gated_rmsnorm_backward_cuda.

@@ -35,9 +35,9 @@ constexpr int64_t kMinForwardThreads = int64_t(1) << 17;
 constexpr int kThreads = 128;   // channel vectors per block
 // Channels a thread works on (V): 2 (a warp's row of bf16 is one 128-byte line), or 8 with
 // STATEFLOW_LEVERS_OFF=conv_narrow. Each channel is computed alone, so V changes no result; it
-// is what the walks cost: at 8, a thread holds ~200 registers (windows, weights and dw sums of
-// 8 channels), 8 warps fit an SM and a 2K-token chunk's launch has a quarter of the threads,
-// so the kernels ran at a fraction of both the memory and the issue rate.
+// is what the walks cost: at 8 the backward holds windows, weights and dw sums of 8 channels in
+// 255 registers (ptxas, bf16, K = 4; 116 at 2), so 8 warps fit an SM, and a 2K-token chunk's
+// launch has a quarter of the threads.
 constexpr int kNarrow = 2, kWide = 8;
 // A narrow backward walks whole token blocks (no 4x segment partials to write and add) when
 // that still gives the launch this many threads (a 2K-token chunk of the GDN's three convs:
