@@ -109,13 +109,14 @@ __device__ inline float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)
 
 // acc + at(0) + at(1) + ... + at(n - 1), added left to right (one chain: a fixed order of
 // roundings), with the loads of Ahead values issued before they are added, so that a long walk
-// costs one memory latency per Ahead values, not per value.
+// costs one memory latency per Ahead values, not per value. Past n a load reads at(n - 1) again
+// (not added): loads without branches between them, which the compiler issues together.
 template <int Ahead, class At>
 __device__ inline float add_in_order(float acc, int64_t n, At at) {
   for (int64_t w0 = 0; w0 < n; w0 += Ahead) {
     float v[Ahead];
 #pragma unroll
-    for (int u = 0; u < Ahead; ++u) v[u] = w0 + u < n ? at(w0 + u) : 0.f;
+    for (int u = 0; u < Ahead; ++u) v[u] = at(w0 + u < n ? w0 + u : n - 1);
 #pragma unroll
     for (int u = 0; u < Ahead; ++u)
       if (w0 + u < n) acc += v[u];
