@@ -15,6 +15,7 @@
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_graph_cuda.h"
 #include "kernels/cuda/side_stream_cuda.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "layer_testing.h"
@@ -205,6 +206,39 @@ TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
       EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << (deferred ? ", deferred" : "");
     }
     overlap = was_overlap, defer = was_defer;
+  }
+}
+
+// The blocks' work recorded as CUDA graphs (kernels/cuda/device_graph_cuda.h) gives bitwise the
+// step launched kernel by kernel, unchunked and chunked (the side stream and its deferred weight
+// gradients on, as by default), and the middle chunks of one length update one graph instead
+// of instantiating their own.
+TEST_P(MixerConformanceCuda, GraphsGiveBitwiseTheStepWithoutThem) {
+  Model gpu = gpu_model();
+  const int64_t S = kWeightGradTokens, T = S + 200;
+  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  bool& graphs = device_graphs_enabled_for_thread();
+  const bool was = graphs;
+  for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77},
+                                              std::vector<int64_t>{512, 512, 512, 512, T - S}}) {
+    graphs = false;
+    const StepResult plain = run_step(gpu, b, lengths);
+    graphs = true;
+    const CudaGraphCounts before = cuda_graph_counts();
+    const StepResult recorded = run_step(gpu, b, lengths);
+    const CudaGraphCounts after = cuda_graph_counts();
+    graphs = was;
+    const std::string diff = first_difference(gpu, recorded, plain);
+    std::printf("[ chunks %s, graphs vs none ] %lld graphs launched (%lld updated, %lld instantiated); first "
+                "difference: %s\n",
+                lengths_name(lengths).c_str(), (long long)(after.launched - before.launched),
+                (long long)(after.updated - before.updated), (long long)(after.instantiated - before.instantiated),
+                diff.empty() ? "none (bitwise equal)" : diff.c_str());
+    EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths);
+    // a forward and a backward graph per chunk (each pass's blocks are one run)
+    EXPECT_EQ(after.launched - before.launched, 2 * int64_t(lengths.size())) << lengths_name(lengths);
+    if (lengths.size() == 5)  // chunks 1 to 3: one shape, so chunks 2 and 3 update its graphs
+      EXPECT_GE(after.updated - before.updated, 4) << lengths_name(lengths);
   }
 }
 

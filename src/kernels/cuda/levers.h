@@ -1,6 +1,7 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
-//                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps
+//                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
+//                      graphs
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -27,6 +28,9 @@
 //   gate_steps    GDN gates backward: dA_log and ddt_bias walk every 64-token block's partial in
 //                 one chain (instead of summing each 2048-token step's blocks in parallel first;
 //                 bitwise at 2048-token cuts instead of 64: mixers/gdn/gdn_gates_cuda.h)
+//   graphs        stage executor: every kernel of a unit's blocks launched on its own (instead of
+//                 each run of consecutive blocks recorded as one CUDA graph and launched as one:
+//                 kernels/cuda/device_graph_cuda.h; the same kernels, so the same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 #pragma once
 #include <cstdlib>
@@ -41,7 +45,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_ahead", "embed_ahead", "side_stream",
                                            "conv_group",  "side_defer",  "out_gate_by_core",
                                            "conv_walk",   "head_blocks", "residual_fused",
-                                           "keep_t",      "gate_steps"};
+                                           "keep_t",      "gate_steps",  "graphs"};
 
 // The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
 // lever (a typo would otherwise measure a lever "off" that ran on).
