@@ -4,7 +4,9 @@
 // zero, recomputation keeps less and changes nothing, and out-of-order calls are refused.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "core/deferred_work.h"
 #include "host_backed_device.h"
@@ -198,6 +200,17 @@ TEST(StageExecutor, DeferredLayerWorkIsFinishedBeforeLayerDoneAndAtTheEnd) {
 
 namespace {
 
+// Sets an environment variable for a scope and restores what was there.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) old = v;
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() { old ? setenv(name.c_str(), old->c_str(), 1) : unsetenv(name.c_str()); }
+};
+
 // The stand-in GPU of host_backed_device.h with graphs that log what the executor asks of them.
 struct GraphLoggingDevice : HostBackedDevice {
   struct Graph : DeviceGraph {
@@ -271,4 +284,30 @@ TEST(StageExecutor, RunsOfRecordableLayersAreOneGraphPerPass) {
   expect_error([&] { ex.forward(ctx, x); }, "while recording layers 1 to 2 into a device graph: set "
                                             "STATEFLOW_LEVERS_OFF=graphs");
   EXPECT_EQ(log, (std::vector<std::string>{"forward e", "begin", "forward b", "forward c", "abandon"}));
+}
+
+// STATEFLOW_GRAPH_LAYERS cuts a run into graphs of that many layers (read by each executor when
+// it makes its first graph); a value that is no positive integer is refused, naming it.
+TEST(StageExecutor, GraphLayersCutsARunIntoGraphsOfThatManyLayers) {
+  std::vector<std::string> log;
+  GraphLoggingDevice device(&log);
+  PlacedLayer e("e", &log, false), b("b", &log, true), c("c", &log, true), h("h", &log, false);
+  ChunkCtx ctx;
+  ctx.len = 1;
+  const Tensor x = Tensor::zeros({1, 1}, DType::F64);
+  ScopedEnv one("STATEFLOW_GRAPH_LAYERS", "1");
+  StageExecutor ex({&e, &b, &c, &h}, 0);
+  ex.forward(ctx, x);
+  EXPECT_EQ(log, (std::vector<std::string>{"forward e", "begin", "forward b", "launch", "begin", "forward c", "launch",
+                                           "forward h"}));
+  log.clear();
+  ex.backward(ctx, x);
+  EXPECT_EQ(log, (std::vector<std::string>{"backward h", "finish h", "begin", "backward c", "finish c", "launch",
+                                           "begin", "backward b", "finish b", "launch", "backward e", "finish e"}));
+  for (const char* bad : {"0", "-2", "eight", "8x"}) {
+    ScopedEnv env("STATEFLOW_GRAPH_LAYERS", bad);
+    StageExecutor fresh({&e, &b, &c, &h}, 0);
+    expect_error([&] { fresh.forward(ctx, x); }, "STATEFLOW_GRAPH_LAYERS = '" + std::string(bad) +
+                                                     "' is no number of layers; give a positive integer");
+  }
 }

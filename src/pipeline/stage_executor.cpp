@@ -1,11 +1,23 @@
 #include "pipeline/stage_executor.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string>
 
 #include "core/deferred_work.h"
 #include "core/error.h"
 
 namespace stateflow {
+
+int graph_layers() {
+  const char* v = std::getenv("STATEFLOW_GRAPH_LAYERS");
+  if (!v || !*v) return 8;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  SF_CHECK(*end == '\0' && n >= 1 && n <= 1'000'000, "STATEFLOW_GRAPH_LAYERS = '", v,
+           "' is no number of layers; give a positive integer (layers per device graph; default 8)");
+  return int(n);
+}
 
 // Ends a unit's pass with the recording in progress dropped, when an error left one open.
 struct RecordingGuard {
@@ -37,7 +49,12 @@ void StageExecutor::run_layer(size_t i, Pass pass, const std::function<void()>& 
 void StageExecutor::record_layer(size_t i, Pass pass, const ChunkCtx& ctx) {
   if (device_ == Device::CPU || profile_) return;
   if (!layers_[i]->graph_capturable()) return launch_recording();
-  if (recording_) return;
+  if (recording_ && recorded_layers_ < graph_layers_) {
+    ++recorded_layers_;
+    return;
+  }
+  launch_recording();  // a full one
+  if (graph_layers_ == 0) graph_layers_ = graph_layers();
   auto& graph = graphs_[GraphKey{i, int(pass), ctx.batch, ctx.len, ctx.chunk == 0, ctx.chunk == ctx.num_chunks - 1}];
   if (!graph) {
     graph = device_backend(device_).make_graph();
@@ -47,7 +64,7 @@ void StageExecutor::record_layer(size_t i, Pass pass, const ChunkCtx& ctx) {
   // it here, since a recording cannot wait for work issued before it began.
   finish_deferred_work();
   graph->begin();
-  recording_ = graph.get(), recording_first_ = i;
+  recording_ = graph.get(), recording_first_ = i, recorded_layers_ = 1;
 }
 
 void StageExecutor::launch_recording() {

@@ -12,6 +12,9 @@
 // may be recorded (Layer::graph_capturable: the blocks, not the embedding or the LM head) is
 // recorded during one unit's pass and launched as one graph, kept per (first layer, pass,
 // unit shape) so that the next unit of that shape updates it instead of instantiating it.
+// A run longer than graph_layers() layers is cut into graphs of that many: the device waits
+// for a graph's whole recording before it runs any of it, so the first graph of a unit
+// should be short.
 // A graph launches the same kernels in the same order: the results are bitwise the same.
 // Not while a profile times each layer (it times each layer's own launches).
 #pragma once
@@ -28,6 +31,10 @@
 #include "pipeline/state_store.h"
 
 namespace stateflow {
+
+// Layers per device graph at most: STATEFLOW_GRAPH_LAYERS, default 8 (two blocks of a mixer and
+// an MLP each); throws Error naming the variable on a value that is no positive integer.
+int graph_layers();
 
 class StageExecutor {
  public:
@@ -77,6 +84,8 @@ class StageExecutor {
   Device device_ = Device::CPU;       // where the layers' parameters live
   DeviceGraph* recording_ = nullptr;  // the graph being recorded, if any
   size_t recording_first_ = 0;        // the layer it began at
+  int recorded_layers_ = 0;           // layers in it so far
+  int graph_layers_ = 0;              // graph_layers(), read when the first graph is made
   // Before layer i of a pass: ends the recording at a layer that may not be recorded, begins
   // one at a layer that may (when there is none yet).
   void record_layer(size_t i, Pass pass, const ChunkCtx& ctx);

@@ -39,7 +39,7 @@ RecordingStream& recording_stream_for_thread() {
   return *s;
 }
 
-std::atomic<int64_t> g_launched{0}, g_updated{0}, g_instantiated{0};
+std::atomic<int64_t> g_launched{0}, g_updated{0}, g_instantiated{0}, g_nodes{0};
 
 const CublasGemm*& recording_for_thread() {
   thread_local const CublasGemm* recording = nullptr;
@@ -77,6 +77,9 @@ class CudaGraph final : public DeviceGraph {
       throw Error(cat("CUDA graph: recording the layers' work failed (", cudaGetErrorString(e),
                       "): some call in it waited for the device or used another stream; ", kSwitchOff));
     }
+    size_t nodes = 0;
+    cudaGraphGetNodes(graph, nullptr, &nodes);
+    g_nodes += int64_t(nodes);
     if (exec_) {
       cudaGraphExecUpdateResultInfo info{};
       if (cudaGraphExecUpdate(exec_, graph, &info) != cudaSuccess) {  // another shape: instantiate anew
@@ -127,7 +130,9 @@ bool& device_graphs_enabled_for_thread() {
 
 const CublasGemm* recording_gemm_for_thread() { return recording_for_thread(); }
 
-CudaGraphCounts cuda_graph_counts() { return {g_launched.load(), g_updated.load(), g_instantiated.load()}; }
+CudaGraphCounts cuda_graph_counts() {
+  return {g_launched.load(), g_updated.load(), g_instantiated.load(), g_nodes.load()};
+}
 
 std::unique_ptr<DeviceGraph> make_cuda_graph() {
   if (!device_graphs_enabled_for_thread()) return nullptr;

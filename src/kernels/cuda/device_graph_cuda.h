@@ -1,8 +1,8 @@
 // CUDA graphs of a stage's layer calls (core/device.h's DeviceGraph). The stage executor
 // records each run of consecutive blocks of a unit (a pass of every block between the
 // embedding and the LM head, in the usual one-stage model) and launches it as one graph, so
-// that the device starts each kernel without a launch of its own (at 2K-token chunks a unit
-// is ~100 kernels and cuBLASLt calls per block).
+// that the device starts each kernel without a launch of its own: short chunks have short
+// kernels, and the gaps between them are a fixed cost per chunk.
 //
 // How a recording works. The thread's main stream is the legacy default stream, which CUDA
 // cannot record; so while recording, cublas_for_thread() hands out a second handle of the
@@ -51,6 +51,7 @@ std::unique_ptr<DeviceGraph> make_cuda_graph();
 // graph instantiated from an earlier recording and how many had to be instantiated anew.
 struct CudaGraphCounts {
   int64_t launched = 0, updated = 0, instantiated = 0;
+  int64_t nodes = 0;  // summed over the launches: kernels, memsets, copies, event edges
 };
 CudaGraphCounts cuda_graph_counts();
 
