@@ -95,6 +95,19 @@ TEST(CostProfile, PricesModelsOfTheSameLayers) {
   EXPECT_FALSE(profile_prices_model(nlohmann::json(), model_preset("gdn-1.3b")));
 }
 
+// A profile recorded before a config field existed (gdn.value_heads came later) lacks it: the
+// field takes its default there, so the profile still prices the model; a real difference is named.
+TEST(CostProfile, AFieldAddedSinceTheProfileTakesItsDefault) {
+  nlohmann::json older = model_preset("hybrid-1.3b").to_json();
+  ASSERT_TRUE(older["gdn"].contains("value_heads"));
+  older["gdn"].erase("value_heads");
+  EXPECT_TRUE(profile_prices_model(older, model_preset("hybrid-1.3b")));
+  older["gdn"]["heads"] = 8;
+  const std::string why = profile_model_mismatch(older, model_preset("hybrid-1.3b"));
+  EXPECT_NE(why.find("'gdn'"), std::string::npos) << why;
+  EXPECT_NE(why.find("\"heads\":8"), std::string::npos) << why;
+}
+
 // The profile's stash per token, summed over a stage's layers, is what a stage of those layers
 // keeps for one unit: each layer's own activations and the inputs it holds on to (in a stage,
 // the previous layer's output).

@@ -2,6 +2,8 @@
 // without a GPU).
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+
 #include "core/error.h"
 #include "kernels/cuda/levers.h"
 
@@ -33,6 +35,28 @@ TEST(Levers, AnUnknownNameIsRefusedNamingTheLevers) {
         "out_gate_by_core, conv_walk, head_blocks, residual_fused, keep_t, gate_steps";
     EXPECT_NE(std::string(e.what()).find(listed), std::string::npos) << e.what();
   }
+}
+
+TEST(Levers, TheVariableNamedInTheErrorIsTheOneRead) {
+  try {
+    parse_levers_off("norm_row", "STATEFLOW_LEVERS_ON");
+    FAIL() << "a misspelt lever was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("STATEFLOW_LEVERS_ON names 'norm_row'"), std::string::npos) << e.what();
+  }
+}
+
+// An untried lever is a lever (STATEFLOW_LEVERS_ON accepts it) and, with neither variable set, off.
+TEST(Levers, UntriedLeversAreLeversAndOffUnlessNamed) {
+  if (std::getenv("STATEFLOW_LEVERS_ON") || std::getenv("STATEFLOW_LEVERS_OFF"))
+    GTEST_SKIP() << "STATEFLOW_LEVERS_ON/OFF set: the defaults are not what runs";
+  for (const char* lever : kUntriedLevers) {
+    EXPECT_EQ(parse_levers_off(lever, "STATEFLOW_LEVERS_ON"), "," + std::string(lever) + ",");
+    EXPECT_TRUE(lever_untried(lever));
+    EXPECT_TRUE(lever_off(lever)) << lever;
+  }
+  EXPECT_FALSE(lever_untried("conv_tiles"));
+  EXPECT_FALSE(lever_off("conv_tiles"));
 }
 
 }  // namespace

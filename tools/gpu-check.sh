@@ -12,6 +12,9 @@
 #   KERNELS_BENCH_ARGS  extra arguments for kernels_bench (e.g. "--tokens 8192 --reps 50")
 #   TARGETS     build only these ninja targets (e.g. "stateflow_cuda_tests kernels_bench" for a
 #               short lease); steps whose program was not built are skipped
+#   STATEFLOW_LEVERS_ON  the untried levers the CUDA tests run with (default: all of them, read from
+#               kUntriedLevers in src/kernels/cuda/levers.h: new paths not yet run on a GPU; their
+#               tests passing here is what lets them become defaults). The benchmarks run the defaults.
 #   GTEST_FILTER  run only these CUDA tests (googletest reads it; e.g. "GdnCoreCuda*:*OpDef*")
 #   CTEST=0     skip CTest (the CPU tests also run in CI; the CUDA tests ran just before)
 #   CUDA_ARCHS  CMAKE_CUDA_ARCHITECTURES (default "90a-real;80-virtual"; "90a-real" builds faster)
@@ -76,7 +79,9 @@ else
 fi
 
 if [[ ${status[build]} == ok && -x $BUILD/stateflow_cuda_tests ]]; then  # not built with other TARGETS
-  timeout 300 "$BUILD/stateflow_cuda_tests" 2>&1 | tee "$LOG/cuda_tests.log"
+  untried=$(sed -n 's/.*kUntriedLevers\[\] = {\(.*\)};.*/\1/p' src/kernels/cuda/levers.h | tr -d '" ')
+  echo "gpu-check: CUDA tests with STATEFLOW_LEVERS_ON=${STATEFLOW_LEVERS_ON-$untried}" | tee "$LOG/cuda_tests.log"
+  STATEFLOW_LEVERS_ON=${STATEFLOW_LEVERS_ON-$untried} timeout 300 "$BUILD/stateflow_cuda_tests" 2>&1 | tee -a "$LOG/cuda_tests.log"
   status[cuda_tests]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
 fi
 if [[ ${status[build]} == ok ]]; then

@@ -304,17 +304,28 @@ CostModel cost_model_from_file(const std::string& path, nlohmann::json* key) {
   return cost_model_from_json(j["costs"], path);
 }
 
-bool profile_prices_model(const nlohmann::json& profiled, const ModelConfig& m) {
-  if (!profiled.is_object()) return false;
+std::string profile_model_mismatch(const nlohmann::json& profiled, const ModelConfig& m) {
+  if (!profiled.is_object()) return "the profile names no model";
+  nlohmann::json theirs;
+  try {  // through the config parser, so a field added since the profile was made takes its default
+    theirs = ModelConfig::from_json(profiled).to_json();
+  } catch (const std::exception& e) {
+    return cat("its model does not parse here: ", e.what());
+  }
   const nlohmann::json mine = m.to_json();
   const std::string blocks = m.blocks();
   for (const auto& [field, value] : mine.items()) {
     if (field == "name" || field == "pattern" || field == "seed" || field == "init_std") continue;
     const Mixer* mixer = find_mixer(field);
     if (mixer && blocks.find(mixer->letter) == std::string::npos) continue;  // a section m does not use
-    if (!profiled.contains(field) || profiled[field] != value) return false;
+    const nlohmann::json there = theirs.value(field, nlohmann::json());
+    if (there != value) return cat("'", field, "' is ", there.dump(), " there and ", value.dump(), " here");
   }
-  return true;
+  return "";
+}
+
+bool profile_prices_model(const nlohmann::json& profiled, const ModelConfig& m) {
+  return profile_model_mismatch(profiled, m).empty();
 }
 
 CostModel cached_cost_model(const ProfileOptions& o, const std::string& dir, std::ostream& log) {
@@ -347,9 +358,10 @@ CostModel recorded_cost_model(const std::string& path, const ProfileOptions& run
   CostModel costs = cost_model_from_file(path, &key);
   const nlohmann::json model = key.value("model", nlohmann::json());
   const std::string profiled = model.is_object() ? model.value("name", std::string("?")) : std::string("?");
-  SF_CHECK(profile_prices_model(model, run.model), "the cost profile '", path, "' was measured on model '", profiled,
-           "', whose layers are not this one's ('", run.model.name,
-           "'): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
+  const std::string mismatch = profile_model_mismatch(model, run.model);
+  SF_CHECK(mismatch.empty(), "the cost profile '", path, "' was measured on model '", profiled,
+           "', whose layers are not this one's ('", run.model.name, "': ", mismatch,
+           "): give that model's --preset/--config/--pattern, or profile this one (leave out --cost-profile)");
   const std::string where = key.value("device", std::string());
   SF_CHECK(where.rfind(device_name(run.device), 0) == 0, "the cost profile '", path, "' was measured on '", where,
            "': give --device ", where.substr(0, where.find(' ')));

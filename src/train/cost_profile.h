@@ -56,7 +56,10 @@ CostModel cost_model_from_file(const std::string& path, nlohmann::json* key = nu
 // model m: every layer kind m has was profiled at m's shapes (the same width, vocabulary, MLP
 // and the sections of the mixers m uses; names, patterns, seeds and unused mixers aside). A
 // hybrid's profile so prices the pure model of its GDN blocks.
+// Fields the profile's JSON lacks (made before they existed) take their defaults.
 bool profile_prices_model(const nlohmann::json& profiled, const ModelConfig& m);
+// Why it does not: the first field that differs, with both values ("" when it prices m).
+std::string profile_model_mismatch(const nlohmann::json& profiled, const ModelConfig& m);
 // A recorded profile file to price a run profiled with options `run` instead: its model must
 // price run.model (profile_prices_model), and its device kind and SM split (sm_parts) must be
 // the run's. Throws Error naming the file and the fix; logs what it read.

@@ -45,6 +45,17 @@ inline std::string gpu_missing() {
     if (!why.empty()) GTEST_SKIP() << why << " (GPU test skipped)"; \
   } while (0)
 
+// Sets one of the calling thread's kernel switches (a `bool& ..._for_thread()`, kernels/cuda/)
+// until the scope ends: a test runs a new path and the old one it must equal.
+struct FlagScope {
+  bool& flag;
+  bool before;
+  FlagScope(bool& f, bool value) : flag(f), before(f) { flag = value; }
+  FlagScope(const FlagScope&) = delete;
+  FlagScope& operator=(const FlagScope&) = delete;
+  ~FlagScope() { flag = before; }
+};
+
 // x rounded to what storage type T holds (the inputs the CPU reference must see).
 template <class T>
 double round_to(double x) {

@@ -119,6 +119,52 @@ TYPED_TEST(NormsCuda, RmsNormBackwardAddingToDxIsTheSeparateAdd) {
   EXPECT_TRUE(bitwise_equal(d_dw_fused.raw(), d_dw_sep.raw())) << "dw";
 }
 
+// Rows loaded before the passes (the default) give the bits of loading as they go
+// (norm_staged off): every kind at the team widths of the model's norms (2048-wide rows, a
+// warp each; 128-wide heads, 16 lanes; 64, 8 lanes), dw in 64-token blocks of 3 rows a token,
+// and the RMS norm adding a residual's gradient to dx.
+TYPED_TEST(NormsCuda, StagedRowsGiveTheBitsOfLoadsAsTheyGo) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (int64_t dim : {2048, 128, 64}) {
+    const int64_t rows = 3 * 150;  // 150 tokens of 3 rows: a part-filled last token block
+    const Vec x = normal_vec(rng, rows * dim), z = normal_vec(rng, rows * dim), dy = normal_vec(rng, rows * dim);
+    const Vec w = normal_vec(rng, dim), dw0 = normal_vec(rng, dim);
+    for (Kind kind : {Kind::Rms, Kind::Gated, Kind::L2}) {
+      SCOPED_TRACE(std::string(kind_name(kind)) + ", dim " + std::to_string(dim));
+      Outputs staged, as_they_go;
+      {
+        FlagScope on(norm_staged_for_thread(), true);
+        staged = run_gpu<A>(kind, x, z, w, dy, dw0, rows, dim, 1e-5, TokenRows{1, 3});
+      }
+      {
+        FlagScope off(norm_staged_for_thread(), false);
+        as_they_go = run_gpu<A>(kind, x, z, w, dy, dw0, rows, dim, 1e-5, TokenRows{1, 3});
+      }
+      EXPECT_TRUE(bitwise_equal(staged.raw_dx, as_they_go.raw_dx)) << "dx";
+      if (kind == Kind::Gated) EXPECT_TRUE(bitwise_equal(staged.raw_dz, as_they_go.raw_dz)) << "dz";
+      if (kind != Kind::L2) EXPECT_TRUE(bitwise_equal(staged.raw_dw, as_they_go.raw_dw)) << "dw";
+    }
+    // the fused residual
+    Dev<A> d_x(x), d_dy(dy), d_add(z), d_y(x.size()), d_dx_on(x.size()), d_dx_off(x.size());
+    Dev<float> d_w(w), d_rstd(static_cast<size_t>(rows)), d_dw_on(dw0), d_dw_off(dw0);
+    d_dx_on.poison(), d_dx_off.poison();
+    Dev<char> ws(norm_backward_workspace_bytes(rows, dim, TokenRows{}));
+    rmsnorm_forward_cuda<A>(d_x.p, d_w.p, d_y.p, d_rstd.p, rows, dim, 1e-5, nullptr);
+    for (bool on : {true, false}) {
+      FlagScope scope(norm_staged_for_thread(), on);
+      rmsnorm_backward_cuda<A>(d_x.p, d_w.p, d_rstd.p, d_dy.p, on ? d_dx_on.p : d_dx_off.p,
+                               on ? d_dw_on.p : d_dw_off.p, rows, dim, TokenRows{}, ws.p, nullptr, d_add.p);
+    }
+    sync_ok();
+    EXPECT_TRUE(bitwise_equal(d_dx_on.raw(), d_dx_off.raw())) << "dx with the residual, dim " << dim;
+    EXPECT_TRUE(bitwise_equal(d_dw_on.raw(), d_dw_off.raw())) << "dw with the residual, dim " << dim;
+  }
+}
+
 TEST(NormsCudaChecks, RejectsUnsupportedWidths) {
   EXPECT_THROW(rmsnorm_forward_cuda<float>(nullptr, nullptr, nullptr, nullptr, 4, 12, 1e-5, nullptr), Error);
   EXPECT_THROW(l2norm_forward_cuda<float>(nullptr, nullptr, nullptr, 4, 8192, 1e-5, nullptr), Error);

@@ -125,6 +125,56 @@ TYPED_TEST(ShortConvCuda, BackwardBlockWalksGiveTheSegmentTilesBits) {
   check_split_backward<TypeParam>(len, ch, {{0, 2048, 4096, 30720, len}});
 }
 
+// One conv of a group test: its inputs drawn (a carried prefix and prefix gradient included),
+// its outputs, and its arguments for the group calls.
+template <class A>
+struct GroupConv {
+  int64_t ch;
+  Dev<A> x, prefix, dy, y, prefix_out, dx;
+  Dev<float> w, dprefix_out, dprefix_in, dw;
+  Dev<char> ws;
+  std::vector<float> dw0;
+  GroupConv(Rng& rng, int64_t B, int64_t len, int64_t ch_, int64_t K)
+      : ch(ch_), x(normal_vec(rng, B * len * ch)), prefix(normal_vec(rng, B * (K - 1) * ch)),
+        dy(normal_vec(rng, B * len * ch)), y(size_t(B * len * ch)), prefix_out(size_t(B * (K - 1) * ch)),
+        dx(size_t(B * len * ch)), w(normal_vec(rng, ch * K, 0.5)), dprefix_out(normal_vec(rng, B * (K - 1) * ch)),
+        dprefix_in(size_t(B * (K - 1) * ch)), dw(normal_vec(rng, ch * K)),
+        ws(short_conv_backward_workspace_bytes(B, len, ch, K)), dw0(dw.raw()) {}
+  ShortConvForward<A> forward() { return {x.p, prefix.p, w.p, y.p, prefix_out.p, ch}; }
+  ShortConvBackward<A> backward() { return {x.p, prefix.p, w.p, dy.p, dprefix_out.p, dx.p, dprefix_in.p, dw.p, ch, ws.p}; }
+  // Back to the drawn dw, every output poisoned: ready for another run.
+  void reset() { dw.put(dw0), y.poison(), dx.poison(), prefix_out.poison(), dprefix_in.poison(); }
+};
+
+// Forward and backward of convs [first, first + n) in one group call each; their outputs, as bytes.
+template <class A>
+std::vector<char> run_group(std::vector<GroupConv<A>>& convs, size_t first, size_t n, int64_t B, int64_t len,
+                            int64_t K) {
+  std::vector<ShortConvForward<A>> fs;
+  std::vector<ShortConvBackward<A>> bs;
+  for (size_t i = first; i < first + n; ++i)
+    convs[i].reset(), fs.push_back(convs[i].forward()), bs.push_back(convs[i].backward());
+  short_conv_forward_group_cuda<A>(fs.data(), int(n), B, len, K, nullptr);
+  short_conv_backward_group_cuda<A>(bs.data(), int(n), B, len, K, nullptr);
+  sync_ok();
+  std::vector<char> out;
+  auto add = [&](const auto& d) {
+    const auto v = d.raw();
+    const char* b = reinterpret_cast<const char*>(v.data());
+    out.insert(out.end(), b, b + v.size() * sizeof(v[0]));
+  };
+  for (size_t i = first; i < first + n; ++i)
+    add(convs[i].y), add(convs[i].prefix_out), add(convs[i].dx), add(convs[i].dprefix_in), add(convs[i].dw);
+  return out;
+}
+
+template <class A>
+std::vector<GroupConv<A>> draw_group(Rng& rng, int64_t B, int64_t len, const std::vector<int64_t>& widths, int64_t K) {
+  std::vector<GroupConv<A>> convs;
+  for (int64_t ch : widths) convs.emplace_back(rng, B, len, ch, K);
+  return convs;
+}
+
 // A group of convs of different widths in one launch (the GDN's q, k, v) gives each conv's own
 // results bitwise: forward (its tiles are chosen for the whole group) and backward, with a
 // carried prefix and prefix gradient, over two sequences of a length no tile divides.
@@ -134,60 +184,52 @@ TYPED_TEST(ShortConvCuda, AGroupGivesEachConvItsOwnResultsBitwise) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   Rng rng(seed);
-  const int64_t B = 2, len = 300, K = 4, P = K - 1;
-  const int64_t widths[] = {32, 16, 48};
-  struct Conv {
-    Dev<A> x, prefix, dy, y, prefix_out, dx;
-    Dev<float> w, dprefix_out, dprefix_in, dw;
-    Dev<char> ws;
-    Conv(Rng& rng, int64_t B, int64_t len, int64_t ch, int64_t K, int64_t P)
-        : x(normal_vec(rng, B * len * ch)), prefix(normal_vec(rng, B * P * ch)), dy(normal_vec(rng, B * len * ch)),
-          y(size_t(B * len * ch)), prefix_out(size_t(B * P * ch)), dx(size_t(B * len * ch)),
-          w(normal_vec(rng, ch * K, 0.5)), dprefix_out(normal_vec(rng, B * P * ch)), dprefix_in(size_t(B * P * ch)),
-          dw(normal_vec(rng, ch * K)), ws(short_conv_backward_workspace_bytes(B, len, ch, K)) {}
-  };
-  std::vector<Conv> convs;
-  for (int64_t ch : widths) convs.emplace_back(rng, B, len, ch, K, P);
-  auto forward = [&](size_t i) {
-    Conv& c = convs[i];
-    return ShortConvForward<A>{c.x.p, c.prefix.p, c.w.p, c.y.p, c.prefix_out.p, widths[i]};
-  };
-  auto backward = [&](size_t i) {
-    Conv& c = convs[i];
-    return ShortConvBackward<A>{c.x.p,  c.prefix.p,     c.w.p,  c.dy.p,     c.dprefix_out.p,
-                                c.dx.p, c.dprefix_in.p, c.dw.p, widths[i], c.ws.p};
-  };
-  // Every output of every conv, as bytes.
-  auto outputs = [&] {
-    std::vector<char> out;
-    auto add = [&](const auto& d) {
-      const auto v = d.raw();
-      const char* b = reinterpret_cast<const char*>(v.data());
-      out.insert(out.end(), b, b + v.size() * sizeof(v[0]));
-    };
-    for (Conv& c : convs) add(c.y), add(c.prefix_out), add(c.dx), add(c.dprefix_in), add(c.dw);
-    return out;
-  };
-  std::vector<float> dw0[3];
-  for (size_t i = 0; i < 3; ++i) dw0[i] = convs[i].dw.raw();
-  for (size_t i = 0; i < 3; ++i) {
-    const ShortConvForward<A> f = forward(i);
-    const ShortConvBackward<A> b = backward(i);
-    short_conv_forward_group_cuda<A>(&f, 1, B, len, K, nullptr);
-    short_conv_backward_group_cuda<A>(&b, 1, B, len, K, nullptr);
+  const int64_t B = 2, len = 300, K = 4;
+  std::vector<GroupConv<A>> convs = draw_group<A>(rng, B, len, {32, 16, 48}, K);
+  std::vector<char> one_by_one;
+  for (size_t i = 0; i < convs.size(); ++i) {
+    const std::vector<char> out = run_group(convs, i, 1, B, len, K);
+    one_by_one.insert(one_by_one.end(), out.begin(), out.end());
   }
-  sync_ok();
-  const std::vector<char> one_by_one = outputs();
-  for (size_t i = 0; i < 3; ++i) {
-    convs[i].dw.put(dw0[i]);
-    convs[i].y.poison(), convs[i].dx.poison();
+  EXPECT_TRUE(one_by_one == run_group(convs, 0, convs.size(), B, len, K));
+}
+
+// Threads of 2 channels (the default) give the bits of threads of 8 (conv_narrow off), forward
+// and backward, where the two tile the backward alike and where not: the GDN's q, k, v group at
+// 2K tokens (narrow threads walk whole blocks, wide ones 16-row tiles), at 1000 tokens (both
+// tiles), a 32K-token conv (both walk), and two 300-token sequences of narrow convs.
+TYPED_TEST(ShortConvCuda, NarrowThreadsGiveTheWideBits) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t K = 4;
+  {  // the premise of the first case
+    FlagScope narrow(short_conv_narrow_for_thread(), true);
+    ASSERT_TRUE(short_conv_backward_walks_blocks(1, 2048, 3 * 2048, K));
+    FlagScope wide(short_conv_narrow_for_thread(), false);
+    ASSERT_FALSE(short_conv_backward_walks_blocks(1, 2048, 3 * 2048, K));
   }
-  const ShortConvForward<A> fs[] = {forward(0), forward(1), forward(2)};
-  const ShortConvBackward<A> bs[] = {backward(0), backward(1), backward(2)};
-  short_conv_forward_group_cuda<A>(fs, 3, B, len, K, nullptr);
-  short_conv_backward_group_cuda<A>(bs, 3, B, len, K, nullptr);
-  sync_ok();
-  EXPECT_TRUE(one_by_one == outputs());
+  struct Case {
+    int64_t batch, len;
+    std::vector<int64_t> widths;
+  };
+  for (const Case& c : {Case{1, 2048, {2048, 2048, 2048}}, Case{1, 1000, {2048, 2048, 2048}},
+                        Case{1, 32768, {2048}}, Case{2, 300, {32, 16, 48}}}) {
+    SCOPED_TRACE("len " + std::to_string(c.len));
+    std::vector<GroupConv<A>> convs = draw_group<A>(rng, c.batch, c.len, c.widths, K);
+    std::vector<char> narrow, wide;
+    {
+      FlagScope scope(short_conv_narrow_for_thread(), true);
+      narrow = run_group(convs, 0, convs.size(), c.batch, c.len, K);
+    }
+    {
+      FlagScope scope(short_conv_narrow_for_thread(), false);
+      wide = run_group(convs, 0, convs.size(), c.batch, c.len, K);
+    }
+    EXPECT_TRUE(narrow == wide);
+  }
 }
 
 TEST(ShortConvCudaChecks, RejectsUnsupportedShapes) {

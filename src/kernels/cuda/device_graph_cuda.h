@@ -28,6 +28,7 @@
 // LM head's pinned uploads are why those two layers are not recorded). A call that breaks a
 // rule fails the recording with an error that names the layers and the switch:
 // STATEFLOW_LEVERS_OFF=graphs (kernels/cuda/levers.h) launches everything one by one.
+// The executor cuts a run into graphs of at most STATEFLOW_GRAPH_LAYERS layers (default 8).
 #pragma once
 #include <memory>
 
@@ -36,8 +37,8 @@
 
 namespace stateflow {
 
-// Whether the stage executor records graphs on this thread: true unless STATEFLOW_LEVERS_OFF
-// names graphs; tests switch it per thread.
+// Whether the stage executor records graphs on this thread: the lever `graphs` (untried, so off
+// unless STATEFLOW_LEVERS_ON names it: kernels/cuda/levers.h); tests switch it per thread.
 bool& device_graphs_enabled_for_thread();
 
 // The handle of the recording in progress on this thread, or nullptr (cublas_for_thread()

@@ -23,6 +23,23 @@ __device__ inline void load_raw(const float* p, Raw8<float>& r) {
 __device__ inline void zero_raw(Raw8<bf16>& r) { r.u = make_uint4(0, 0, 0, 0); }
 __device__ inline void zero_raw(Raw8<float>& r) { r.a = r.b = make_float4(0.f, 0.f, 0.f, 0.f); }
 
+// 2 consecutive values as stored (4 bytes of bf16, 8 of fp32; p aligned to that size): the unit
+// of kernels that give a thread 2 channels (a warp's 64 bf16 channels are one 128-byte line).
+template <class A> struct Raw2;
+template <> struct Raw2<bf16> { uint32_t u; };
+template <> struct Raw2<float> { float2 a; };
+
+__device__ inline void load_raw(const bf16* p, Raw2<bf16>& r) { r.u = *reinterpret_cast<const uint32_t*>(p); }
+__device__ inline void load_raw(const float* p, Raw2<float>& r) { r.a = *reinterpret_cast<const float2*>(p); }
+__device__ inline void zero_raw(Raw2<bf16>& r) { r.u = 0; }
+__device__ inline void zero_raw(Raw2<float>& r) { r.a = make_float2(0.f, 0.f); }
+
+__device__ inline void widen(const Raw2<bf16>& r, float (&v)[2]) {
+  const float2 f = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&r.u));
+  v[0] = f.x, v[1] = f.y;
+}
+__device__ inline void widen(const Raw2<float>& r, float (&v)[2]) { v[0] = r.a.x, v[1] = r.a.y; }
+
 __device__ inline void widen(const Raw8<bf16>& r, float (&v)[8]) {
   const uint32_t w[4] = {r.u.x, r.u.y, r.u.z, r.u.w};
 #pragma unroll
@@ -53,6 +70,10 @@ __device__ inline void store8(bf16* p, const float (&v)[8]) {
     w[i] = *reinterpret_cast<const uint32_t*>(&h);
   }
   *reinterpret_cast<uint4*>(p) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+__device__ inline void store2(float* p, const float (&v)[2]) { *reinterpret_cast<float2*>(p) = make_float2(v[0], v[1]); }
+__device__ inline void store2(bf16* p, const float (&v)[2]) {
+  *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(v[0], v[1]);  // store8's rounding
 }
 __device__ inline void zero8(float (&v)[8]) {
 #pragma unroll

@@ -1,7 +1,7 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
-//                      graphs
+//                      conv_narrow,reduce_deep,norm_staged,graphs
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -28,10 +28,24 @@
 //   gate_steps    GDN gates backward: dA_log and ddt_bias walk every 64-token block's partial in
 //                 one chain (instead of summing each 2048-token step's blocks in parallel first;
 //                 bitwise at 2048-token cuts instead of 64: mixers/gdn/gdn_gates_cuda.h)
+//   conv_narrow   short conv: a thread works on 8 channels, and each conv of a group adds its dw
+//                 blocks in a launch of its own (instead of 2 channels a thread, 4x the threads at
+//                 a quarter of the registers, and one dw launch for the group; same bits)
+//   reduce_deep   token-block reductions: 8 partials loaded ahead of their additions (instead of
+//                 32: a chain costs a quarter of the memory latencies; same sums)
+//   norm_staged   RMS/L2 norm backward: each pass loads its row as it goes, the second between its
+//                 own stores of dx (instead of all of a row's loads, the residual's included,
+//                 issued at once before the first pass; same arithmetic)
 //   graphs        stage executor: every kernel of a unit's blocks launched on its own (instead of
 //                 each run of consecutive blocks recorded as one CUDA graph and launched as one:
 //                 kernels/cuda/device_graph_cuda.h; the same kernels, so the same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
+//
+// Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
+// run on one, so it stays off -- the code runs the way it did before it -- unless
+// STATEFLOW_LEVERS_ON names it. tools/gpu-check.sh runs the CUDA tests with every untried lever on;
+// once they pass on a GPU and a benchmark shows the gain, the lever leaves that list and is on by
+// default like the others (STATEFLOW_LEVERS_OFF then turns it off).
 #pragma once
 #include <cstdlib>
 #include <string>
@@ -45,11 +59,15 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_ahead", "embed_ahead", "side_stream",
                                            "conv_group",  "side_defer",  "out_gate_by_core",
                                            "conv_walk",   "head_blocks", "residual_fused",
-                                           "keep_t",      "gate_steps",  "graphs"};
+                                           "keep_t",      "gate_steps",  "conv_narrow",
+                                           "reduce_deep", "norm_staged", "graphs"};
 
-// The levers a STATEFLOW_LEVERS_OFF value names, as ",a,b,"; throws Error on a name that is no
-// lever (a typo would otherwise measure a lever "off" that ran on).
-inline std::string parse_levers_off(const std::string& value) {
+// Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
+inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "graphs"};
+
+// The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
+// name that is no lever (a typo would otherwise measure a lever "off" that ran on).
+inline std::string parse_levers_off(const std::string& value, const char* variable = "STATEFLOW_LEVERS_OFF") {
   std::string known = ",", listed;
   for (const char* lever : kLeverNames) {
     known += std::string(lever) + ",";
@@ -60,20 +78,34 @@ inline std::string parse_levers_off(const std::string& value) {
     size_t end = value.find(',', at);
     if (end == std::string::npos) end = value.size();
     const std::string name = value.substr(at, end - at);
-    SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, "STATEFLOW_LEVERS_OFF names '",
-             name, "', which is no lever; the levers are ", listed);
+    SF_CHECK(name.empty() || known.find("," + name + ",") != std::string::npos, variable, " names '", name,
+             "', which is no lever; the levers are ", listed);
     if (!name.empty()) names += name + ",";
     at = end + 1;
   }
   return names;
 }
 
+inline bool lever_untried(const std::string& name) {
+  for (const char* lever : kUntriedLevers)
+    if (name == lever) return true;
+  return false;
+}
+
+// Whether a lever runs the old way: an untried one unless STATEFLOW_LEVERS_ON names it, any other
+// when STATEFLOW_LEVERS_OFF names it.
 inline bool lever_off(const std::string& name) {
   static const std::string off = [] {
     const char* v = std::getenv("STATEFLOW_LEVERS_OFF");
     return parse_levers_off(v ? v : "");
   }();
-  return off.find("," + name + ",") != std::string::npos;
+  static const std::string on = [] {
+    const char* v = std::getenv("STATEFLOW_LEVERS_ON");
+    return parse_levers_off(v ? v : "", "STATEFLOW_LEVERS_ON");
+  }();
+  const std::string key = "," + name + ",";
+  if (lever_untried(name)) return on.find(key) == std::string::npos || off.find(key) != std::string::npos;
+  return off.find(key) != std::string::npos;
 }
 
 }  // namespace stateflow

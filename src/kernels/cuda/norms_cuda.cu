@@ -113,9 +113,14 @@ struct TeamRows {
   }
 };
 
-// Two passes over each row (the second re-reads it from cache): the first forms the row's
-// dot product, the second the gradients. RMS kinds leave the team's dw sums in partial[team].
-template <class A, int TPR, int VPT, Norm K>
+// Two passes over each row: the first forms the row's dot product, the second the gradients.
+// RMS kinds leave the team's dw sums in partial[team]. Staged: each round first issues all its
+// row's loads (x, dy, z, the residual), and both passes read them from registers. Otherwise
+// (STATEFLOW_LEVERS_OFF=norm_staged) the passes load as they go and the second re-reads x, dy, z
+// from cache; its loads then wait for the stores before them (the compiler cannot tell that dx
+// is no input), so the residual's came one memory latency after another, per 8 columns. Same
+// arithmetic either way.
+template <class A, int TPR, int VPT, Norm K, bool Staged>
 __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
   const Team<TPR, VPT> T;
   if ((T.id - T.id % T.per_warp) >= tr.teams) return;  // whole warps only
@@ -126,14 +131,31 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
     const bool valid = row >= 0;
     const float r = valid ? a.rstd_in[row] : 0.f;
     const int64_t off = row * a.dim;
+    const bool add_residual = K == Norm::Rms && a.add_to_dx;
+    cuda::Raw8<A> xs[VPT], dys[VPT], zs[VPT], adds[VPT];  // the row as loaded (Staged)
+    if constexpr (Staged) {
+#pragma unroll
+      for (int j = 0; j < VPT; ++j) {
+        const int64_t c = T.col(j);
+        if (!valid || c >= a.dim) continue;
+        cuda::load_raw(a.x + off + c, xs[j]), cuda::load_raw(a.dy + off + c, dys[j]);
+        if constexpr (K == Norm::GatedRms) cuda::load_raw(a.z + off + c, zs[j]);
+        if (add_residual) cuda::load_raw(a.add_to_dx + off + c, adds[j]);
+      }
+    }
+    // Vector j of array p (staged as s) in fp32.
+    auto get = [&](int j, const A* p, const cuda::Raw8<A>& s, float (&v)[8]) {
+      if constexpr (Staged) cuda::widen(s, v);
+      else cuda::load8(p + off + T.col(j), v);
+    };
     float dot = 0.f;
 #pragma unroll
     for (int j = 0; j < VPT; ++j) {
       const int64_t c = T.col(j);
       if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8];
-      cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
-      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
+      get(j, a.x, xs[j], x), get(j, a.dy, dys[j], dy);
+      if constexpr (K == Norm::GatedRms) get(j, a.z, zs[j], z);
       if constexpr (has_w) cuda::load8(a.w + c, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -153,8 +175,8 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
       const int64_t c = T.col(j);
       if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8], dx[8], dz[8];
-      cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
-      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
+      get(j, a.x, xs[j], x), get(j, a.dy, dys[j], dy);
+      if constexpr (K == Norm::GatedRms) get(j, a.z, zs[j], z);
       if constexpr (has_w) cuda::load8(a.w + c, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -175,9 +197,9 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
           dx[e] = r * (dn - x[e] * r * mean);
         }
       }
-      if (K == Norm::Rms && a.add_to_dx) {  // as add_inplace_cuda on the stored dx: A(A(dx) + add)
+      if (add_residual) {  // as add_inplace_cuda on the stored dx: A(A(dx) + add)
         float add[8];
-        cuda::load8(a.add_to_dx + off + c, add);
+        get(j, a.add_to_dx, adds[j], add);
 #pragma unroll
         for (int e = 0; e < 8; ++e) dx[e] = __fadd_rn(float(A(dx[e])), add[e]);  // no FMA with dx's product
       }
@@ -245,8 +267,11 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
       SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate norm_backward_workspace_bytes(rows, dim)");
       a.partial = static_cast<float*>(workspace);
     }
-    norm_backward_kernel<A, tpr.value, vpt.value, K>
-        <<<blocks_for_teams(tr.teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, tr);
+    const unsigned blocks = blocks_for_teams(tr.teams, tpr.value);
+    if (norm_staged_for_thread())
+      norm_backward_kernel<A, tpr.value, vpt.value, K, true><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a, tr);
+    else
+      norm_backward_kernel<A, tpr.value, vpt.value, K, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a, tr);
     cuda_check_launch(name);
     if (K != Norm::L2)
       add_token_block_partials_cuda(a.partial, tokens.batch, tr.blocks, tr.blocks, tr.segs, a.dim, dw, stream);
@@ -254,6 +279,11 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
 }
 
 }  // namespace
+
+bool& norm_staged_for_thread() {
+  thread_local bool staged = !lever_off("norm_staged");
+  return staged;
+}
 
 size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim, const TokenRows& tokens) {
   return size_t(TeamRows(rows, tokens, false).teams) * size_t(dim) * sizeof(float);

@@ -21,6 +21,10 @@
 
 namespace stateflow {
 
+// Whether the calling thread's norm backwards load each row before computing on it (default) or
+// as they go (STATEFLOW_LEVERS_OFF=norm_staged: the same results); the tests set it to compare.
+bool& norm_staged_for_thread();
+
 // Device scratch of rmsnorm_backward_cuda and gated_rmsnorm_backward_cuda.
 size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim, const TokenRows& tokens);
 

@@ -35,4 +35,17 @@ struct TokenRows {
 void add_token_block_partials_cuda(float* partials, int64_t batch, int64_t blocks, int64_t seq_stride, int64_t segs,
                                    int64_t width, float* out, cudaStream_t stream);
 
+// One gradient of a group: its partials, width and output, as add_token_block_partials_cuda's.
+struct TokenBlockSum {
+  float* partials;
+  int64_t width;
+  float* out;
+};
+constexpr int kMaxBlockSums = 4;
+// add_token_block_partials_cuda for up to kMaxBlockSums gradients over the same batch, blocks,
+// seq_stride and segs, in one launch per pass instead of one per gradient (a short chunk's
+// reductions are each too small to fill the GPU): bitwise the separate calls.
+void add_token_block_partials_group_cuda(const TokenBlockSum* sums, int n, int64_t batch, int64_t blocks,
+                                         int64_t seq_stride, int64_t segs, cudaStream_t stream);
+
 }  // namespace stateflow

@@ -23,6 +23,7 @@ using cuda::bf16;
 // the same bits, so cuts at token blocks give the unsplit sums at any chunk length.
 constexpr int kBackwardTileRows = 16;
 static_assert(kTokenBlock % kBackwardTileRows == 0, "a token block is a whole number of tiles");
+static_assert(kMaxConvGroup <= kMaxBlockSums, "a group's dw reductions fit one launch");
 // A launch with at least this many threads of 16-row tiles walks whole blocks instead.
 constexpr int64_t kMinBackwardThreads = int64_t(1) << 19;
 // Both passes' tiles before this lever (STATEFLOW_LEVERS_OFF=conv_tiles, kernels/cuda/levers.h).
@@ -32,9 +33,36 @@ constexpr int kOldTileRows = int(kTokenBlock);
 constexpr int kMaxForwardTileRows = 64, kMinForwardTileRows = 8;
 constexpr int64_t kMinForwardThreads = int64_t(1) << 17;
 constexpr int kThreads = 128;   // channel vectors per block
+// Channels a thread works on (V): 2 (a warp's row of bf16 is one 128-byte line), or 8 with
+// STATEFLOW_LEVERS_OFF=conv_narrow. Each channel is computed alone, so V changes no result; it
+// is what the walks cost: at 8, a thread holds ~200 registers (windows, weights and dw sums of
+// 8 channels), 8 warps fit an SM and a 2K-token chunk's launch has a quarter of the threads,
+// so the kernels ran at a fraction of both the memory and the issue rate.
+constexpr int kNarrow = 2, kWide = 8;
+// A narrow backward walks whole token blocks (no 4x segment partials to write and add) when
+// that still gives the launch this many threads (a 2K-token chunk of the GDN's three convs:
+// 33 blocks x 3072 = 101K).
+constexpr int64_t kMinNarrowWalkThreads = int64_t(1) << 16;
 // Rows whose loads a thread issues together before using them: the walk down the rows is
-// sequential, so without this each row would wait out a full memory latency.
-constexpr int kForwardAhead = 4, kBackwardAhead = 4;
+// sequential, so without this each row would wait out a full memory latency. A narrow thread's
+// rows are small (4 bytes a load), so it keeps more of them in flight.
+constexpr int kForwardAhead = 4;
+template <int V>
+constexpr int kBackwardAhead = V == kWide ? 4 : 8;
+
+// V values of a row as stored, and their store.
+template <class A, int V>
+using RawV = std::conditional_t<V == kWide, cuda::Raw8<A>, cuda::Raw2<A>>;
+template <class A>
+__device__ void store_v(A* p, const float (&v)[kWide]) { cuda::store8(p, v); }
+template <class A>
+__device__ void store_v(A* p, const float (&v)[kNarrow]) { cuda::store2(p, v); }
+template <class A, int V>
+__device__ void load_v(const A* p, float (&v)[V]) {
+  RawV<A, V> r;
+  cuda::load_raw(p, r);
+  cuda::widen(r, v);
+}
 
 template <class A>
 struct ConvArgs {
@@ -56,149 +84,149 @@ struct ConvGroup {
   int64_t batch;
 };
 
-// Thread (tile, vector v of 8 channels, conv i and batch b) of the launch grid: tiles along x,
-// which has room for any sequence length; conv and batch along z.
+// Thread (tile, vector of V channels from c, conv i and batch b) of the launch grid: tiles
+// along x, which has room for any sequence length; conv and batch along z.
 struct Slot {
   int64_t c, b, tile, conv;
-  __device__ explicit Slot(int64_t batch)
-      : c((int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * 8),
+  __device__ Slot(int64_t batch, int V)
+      : c((int64_t(blockIdx.y) * blockDim.x + threadIdx.x) * V),
         b(blockIdx.z % batch),
         tile(blockIdx.x),
         conv(blockIdx.z / batch) {}
 };
 
-// Row e of this sequence's extended input xe = [prefix; x] for 8 channels (CPU ExtendedInput),
+// Row e of this sequence's extended input xe = [prefix; x] for V channels (CPU ExtendedInput),
 // as stored: zeros outside [0, K-1+len) and for a null prefix.
-template <class A, int K>
-__device__ void fetch_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, cuda::Raw8<A>& r) {
+template <class A, int K, int V>
+__device__ void fetch_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, RawV<A, V>& r) {
   constexpr int P = K - 1;
   if (e >= P && e < P + a.len) cuda::load_raw(a.x + (s.b * a.len + e - P) * a.ch + s.c, r);
   else if (e >= 0 && e < P && a.prefix) cuda::load_raw(a.prefix + (s.b * P + e) * a.ch + s.c, r);
   else cuda::zero_raw(r);
 }
 
-template <class A, int K>
-__device__ void load_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, float (&v)[8]) {
-  cuda::Raw8<A> r;
-  fetch_xe<A, K>(a, s, e, r);
+template <class A, int K, int V>
+__device__ void load_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, float (&v)[V]) {
+  RawV<A, V> r;
+  fetch_xe<A, K, V>(a, s, e, r);
   cuda::widen(r, v);
 }
 
-// w[c + e, j] for the thread's 8 channels, as wv[j][e].
-template <int K>
-__device__ void load_weights(const float* w, int64_t c, float (&wv)[K][8]) {
+// w[c + e, j] for the thread's V channels, as wv[j][e].
+template <int K, int V>
+__device__ void load_weights(const float* w, int64_t c, float (&wv)[K][V]) {
 #pragma unroll
   for (int j = 0; j < K; ++j)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) wv[j][e] = w[(c + e) * K + j];
+    for (int e = 0; e < V; ++e) wv[j][e] = w[(c + e) * K + j];
 }
 
 // The K-term pre-activation in ascending j, the CPU kernel's order.
-template <int K>
-__device__ float conv_pre(const float (&wv)[K][8], const float (&xw)[K][8], int e) {
+template <int K, int V>
+__device__ float conv_pre(const float (&wv)[K][V], const float (&xw)[K][V], int e) {
   float pre = 0.f;
 #pragma unroll
   for (int j = 0; j < K; ++j) pre += wv[j][e] * xw[j][e];
   return pre;
 }
 
-template <int K>
-__device__ void shift_window(float (&win)[K][8]) {
+template <int K, int V>
+__device__ void shift_window(float (&win)[K][V]) {
 #pragma unroll
   for (int j = 0; j + 1 < K; ++j)
 #pragma unroll
-    for (int e = 0; e < 8; ++e) win[j][e] = win[j + 1][e];
+    for (int e = 0; e < V; ++e) win[j][e] = win[j + 1][e];
 }
 
-template <class A, int K>
+template <class A, int K, int V>
 __global__ void short_conv_forward_kernel(const __grid_constant__ ConvGroup<A> group) {
   constexpr int P = K - 1;
-  const Slot s(group.batch);
+  const Slot s(group.batch, V);
   const ConvArgs<A>& a = group.conv[s.conv];
   if (s.c >= a.ch) return;
-  float wv[K][8], xw[K][8];
-  load_weights<K>(a.w, s.c, wv);
+  float wv[K][V], xw[K][V];
+  load_weights<K, V>(a.w, s.c, wv);
   const int64_t t0 = s.tile * a.tile_rows, t1 = min(a.len, t0 + a.tile_rows);
 #pragma unroll
-  for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, t0 + j, xw[j]);
+  for (int j = 0; j < P; ++j) load_xe<A, K, V>(a, s, t0 + j, xw[j]);
   for (int64_t t = t0; t < t1; t += kForwardAhead) {
-    cuda::Raw8<A> ahead[kForwardAhead];  // the next rows' loads are all in flight before any is used
+    RawV<A, V> ahead[kForwardAhead];  // the next rows' loads are all in flight before any is used
 #pragma unroll
-    for (int u = 0; u < kForwardAhead; ++u) fetch_xe<A, K>(a, s, t + u + P, ahead[u]);
+    for (int u = 0; u < kForwardAhead; ++u) fetch_xe<A, K, V>(a, s, t + u + P, ahead[u]);
 #pragma unroll
     for (int u = 0; u < kForwardAhead; ++u) {
       if (t + u >= t1) break;
-      float y[8];
+      float y[V];
       cuda::widen(ahead[u], xw[P]);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) y[e] = cuda::silu(conv_pre<K>(wv, xw, e));
-      cuda::store8(a.y + (s.b * a.len + t + u) * a.ch + s.c, y);
-      shift_window<K>(xw);
+      for (int e = 0; e < V; ++e) y[e] = cuda::silu(conv_pre<K, V>(wv, xw, e));
+      store_v(a.y + (s.b * a.len + t + u) * a.ch + s.c, y);
+      shift_window<K, V>(xw);
     }
   }
   if (s.tile == 0)  // the last K-1 rows of xe go on to the next chunk
     for (int r = 0; r < P; ++r) {
-      float v[8];
-      load_xe<A, K>(a, s, a.len + r, v);
-      cuda::store8(a.prefix_out + (s.b * P + r) * a.ch + s.c, v);
+      float v[V];
+      load_xe<A, K, V>(a, s, a.len + r, v);
+      store_v(a.prefix_out + (s.b * P + r) * a.ch + s.c, v);
     }
 }
 
 // The thread owns outputs i in [i0, i1) of dxe (rows of [dprefix_in; dx]) and the dw terms of
 // rows t in that range. It starts K-1 rows early so that the dpre window is full at i0.
-template <class A, int K>
+template <class A, int K, int V>
 __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> group, int64_t tiles) {
-  constexpr int P = K - 1;
-  const Slot s(group.batch);
+  constexpr int P = K - 1, Ahead = kBackwardAhead<V>;
+  const Slot s(group.batch, V);
   const ConvArgs<A>& a = group.conv[s.conv];
   if (s.c >= a.ch) return;
   // dw: the current segment's terms; done: the tile's finished segments, added in order from 0
-  float wv[K][8], xw[K][8], dp[K][8] = {}, dw[K][8] = {}, done[K][8] = {};
+  float wv[K][V], xw[K][V], dp[K][V] = {}, dw[K][V] = {}, done[K][V] = {};
   const int64_t tile_segs = a.tile_rows / a.seg_rows;
   int64_t folded = 0;
   auto fold = [&] {
 #pragma unroll
     for (int j = 0; j < K; ++j)
 #pragma unroll
-      for (int e = 0; e < 8; ++e) done[j][e] += dw[j][e], dw[j][e] = 0.f;
+      for (int e = 0; e < V; ++e) done[j][e] += dw[j][e], dw[j][e] = 0.f;
     ++folded;
   };
-  load_weights<K>(a.w, s.c, wv);
+  load_weights<K, V>(a.w, s.c, wv);
   const int64_t i0 = s.tile * a.tile_rows, i1 = min(a.len + P, i0 + a.tile_rows);
 #pragma unroll
-  for (int j = 0; j < P; ++j) load_xe<A, K>(a, s, i0 - P + j, xw[j]);
-  for (int64_t t0 = i0 - P; t0 < i1; t0 += kBackwardAhead) {
-    cuda::Raw8<A> x_ahead[kBackwardAhead], dy_ahead[kBackwardAhead];  // loads in flight before use
+  for (int j = 0; j < P; ++j) load_xe<A, K, V>(a, s, i0 - P + j, xw[j]);
+  for (int64_t t0 = i0 - P; t0 < i1; t0 += Ahead) {
+    RawV<A, V> x_ahead[Ahead], dy_ahead[Ahead];  // loads in flight before use
 #pragma unroll
-    for (int u = 0; u < kBackwardAhead; ++u) {
+    for (int u = 0; u < Ahead; ++u) {
       const int64_t t = t0 + u;
-      fetch_xe<A, K>(a, s, t + P, x_ahead[u]);
+      fetch_xe<A, K, V>(a, s, t + P, x_ahead[u]);
       if (t >= 0 && t < a.len) cuda::load_raw(a.dy + (s.b * a.len + t) * a.ch + s.c, dy_ahead[u]);
       else cuda::zero_raw(dy_ahead[u]);
     }
 #pragma unroll
-    for (int u = 0; u < kBackwardAhead; ++u) {
+    for (int u = 0; u < Ahead; ++u) {
       const int64_t t = t0 + u;
       if (t >= i1) break;
-      float dy[8];
+      float dy[V];
       cuda::widen(x_ahead[u], xw[P]);
       cuda::widen(dy_ahead[u], dy);
-      shift_window<K>(dp);
+      shift_window<K, V>(dp);
 #pragma unroll
-      for (int e = 0; e < 8; ++e)  // dy is zero outside [0, len), so dpre is too
-        dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K>(wv, xw, e));
+      for (int e = 0; e < V; ++e)  // dy is zero outside [0, len), so dpre is too
+        dp[P][e] = dy[e] * cuda::silu_grad(conv_pre<K, V>(wv, xw, e));
       if (t >= i0) {
-        float out[8], dpo[8];
+        float out[V], dpo[V];
         if (tile_segs > 1 && t > i0 && (t - i0) % a.seg_rows == 0) fold();
         if (t < a.len)
 #pragma unroll
           for (int j = 0; j < K; ++j)
 #pragma unroll
-            for (int e = 0; e < 8; ++e) dw[j][e] += dp[P][e] * xw[j][e];
+            for (int e = 0; e < V; ++e) dw[j][e] += dp[P][e] * xw[j][e];
         const bool carried = a.dprefix_out && t >= a.len;
-        if (carried) cuda::load8(a.dprefix_out + (s.b * P + t - a.len) * a.ch + s.c, dpo);
+        if (carried) load_v<float, V>(a.dprefix_out + (s.b * P + t - a.len) * a.ch + s.c, dpo);
 #pragma unroll
-        for (int e = 0; e < 8; ++e) {
+        for (int e = 0; e < V; ++e) {
             // The carried gradient holds the next chunk's terms, which come first in the unsplit
           // sum (j ascending = dpre rows descending): starting from it makes the split sum the
           // same additions. dpre[t - j] is zero outside [0, len), as the CPU kernel skips it.
@@ -207,17 +235,17 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
           for (int j = 0; j < K; ++j) acc += wv[j][e] * dp[P - j][e];
           out[e] = acc;
         }
-        if (t < P) cuda::store8(a.dprefix_in + (s.b * P + t) * a.ch + s.c, out);
-        else cuda::store8(a.dx + (s.b * a.len + t - P) * a.ch + s.c, out);
+        if (t < P) store_v(a.dprefix_in + (s.b * P + t) * a.ch + s.c, out);
+        else store_v(a.dx + (s.b * a.len + t - P) * a.ch + s.c, out);
       }
-      shift_window<K>(xw);
+      shift_window<K, V>(xw);
     }
   }
   if (tile_segs > 1)  // every segment, also those past the rows (zeros), as the reduction adds them
     while (folded < tile_segs) fold();
   float* part = a.partial + (s.b * tiles + s.tile) * a.ch * K + s.c * K;
 #pragma unroll
-  for (int e = 0; e < 8; ++e)
+  for (int e = 0; e < V; ++e)
 #pragma unroll
     for (int j = 0; j < K; ++j) part[e * K + j] = tile_segs > 1 ? done[j][e] : dw[j][e];
 }
@@ -247,12 +275,14 @@ void check_shape(const char* name, int64_t batch, int64_t len, int64_t ch, int64
 // The backward's tiles over the rows of [dprefix_in; dx] (K - 1 more than the chunk's), a whole
 // number of token blocks of them: tiles past the chunk's rows write zero partials. `segs`
 // partials per block (16-row tiles), or one per block from whole-block walks (seg_rows 16
-// inside); `channels` are those of every conv in the launch.
+// inside); `channels` are those of every conv in the launch, V a thread's.
 struct BackwardTiling {
   int64_t rows, seg_rows, segs, tiles;
-  BackwardTiling(int64_t batch, int64_t len, int64_t K, int64_t channels) {
+  BackwardTiling(int64_t batch, int64_t len, int64_t K, int64_t channels, int V) {
     const int64_t blocks = (len + K - 1 + kTokenBlock - 1) / kTokenBlock;
-    const bool whole_blocks = batch * blocks * (kTokenBlock / kBackwardTileRows) * (channels / 8) >= kMinBackwardThreads;
+    const bool whole_blocks =
+        V == kWide ? batch * blocks * (kTokenBlock / kBackwardTileRows) * (channels / V) >= kMinBackwardThreads
+                   : batch * blocks * (channels / V) >= kMinNarrowWalkThreads;
     if (lever_off("conv_tiles")) rows = seg_rows = kOldTileRows;  // one unsegmented walk per block
     else if (whole_blocks && !lever_off("conv_walk")) rows = kTokenBlock, seg_rows = kBackwardTileRows;
     else rows = seg_rows = kBackwardTileRows;
@@ -261,19 +291,29 @@ struct BackwardTiling {
   }
 };
 
-// Tiles along x, the widest conv's channel vectors along y, (conv, batch) along z.
+// Tiles along x, the widest conv's vectors of V channels along y, (conv, batch) along z.
 template <class Conv>
-dim3 grid_for(const Conv* convs, int n, int64_t tiles, int64_t batch) {
+dim3 grid_for(const Conv* convs, int n, int64_t tiles, int64_t batch, int V) {
   int64_t ch = 0;
   for (int i = 0; i < n; ++i) ch = std::max(ch, convs[i].ch);
-  return dim3(unsigned(tiles), unsigned((ch / 8 + kThreads - 1) / kThreads), unsigned(batch * n));
+  return dim3(unsigned(tiles), unsigned((ch / V + kThreads - 1) / kThreads), unsigned(batch * n));
 }
 
-int64_t forward_tile_rows(int64_t batch, int64_t len, int64_t ch) {
+int64_t forward_tile_rows(int64_t batch, int64_t len, int64_t ch, int V) {
   int64_t rows = kMaxForwardTileRows;
   if (lever_off("conv_tiles")) return kOldTileRows;
-  while (rows > kMinForwardTileRows && batch * ((len + rows - 1) / rows) * (ch / 8) < kMinForwardThreads) rows /= 2;
+  while (rows > kMinForwardTileRows && batch * ((len + rows - 1) / rows) * (ch / V) < kMinForwardThreads) rows /= 2;
   return rows;
+}
+
+// The calling thread's channels per thread (V).
+int channels_per_thread() { return short_conv_narrow_for_thread() ? kNarrow : kWide; }
+
+// Calls fn with V as a compile-time constant.
+template <class Fn>
+void dispatch_channels(int V, Fn&& fn) {
+  if (V == kNarrow) fn(std::integral_constant<int, kNarrow>{});
+  else fn(std::integral_constant<int, kWide>{});
 }
 
 void check_group(const char* name, int n, int64_t batch) {
@@ -287,7 +327,8 @@ void launch_forward(const ShortConvForward<A>* convs, int n, int64_t batch, int6
                     cudaStream_t stream) {
   int64_t ch = 0;
   for (int i = 0; i < n; ++i) ch += convs[i].ch;
-  const int64_t rows = forward_tile_rows(batch, len, ch);  // any tiling gives the same rows
+  const int V = channels_per_thread();
+  const int64_t rows = forward_tile_rows(batch, len, ch, V);  // any tiling gives the same rows
   ConvGroup<A> group{};
   group.batch = batch;
   for (int i = 0; i < n; ++i) {
@@ -297,9 +338,12 @@ void launch_forward(const ShortConvForward<A>* convs, int n, int64_t batch, int6
   }
   // At least one tile, so that prefix_out is written also for len = 0.
   const int64_t tiles = std::max<int64_t>(1, (len + rows - 1) / rows);
-  dispatch_conv_size("short_conv_forward_cuda", K, [&](auto k) {
-    short_conv_forward_kernel<A, k.value><<<grid_for(convs, n, tiles, batch), kThreads, 0, stream>>>(group);
-    cuda_check_launch("short_conv_forward_kernel");
+  dispatch_channels(V, [&](auto v) {
+    dispatch_conv_size("short_conv_forward_cuda", K, [&](auto k) {
+      short_conv_forward_kernel<A, k.value, v.value>
+          <<<grid_for(convs, n, tiles, batch, v.value), kThreads, 0, stream>>>(group);
+      cuda_check_launch("short_conv_forward_kernel");
+    });
   });
 }
 
@@ -308,7 +352,8 @@ void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, in
                      cudaStream_t stream) {
   int64_t ch = 0;
   for (int i = 0; i < n; ++i) ch += convs[i].ch;
-  const BackwardTiling tiling(batch, len, K, ch);
+  const int V = channels_per_thread();
+  const BackwardTiling tiling(batch, len, K, ch, V);
   if (tiling.tiles == 0) return;  // K = 1 and len = 0: nothing to do
   ConvGroup<A> group{};
   group.batch = batch;
@@ -317,15 +362,21 @@ void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, in
     group.conv[i] = {c.x,       c.prefix,     c.dy, c.w, c.dprefix_out, nullptr, nullptr, c.dx, c.dprefix_in,
                      static_cast<float*>(c.workspace), len, c.ch, tiling.rows, tiling.seg_rows};
   }
-  dispatch_conv_size("short_conv_backward_cuda", K, [&](auto k) {
-    short_conv_backward_kernel<A, k.value>
-        <<<grid_for(convs, n, tiling.tiles, batch), kThreads, 0, stream>>>(group, tiling.tiles);
-    cuda_check_launch("short_conv_backward_kernel");
+  dispatch_channels(V, [&](auto v) {
+    dispatch_conv_size("short_conv_backward_cuda", K, [&](auto k) {
+      short_conv_backward_kernel<A, k.value, v.value>
+          <<<grid_for(convs, n, tiling.tiles, batch, v.value), kThreads, 0, stream>>>(group, tiling.tiles);
+      cuda_check_launch("short_conv_backward_kernel");
+    });
   });
   // Blocks past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
-  for (int i = 0; i < n; ++i)
-    add_token_block_partials_cuda(group.conv[i].partial, batch, token_blocks(len), tiling.tiles / tiling.segs,
-                                  tiling.segs, convs[i].ch * K, convs[i].dw, stream);
+  // Narrow launches add every conv's blocks in one launch (the same additions as one by one).
+  TokenBlockSum sums[kMaxConvGroup];
+  for (int i = 0; i < n; ++i) sums[i] = {group.conv[i].partial, convs[i].ch * K, convs[i].dw};
+  const int together = V == kNarrow ? n : 1;
+  for (int i = 0; i < n; i += together)
+    add_token_block_partials_group_cuda(sums + i, together, batch, token_blocks(len), tiling.tiles / tiling.segs,
+                                        tiling.segs, stream);
 }
 
 void check_aligned16_all(const char* name, const char* what, std::initializer_list<const void*> arrays) {
@@ -385,11 +436,16 @@ void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, 
 size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K) {
   // The tiling of a launch without channels: the most partials any launch writes (which one a
   // launch picks depends on all its convs' channels)
-  return size_t(batch * BackwardTiling(batch, len, K, 0).tiles) * size_t(ch * K) * sizeof(float);
+  return size_t(batch * BackwardTiling(batch, len, K, 0, kWide).tiles) * size_t(ch * K) * sizeof(float);
+}
+
+bool& short_conv_narrow_for_thread() {
+  thread_local bool narrow = !lever_off("conv_narrow");
+  return narrow;
 }
 
 bool short_conv_backward_walks_blocks(int64_t batch, int64_t len, int64_t channels, int64_t K) {
-  const BackwardTiling tiling(batch, len, K, channels);
+  const BackwardTiling tiling(batch, len, K, channels, channels_per_thread());
   return tiling.seg_rows < tiling.rows;
 }
 

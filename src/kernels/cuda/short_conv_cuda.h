@@ -8,9 +8,10 @@
 // step of the activation type. dx and dprefix_in are overwritten, dw is accumulated (+=).
 // prefix_out must not alias prefix (the CPU kernel allows it; here threads would race).
 //
-// Each thread walks a tile of rows for 8 channels with the K-row window in registers; the
-// forward's tiles shrink for short chunks (no reduction: any tiling gives the same rows), the
-// backward's are 16 rows. Chunk invariance (cuts at multiples of kTokenBlock give the unsplit
+// Each thread walks a tile of rows for 2 channels (8 with STATEFLOW_LEVERS_OFF=conv_narrow: the
+// same results) with the K-row window in registers; the forward's tiles shrink for short
+// chunks (no reduction: any tiling gives the same rows), the backward's are 16 rows or, where
+// the launch still has threads enough, whole token blocks. Chunk invariance (cuts at multiples of kTokenBlock give the unsplit
 // results bitwise): the backward tiles' dw partial sums are summed per token block in order,
 // and the blocks added into dw last block first (add_token_block_partials_cuda); and the
 // gradient of a row that reaches the next chunk starts from the carried dprefix_out, whose
@@ -67,6 +68,10 @@ void short_conv_backward_group_cuda(const ShortConvBackward<A>* convs, int n, in
 template <class A>
 void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, A* prefix_out, int64_t batch,
                              int64_t len, int64_t ch, int64_t K, cudaStream_t stream);
+
+// Whether the calling thread's launches give a thread 2 channels (default) or 8
+// (STATEFLOW_LEVERS_OFF=conv_narrow); the tests set it to compare the two.
+bool& short_conv_narrow_for_thread();
 
 size_t short_conv_backward_workspace_bytes(int64_t batch, int64_t len, int64_t ch, int64_t K);
 // Whether a backward launch of these shapes (channels: all its convs') gives each thread a whole

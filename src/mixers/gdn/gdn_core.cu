@@ -26,6 +26,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/mma_tile.cuh"
+#include "kernels/cuda/wgmma_tile.cuh"
 
 namespace stateflow {
 namespace {
@@ -1068,9 +1069,51 @@ __global__ void __launch_bounds__(256) out_kernel(Args a) {
 // than two 16 x 64 accumulators per warp are live at a time. The products add over the value
 // rows in the same order as whole-K products, so SR does not change dq, dk or dv.
 // ---------------------------------------------------------------------------------------
-template <int SR>
+// B4's products (GdnCudaConfig::b4_mma): mma.sync on ldmatrix fragments of padded row-major tiles
+// (each warp its 16 rows), or wgmma, each warpgroup reading all 64 rows of core-matrix tiles
+// straight from shared memory (sm_90a; kernels/cuda/wgmma_tile.cuh). Both add the same K steps
+// in the same order. issue() may return before its product is done (wgmma: the tensor cores run
+// on while the warps do other work; acc and the operands stay untouched until wait()); acc() is
+// issue() then wait(). sync() is the block barrier, with the fence wgmma's reads need before it.
+struct MmaSyncProducts {
+  template <int R, int CC>
+  using TileT = Tile<R, CC>;
+  template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
+  __device__ static void issue(Frag<16, WN>& f, TA a, int m0, TB b, int n0) {
+    mma_acc<K, LA, LB>(f, a, m0, b, n0);
+  }
+  template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
+  __device__ static void acc(Frag<16, WN>& f, TA a, int m0, TB b, int n0) {
+    mma_acc<K, LA, LB>(f, a, m0, b, n0);
+  }
+  __device__ static void wait() {}
+  __device__ static void sync() { __syncthreads(); }
+};
+struct WgmmaProducts {
+  template <int R, int CC>
+  using TileT = cuda::CoreTile<R, CC>;
+  // The warp's rows m0 = 16 (warp % 4) are implied: its warpgroup multiplies all 64.
+  template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
+  __device__ static void issue(Frag<16, WN>& f, TA a, int, TB b, int n0) {
+    cuda::wgmma_issue<K, LA, LB>(f, a, b, n0);
+  }
+  template <int K, Lay LA, Lay LB, int WN, class TA, class TB>
+  __device__ static void acc(Frag<16, WN>& f, TA a, int, TB b, int n0) {
+    cuda::wgmma_acc<K, LA, LB>(f, a, b, n0);
+  }
+  __device__ static void wait() { cuda::wgmma_wait(); }
+  __device__ static void sync() {
+    cuda::fence_for_wgmma();
+    __syncthreads();
+  }
+};
+
+template <int SR, class P>
 struct B4Smem {
-  static constexpr int tk = Tile<C, DK>::bytes, tc = Tile<C, C>::bytes, ts = Tile<SR, DK>::bytes;
+  using TK = typename P::template TileT<C, DK>;  // also the C x DV tiles (DV = DK)
+  using TC = typename P::template TileT<C, C>;
+  using TS = typename P::template TileT<SR, DK>;
+  static constexpr int tk = TK::bytes, tc = TC::bytes, ts = TS::bytes;
   // Phase 1 (state terms and the Out terms): q, k, dO, V_new, dV_new and the ring of S / dSe
   // slabs. Phase 2 reuses what phase 1 no longer reads: dW and later M1 where q was, v and
   // later X where dO was, T where V_new was, dT (and dPG before it) in the ring.
@@ -1089,17 +1132,17 @@ struct B4Smem {
 // Streams the NSL = DV / SR slabs of the value rows through the ring's two slots: issue(j, slot)
 // starts slab j's copies, body(j, slot) uses it. One block barrier per slab: it publishes slab
 // j and frees the slot slab j + 1 goes to (its previous slab's body is done).
-template <int SR, class Issue, class Body>
+template <int SR, class P, class Issue, class Body>
 __device__ void stream_slabs(Issue&& issue, Body&& body) {
   constexpr int NSL = DV / SR;
   for (int j = 0; j < NSL; ++j) {
     cuda::cp_async_wait_all();  // slab j (and anything committed before it)
-    __syncthreads();
+    P::sync();
     if (j + 1 < NSL) issue(j + 1, (j + 1) & 1);
     cuda::cp_async_commit();
     body(j, j & 1);
   }
-  __syncthreads();  // the ring is free again
+  P::sync();  // the ring is free again
 }
 
 // Tile t seen from its column c0 on (same row stride): the operand of a product over those columns.
@@ -1108,24 +1151,27 @@ __device__ T columns_from(T t, int c0) {
   return T{t.p + c0};
 }
 
-template <int SR>
-__global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args a) {
-  using S = B4Smem<SR>;
+template <int SR, class P>
+__global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(Args a) {
+  using S = B4Smem<SR, P>;
+  using TK = typename S::TK;
+  using TC = typename S::TC;
+  using TS = typename S::TS;
   constexpr int HK = DK / 2, HV = DV / 2;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, wm = warp & 3, wn = warp >> 2, m0 = wm * 16;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n), sub = a.ws_sub(b, h, n);
-  auto Qs = tile_at<Tile<C, DK>>(sm, S::q), Ks = tile_at<Tile<C, DK>>(sm, S::k);
-  auto dOs = tile_at<Tile<C, DV>>(sm, S::dO), Vns = tile_at<Tile<C, DV>>(sm, S::vn);
-  auto dVns = tile_at<Tile<C, DV>>(sm, S::dvn), Vs = tile_at<Tile<C, DV>>(sm, S::v);
-  auto dWs = tile_at<Tile<C, DK>>(sm, S::dW);
-  auto Ts = tile_at<Tile<C, C>>(sm, S::T), dTs = tile_at<Tile<C, C>>(sm, S::dT);
-  auto M1s = tile_at<Tile<C, C>>(sm, S::M1), Xs = tile_at<Tile<C, C>>(sm, S::X);
-  auto dPGs = tile_at<Tile<C, C>>(sm, S::dPG);
-  auto Sslab = [&](int slot) { return tile_at<Tile<SR, DK>>(sm, S::ring + slot * S::slot); };
-  auto dSslab = [&](int slot) { return tile_at<Tile<SR, DK>>(sm, S::ring + slot * S::slot + S::ts); };
+  auto Qs = tile_at<TK>(sm, S::q), Ks = tile_at<TK>(sm, S::k);
+  auto dOs = tile_at<TK>(sm, S::dO), Vns = tile_at<TK>(sm, S::vn);
+  auto dVns = tile_at<TK>(sm, S::dvn), Vs = tile_at<TK>(sm, S::v);
+  auto dWs = tile_at<TK>(sm, S::dW);
+  auto Ts = tile_at<TC>(sm, S::T), dTs = tile_at<TC>(sm, S::dT);
+  auto M1s = tile_at<TC>(sm, S::M1), Xs = tile_at<TC>(sm, S::X);
+  auto dPGs = tile_at<TC>(sm, S::dPG);
+  auto Sslab = [&](int slot) { return tile_at<TS>(sm, S::ring + slot * S::slot); };
+  auto dSslab = [&](int slot) { return tile_at<TS>(sm, S::ring + slot * S::slot + S::ts); };
   auto vec = [&](int i) { return reinterpret_cast<float*>(sm + S::vec) + i * C; };
   float *G = vec(S::vG), *gam = vec(S::vGam), *beta = vec(S::vBeta);
   const bf16 *Hs = a.Hs + sub * DV * DK, *dHs = a.dHs + sub * DV * DK;
@@ -1156,9 +1202,9 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
   dq.fill(0.f);
   dk.fill(0.f);
   float sds = 0.f;
-  stream_slabs<SR>(issue_S_dSe, [&](int j, int slot) {
-    mma_acc<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Sslab(slot), wn * HK);
-    mma_acc<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSslab(slot), wn * HK);
+  stream_slabs<SR, P>(issue_S_dSe, [&](int j, int slot) {
+    P::template issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Sslab(slot), wn * HK);
+    P::template issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSslab(slot), wn * HK);
     for (int i = tid; i < SR * DK / 8; i += 256) {
       const int r = i / (DK / 8), c = (i % (DK / 8)) * 8;
       const uint4 xs = *reinterpret_cast<const uint4*>(Sslab(slot).at(r, c));
@@ -1170,33 +1216,36 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
         sds += fd.x * fs.x + fd.y * fs.y;
       }
     }
+    P::wait();
   });
   if (tid < C) gam[tid] = expf(G[tid]);
   {
     const float acc = warp_sum(sds);
     if (lane == 0) vec(S::vRed)[warp] = acc;
   }
-  __syncthreads();
+  P::sync();
   const float GL = G[C - 1];
-  dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
-  dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
-  row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
-  {  // Out, intra-chunk term: dPG = s (dO V_new^T) ⊙ Gam, causal incl. the diagonal
+  {  // Out, intra-chunk term: dPG = s (dO V_new^T) ⊙ Gam, causal incl. the diagonal (its
+     // product runs while dq and dk are scaled)
     Frag<16, 32> dp;
     dp.fill(0.f);
-    mma_acc<DV, Lay::Row, Lay::Col>(dp, dOs, m0, Vns, wn * 32);
+    P::template issue<DV, Lay::Row, Lay::Col>(dp, dOs, m0, Vns, wn * 32);
+    dq.each([&](int r, int, float& x) { x *= s * gam[m0 + r]; });
+    dk.each([&](int r, int, float& x) { x *= expf(GL - G[m0 + r]); });
+    row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
+    P::wait();
     dp.each([&](int r, int c, float& x) {
       r += m0, c += wn * 32;
       *dPGs.at(r, c) = __float2bfloat16(c <= r ? s * x * expf(G[r] - G[c]) : 0.f);
     });
   }
-  __syncthreads();
-  mma_acc<C, Lay::Row, Lay::Row>(dq, dPGs, m0, Ks, wn * HK);
-  mma_acc<C, Lay::Col, Lay::Row>(dk, dPGs, m0, Qs, wn * HK);
+  P::sync();
+  P::template issue<C, Lay::Row, Lay::Row>(dq, dPGs, m0, Ks, wn * HK);
+  P::template acc<C, Lay::Col, Lay::Row>(dk, dPGs, m0, Qs, wn * HK);
   row_dot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
   row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
   store_rows(dq, a.dq + r0 * DK, ldk, m0, wn * HK, nv);
-  __syncthreads();  // q, dO, V_new and dPG are free: phase 2's operands go there
+  P::sync();  // q, dO, V_new and dPG are free: phase 2's operands go there
   cuda::load_tile_async<256>(Vs, a.v + r0 * DV, ldv, nv, tid);
   cuda::load_tile_async<256>(Ts, a.Tm + sub * C * C, C, C, tid);
   issue_S(0, 0);
@@ -1204,18 +1253,18 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
   {  // Pass 2 over the slabs: dW = -dV_new S, to where q was
     Frag<16, HK> t;
     t.fill(0.f);
-    stream_slabs<SR>(issue_S, [&](int j, int slot) {
-      mma_acc<SR, Lay::Row, Lay::Row>(t, columns_from(dVns, j * SR), m0, Sslab(slot), wn * HK);
+    stream_slabs<SR, P>(issue_S, [&](int j, int slot) {
+      P::template acc<SR, Lay::Row, Lay::Row>(t, columns_from(dVns, j * SR), m0, Sslab(slot), wn * HK);
     });
     t.each_pair([&](int r, int c, float& x0, float& x1) { put2(dWs.at(m0 + r, wn * HK + c), -x0, -x1); });
   }
-  __syncthreads();
+  P::sync();
   {  // dT = dW Kb^T + dU Vb^T (strictly lower part is all that matters)
     Frag<16, 32> ta, tb;
     ta.fill(0.f);
     tb.fill(0.f);
-    mma_acc<DK, Lay::Row, Lay::Col>(ta, dWs, m0, Ks, wn * 32);
-    mma_acc<DV, Lay::Row, Lay::Col>(tb, dVns, m0, Vs, wn * 32);
+    P::template issue<DK, Lay::Row, Lay::Col>(ta, dWs, m0, Ks, wn * 32);
+    P::template acc<DV, Lay::Row, Lay::Col>(tb, dVns, m0, Vs, wn * 32);
     int idx = 0;
     ta.each([&](int r, int c, float& x) {
       const float y = tb.x[0][idx / 4][idx % 4];
@@ -1227,7 +1276,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
   {  // dKb = T^T dW
     Frag<16, HK> t;
     t.fill(0.f);
-    mma_acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dWs, wn * HK);
+    P::template acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dWs, wn * HK);
     row_dot(t, Ks, m0, wn * HK, vec(S::vTkb + wn));
     int idx = 0;
     dk.each([&](int r, int, float& x) {
@@ -1238,26 +1287,26 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
   {  // dVb = T^T dU, dv = beta dVb
     Frag<16, HV> t;
     t.fill(0.f);
-    mma_acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dVns, wn * HV);
+    P::template acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dVns, wn * HV);
     row_dot(t, Vs, m0, wn * HV, vec(S::vTvb + wn));
     t.each([&](int r, int, float& x) { x *= beta[m0 + r]; });
     store_rows(t, a.dv + r0 * DV, ldv, m0, wn * HV, nv);
   }
-  __syncthreads();
+  P::sync();
   {  // dA = -T^T dT T^T, first M1 = T^T dT
     Frag<16, 32> m;
     m.fill(0.f);
-    mma_acc<C, Lay::Col, Lay::Row>(m, Ts, m0, dTs, wn * 32);
+    P::template acc<C, Lay::Col, Lay::Row>(m, Ts, m0, dTs, wn * 32);
     m.each_pair([&](int r, int c, float& x0, float& x1) { put2(M1s.at(m0 + r, wn * 32 + c), x0, x1); });
   }
-  __syncthreads();
+  P::sync();
   {  // A = beta_r (K K^T) ⊙ Gam: Y = dA ⊙ KK ⊙ Gam (its row sums and beta-weighted column
      // sums, in registers), X = beta_r dA ⊙ Gam
     Frag<16, 32> da, kk;
     da.fill(0.f);
     kk.fill(0.f);
-    mma_acc<C, Lay::Row, Lay::Col>(da, M1s, m0, Ts, wn * 32);
-    mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, m0, Ks, wn * 32);
+    P::template issue<C, Lay::Row, Lay::Col>(da, M1s, m0, Ts, wn * 32);
+    P::template acc<DK, Lay::Row, Lay::Col>(kk, Ks, m0, Ks, wn * 32);
     float rs[2] = {0.f, 0.f}, cs[4][2] = {};
 #pragma unroll
     for (int j = 0; j < 4; ++j)
@@ -1291,9 +1340,9 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
         if (lane < 4) vec(S::vYc + wm)[wn * 32 + j * 8 + 2 * lane + p] = x;
       }
   }
-  __syncthreads();
-  mma_acc<C, Lay::Row, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
-  mma_acc<C, Lay::Col, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
+  P::sync();
+  P::template issue<C, Lay::Row, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
+  P::template acc<C, Lay::Col, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
   store_rows(dk, a.dk + r0 * DK, ldk, m0, wn * HK, nv);
   if (tid < C) {  // per-token scalars: dbeta, and dG before the reverse cumsum
     const int r = tid;
@@ -1311,7 +1360,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR>::blocks_per_sm) b4_kernel(Args
     vec(S::vdG)[r] = dG;
     if (r < nv) a.dbeta[r0 + int64_t(r) * a.H] = gam[r] * tkb + tvb + yr;
   }
-  __syncthreads();
+  P::sync();
   if (tid < nv) {  // dg = reverse cumsum of dG within the sub-chunk
     float acc = 0.f;
     for (int r = C - 1; r >= tid; --r) acc += vec(S::vdG)[r];
@@ -1534,17 +1583,47 @@ void split_sweeps(bool reverse, int tile, const Args& a, cudaStream_t stream) {
   }
 }
 
-// B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16).
-void b4(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
+// B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16) and products P.
+template <class P>
+void b4_with(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
   switch (slab_rows) {
     case 0:
-    case 16: return launch(b4_kernel<16>, grid, 256, B4Smem<16>::bytes, stream, a);
-    case 32: return launch(b4_kernel<32>, grid, 256, B4Smem<32>::bytes, stream, a);
-    case 64: return launch(b4_kernel<64>, grid, 256, B4Smem<64>::bytes, stream, a);
+    case 16: return launch(b4_kernel<16, P>, grid, 256, B4Smem<16, P>::bytes, stream, a);
+    case 32: return launch(b4_kernel<32, P>, grid, 256, B4Smem<32, P>::bytes, stream, a);
+    case 64: return launch(b4_kernel<64, P>, grid, 256, B4Smem<64, P>::bytes, stream, a);
   }
 }
 
+// B4's products as the config asks (GdnCudaConfig::b4_mma), the default resolved here.
+void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream) {
+  SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
+           "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
+  const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
+  if (mma == GdnCudaConfig::kMmaSync) return b4_with<MmaSyncProducts>(cfg.b4_slab, grid, a, stream);
+  SF_CHECK(gdn_cuda_wgmma_available(), "GDN CUDA core: B4 on wgmma needs a compute capability 9.x GPU and a ",
+           "build with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a); use kMmaSync (STATEFLOW_GDN_B4=mma_sync)");
+  b4_with<WgmmaProducts>(cfg.b4_slab, grid, a, stream);
+}
+
 }  // namespace
+
+bool gdn_cuda_wgmma_available() {
+#ifdef STATEFLOW_CUDA_SM90A
+  int dev = 0, major = 0;
+  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
+  cuda_check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev), "cudaDeviceGetAttribute");
+  return major == 9;
+#else
+  return false;
+#endif
+}
+
+int gdn_cuda_default_b4_mma() {
+  const char* env = std::getenv("STATEFLOW_GDN_B4");
+  if (env == nullptr || std::strcmp(env, "mma_sync") == 0) return GdnCudaConfig::kMmaSync;
+  SF_CHECK(std::strcmp(env, "wgmma") == 0, "STATEFLOW_GDN_B4 must be mma_sync or wgmma, got '", env, "'");
+  return GdnCudaConfig::kWgmma;
+}
 
 int gdn_cuda_default_piece_len() {
   // Unsplit unless asked: the layer calls the core once per pipeline chunk (2048 tokens by
@@ -1668,7 +1747,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);
   timer.mark();
-  b4(cfg.b4_slab, subs, a, stream);
+  b4(cfg, subs, a, stream);
   timer.mark();
 }
 

@@ -80,6 +80,14 @@ struct GdnCudaConfig {
   // memory at a time (16, 32 or 64; 0 = 16, which lets two blocks share an SM; 64 and 32 hold
   // one block per SM, as the earlier kernel that kept both whole did). Same results, bitwise.
   int b4_slab = 0;
+  // Backward stage B4's tensor-core products. kMmaSync: warp-level mma.sync on ldmatrix
+  // fragments; kWgmma: each warpgroup's products as wgmma reading both operands from shared
+  // memory (sm_90a; gdn_cuda_wgmma_available()). The same products in the same order of 16-wide
+  // K steps: bitwise the same results on the H200 (tested). Measured slower there (1.52 vs 1.19 ms
+  // at 32K, docs/benchmarks.md), so not the default. kDefaultMma takes STATEFLOW_GDN_B4
+  // ("mma_sync", also when unset, or "wgmma").
+  enum B4Mma { kDefaultMma = 0, kMmaSync = 1, kWgmma = 2 };
+  int b4_mma = kDefaultMma;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;
@@ -105,6 +113,13 @@ struct GdnCudaConfig {
 
 // Bytes of device workspace both calls need for dims d (the backward need; forward uses part).
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg = {});
+
+// Whether this build and the current device can run the wgmma kernels (GdnCudaConfig::kWgmma): a
+// compute capability 9.x GPU and sm_90a machine code in the build.
+bool gdn_cuda_wgmma_available();
+// What b4_mma = kDefaultMma means: STATEFLOW_GDN_B4, "mma_sync" (kMmaSync, also when unset) or
+// "wgmma" (kWgmma); anything else is an error naming it.
+int gdn_cuda_default_b4_mma();
 
 // What piece_len = 0 means: the environment variable STATEFLOW_GDN_PIECE_LEN, "off" (kUnsplit,
 // also when unset) or tokens per piece dividing 2048 (anything else is an error naming it).

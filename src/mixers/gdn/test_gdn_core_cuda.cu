@@ -376,6 +376,31 @@ TEST(GdnCoreCuda, B4GivesTheSameBitsForEverySlabHeight) {
   }
 }
 
+// B4 on wgmma (each warpgroup's products read from shared memory) against the mma.sync kernel:
+// the same products over the same 16-wide K steps, and on the H200 the tensor cores' fp32 sums
+// agree too, so every output is the same bits; wgmma's B4 stays in the float64 band and gives the
+// same bits at every slab height.
+TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
+  SKIP_WITHOUT_GPU();
+  if (!gdn_cuda_wgmma_available()) GTEST_SKIP() << "B4 on wgmma needs a compute capability 9.x GPU and sm_90a code";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  RunOptions mma = unsplit(), wg = unsplit();
+  mma.cfg.b4_mma = GdnCudaConfig::kMmaSync;
+  wg.cfg.b4_mma = GdnCudaConfig::kWgmma;
+  const Gpu old_b4 = run_gpu(p, mma);
+  for (int slab : {16, 32, 64}) {
+    SCOPED_TRACE("wgmma, slab of " + std::to_string(slab) + " rows");
+    wg.cfg.b4_slab = slab;
+    const Gpu new_b4 = run_gpu(p, wg);
+    expect_bitwise_equal(new_b4, old_b4);
+    for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
+  }
+}
+
 TEST(GdnCoreCuda, RunsAreBitwiseRepeatable) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
@@ -508,7 +533,7 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-TEST(GdnCoreCuda, DefaultPieceLengthAndSweepComeFromTheEnvironment) {
+TEST(GdnCoreCuda, DefaultPieceLengthSweepAndB4ComeFromTheEnvironment) {
   const char* var = "STATEFLOW_GDN_PIECE_LEN";
   GdnDims d;
   d.len = 4096, d.heads = 2;
@@ -532,6 +557,18 @@ TEST(GdnCoreCuda, DefaultPieceLengthAndSweepComeFromTheEnvironment) {
   for (const char* bad : {"tile", "ROWS", ""}) {
     ScopedEnv env("STATEFLOW_GDN_SWEEP", bad);
     EXPECT_THROW(gdn_cuda_default_sweep(), Error) << "accepted '" << bad << "'";
+  }
+  {
+    ScopedEnv env("STATEFLOW_GDN_B4", "wgmma");
+    EXPECT_EQ(gdn_cuda_default_b4_mma(), GdnCudaConfig::kWgmma);
+  }
+  {
+    ScopedEnv env("STATEFLOW_GDN_B4", "mma_sync");
+    EXPECT_EQ(gdn_cuda_default_b4_mma(), GdnCudaConfig::kMmaSync);
+  }
+  for (const char* bad : {"WGMMA", "mma", ""}) {
+    ScopedEnv env("STATEFLOW_GDN_B4", bad);
+    EXPECT_THROW(gdn_cuda_default_b4_mma(), Error) << "accepted '" << bad << "'";
   }
   // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
   for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
