@@ -9,6 +9,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/levers.h"
+#include "kernels/cuda/side_stream_cuda.h"
 
 namespace stateflow {
 namespace {
@@ -57,6 +58,7 @@ class CudaGraph final : public DeviceGraph {
     SF_CHECK(recording_for_thread() == nullptr, "CUDA graph: a recording began inside another one on this thread");
     main_ = cublas_for_thread().stream();  // where the graph will run: the thread's main stream
     RecordingStream& r = recording_stream_for_thread();
+    prepare_side_work_for_thread();  // streams and handles are made outside the recording
     // Relaxed: a block the caching allocator must get from the driver (cudaMalloc) may be
     // allocated while recording; it is an allocation on the host's side, outside the graph.
     const cudaError_t e = cudaStreamBeginCapture(r.stream, cudaStreamCaptureModeRelaxed);
