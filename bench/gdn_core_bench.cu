@@ -13,7 +13,7 @@
 // --sweep: the unsplit core's sweeps to run, each over every --split and --len: "default"
 // (STATEFLOW_GDN_SWEEP, rows when unset), "rows" (each warp keeps 16 state rows in registers)
 // or "tiles" (the earlier tile sweeps). --sweep-key-split: warps per 16 state rows of the row
-// sweeps (1, 2; 0 = core's); --sweep-warps: warps per row-sweep block (2, 4, 8; 0 = core's).
+// sweeps (1, 2, 4; 0 = core's); --sweep-warps: warps per row-sweep block (2, 4, 8; 0 = core's).
 // --split: the sweeps' piece lengths to run, each over every --len: "default" (what the core
 // does unasked: STATEFLOW_GDN_PIECE_LEN, unsplit when unset), "off" (the unsplit sequential
 // sweeps) or tokens per piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).

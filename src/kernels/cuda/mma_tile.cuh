@@ -290,15 +290,15 @@ __device__ void acc_to_a(const Frag<16, WN>& f, AFrags<WN>& a) {
   }
 }
 
-// The transpose of a tile's columns [m0, m0 + 16) x rows [0, WN) in accumulator layout
-// (element (i, j) of f = t(j, m0 + i)), fp32: an ldmatrix.trans A fragment of the tile read as
-// Lay::Col holds, lane for lane, what two accumulator n-tiles hold.
+// The transpose of a tile's columns [m0, m0 + 16) x rows [k0, k0 + WN) in accumulator layout
+// (element (i, j) of f = t(k0 + j, m0 + i)), fp32: an ldmatrix.trans A fragment of the tile read
+// as Lay::Col holds, lane for lane, what two accumulator n-tiles hold.
 template <int WN, class T>
-__device__ void load_transposed(Frag<16, WN>& f, T t, int m0) {
+__device__ void load_transposed(Frag<16, WN>& f, T t, int m0, int k0 = 0) {
 #pragma unroll
   for (int kb = 0; kb < WN / 16; ++kb) {
     uint32_t r[4];
-    load_a<Lay::Col>(r, t, m0, 16 * kb);
+    load_a<Lay::Col>(r, t, m0, k0 + 16 * kb);
 #pragma unroll
     for (int h = 0; h < 4; ++h) {
       const float2 v = unpack2(r[h]);

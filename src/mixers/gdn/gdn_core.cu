@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cuda/levers.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/wgmma_tile.cuh"
 
@@ -585,8 +586,10 @@ struct RowSmem {
   static constexpr int V2 = V + STAGES * tv;  // reverse only
   static constexpr int G = (REVERSE ? V2 : V) + STAGES * tv;
   static constexpr int out = G + STAGES * C * 4;  // per warp: what it writes, staged for 16-byte stores
-  static constexpr int xch = out + NWB * Tile<RW, DK>::bytes;  // per warp: its half of S W^T (KS = 2)
-  static constexpr int bytes = xch + (KS > 1 ? NWB * RW * C * 4 : 0);
+  static constexpr int stage_bytes = KS == 4 ? 0 : Tile<RW, DK>::bytes;  // (quarter sweeps: in their xch slot)
+  static constexpr int xch = out + NWB * stage_bytes;  // per warp: its part of S W^T (KS = 2, 4)
+  static constexpr int op = xch + (KS > 1 ? NWB * RW * C * 4 : 0);  // per row group: the update's operand (KS = 4)
+  static constexpr int bytes = op + (KS == 4 ? RG * Tile<RW, C>::bytes : 0);
 };
 static_assert(Tile<C, RW>::bytes <= Tile<RW, DK>::bytes, "a warp's staging area holds its state rows or its 64 x 16 values");
 
@@ -598,11 +601,12 @@ __host__ __device__ constexpr int row_stages() {
 }
 
 // A warp's bf16 16 x KW state rows (A fragments) to rows [0, 16), columns [0, KW) of a
-// [DV][DK] matrix g, through its staging area (stmatrix, then 16-byte stores of whole rows).
-template <int KW>
+// [DV][DK] matrix g, through its staging area (a 16 x LD tile: stmatrix, then 16-byte stores
+// of whole rows).
+template <int KW, int LD = DK>
 __device__ void store_state_rows(const AFrags<KW>& s, char* stage, bf16* g) {
   constexpr int CR = KW / 8;  // 16-byte chunks per row
-  const auto st = tile_at<Tile<RW, DK>>(stage, 0);
+  const auto st = tile_at<Tile<RW, LD>>(stage, 0);
 #pragma unroll
   for (int kb = 0; kb < KW / 16; ++kb) cuda::store_a<Lay::Row>(s[kb], st, 0, 16 * kb);
   __syncwarp();
@@ -666,6 +670,24 @@ __device__ void lane_gammas(const float* G, float s, float (&f)[C / 8][2]) {
   const int c = 2 * (threadIdx.x & 3);
 #pragma unroll
   for (int n = 0; n < C / 8; ++n) f[n][0] = s * expf(G[8 * n + c]), f[n][1] = s * expf(G[8 * n + c + 1]);
+}
+
+// The reverse sweep's A operand (s gamma_j dO_j)^T, value rows v0.. x C tokens, from the dO tile;
+// rounded to bf16 as the tile sweep rounds it.
+template <class T>
+__device__ void scaled_dO_operand(AFrags<C>& og, T dO, int v0, const float* G, float scale) {
+  float f[C / 8][2];
+  lane_gammas(G, scale, f);
+#pragma unroll
+  for (int kb = 0; kb < C / 16; ++kb) {
+    cuda::load_a<Lay::Col>(og[kb], dO, v0, 16 * kb);
+#pragma unroll
+    for (int hh = 0; hh < 4; ++hh) {  // register hh holds token columns 16 kb + 8 (hh / 2) + 2 (lane % 4) + {0, 1}
+      const float2 x = cuda::unpack2(og[kb][hh]);
+      const float* fj = f[2 * kb + (hh >> 1)];
+      og[kb][hh] = cuda::pack2(fj[0] * x.x, fj[1] * x.y);
+    }
+  }
 }
 
 // 64 fp32 values (a sub-chunk's G) by the block's first 16 threads; zeros when !live.
@@ -801,19 +823,8 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
     cuda::mma_regs_acc<KW, Lay::Col>(dvn, da, Kt(s), 0, w.k0);
     store_state_rows<KW>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
     // The part of the update that does not need this sub-chunk's dV_new: gamma_L dS + s (diag(gamma) dO)^T Q.
-    float f[C / 8][2];
-    lane_gammas(G, a.scale, f);
-    AFrags<C> og;  // (s gamma_j dO_j)^T rounded to bf16, as the tile sweep rounds it
-#pragma unroll
-    for (int kb = 0; kb < C / 16; ++kb) {
-      cuda::load_a<Lay::Col>(og[kb], dOt(s), w.v0, 16 * kb);
-#pragma unroll
-      for (int hh = 0; hh < 4; ++hh) {  // register hh holds token columns 16 kb + 8 (hh / 2) + 2 (lane % 4) + {0, 1}
-        const float2 x = cuda::unpack2(og[kb][hh]);
-        const float* fj = f[2 * kb + (hh >> 1)];
-        og[kb][hh] = cuda::pack2(fj[0] * x.x, fj[1] * x.y);
-      }
-    }
+    AFrags<C> og;
+    scaled_dO_operand(og, dOt(s), w.v0, G, a.scale);
     const float gl = expf(G[C - 1]);
     ds.each([&](int, int, float& x) { x *= gl; });
     cuda::mma_regs_acc<C, Lay::Row>(ds, og, Qt(s), w.k0);
@@ -832,32 +843,42 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
   if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
-// Forward ST: grid (DV / (16 RG), H, B), RG x KS warps.
-template <int RG, int KS>
-__global__ void __launch_bounds__(RG * KS * 32) row_forward_kernel(Args a) {
+#include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
+
+// Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
+// copy warp).
+template <int RG, int KS, bool CW>
+__global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
-  row_forward_sweep<RG, KS, row_stages<RG, KS, false>()>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr,
-                                                    a.S_out ? a.S_out + tile : nullptr, sm);
+  const float* from = a.S_in ? a.S_in + tile : nullptr;
+  float* to = a.S_out ? a.S_out + tile : nullptr;
+  constexpr int stages = row_stages<RG, KS, false>();
+  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW>(a, b, h, row0, from, to, sm);
+  else row_forward_sweep<RG, KS, stages>(a, b, h, row0, from, to, sm);
 }
 
 // B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
 // SMs of their own, beside the reverse sweeps.
-template <int RG, int KS>
-__global__ void __launch_bounds__(RG * KS * 32) row_backward_kernel(Args a, bool recompute) {
+template <int RG, int KS, bool CW>
+__global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
   constexpr int tiles = DV / (RG * RW);
   const int b = blockIdx.z, h = blockIdx.y, x = blockIdx.x;
   const bool forward = recompute && x < tiles;
   const int row0 = (forward || !recompute ? x : x - tiles) * RG * RW;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
-  if (forward)
-    row_forward_sweep<RG, KS, row_stages<RG, KS, false>()>(a, b, h, row0, a.S_in ? a.S_in + tile : nullptr, nullptr, sm);
-  else
-    row_reverse_sweep<RG, KS, row_stages<RG, KS, true>()>(a, b, h, row0, a.dS_out ? a.dS_out + tile : nullptr,
-                                                     a.dS_in + tile, sm);
+  const float* from = forward ? (a.S_in ? a.S_in + tile : nullptr) : (a.dS_out ? a.dS_out + tile : nullptr);
+  constexpr int fwd_stages = row_stages<RG, KS, false>(), rev_stages = row_stages<RG, KS, true>();
+  if constexpr (KS == KQ) {
+    if (forward) quarter_forward_sweep<RG, fwd_stages, CW>(a, b, h, row0, from, nullptr, sm);
+    else quarter_reverse_sweep<RG, rev_stages, CW>(a, b, h, row0, from, a.dS_in + tile, sm);
+  } else {
+    if (forward) row_forward_sweep<RG, KS, fwd_stages>(a, b, h, row0, from, nullptr, sm);
+    else row_reverse_sweep<RG, KS, rev_stages>(a, b, h, row0, from, a.dS_in + tile, sm);
+  }
 }
 
 // ---------------------------------------------------------------------------------------
@@ -1387,14 +1408,32 @@ int piece_len_of(const GdnCudaConfig& cfg) {
   return len;
 }
 
+// The row sweeps' warps per 16 state rows: the config's, else 4 (the quarter sweeps), or 2 with
+// the lever sweep_quarters off (the split-key row sweeps that were the default before them).
+int key_split_of(const GdnCudaConfig& cfg) {
+  return cfg.sweep_key_split ? cfg.sweep_key_split : lever_off("sweep_quarters") ? 2 : KQ;
+}
+
+// Whether the quarter sweeps with one row group per block issue their copies from a copy warp:
+// the config's choice, else the lever sweep_copy_warp (untried: off unless STATEFLOW_LEVERS_ON).
+bool copy_warp_of(const GdnCudaConfig& cfg) {
+  return cfg.sweep_copy_warp ? cfg.sweep_copy_warp > 0 : !lever_off("sweep_copy_warp");
+}
+
 // The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.
 int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep >= GdnCudaConfig::kDefaultSweep && cfg.sweep <= GdnCudaConfig::kTileSweeps,
            "GDN CUDA core: sweep must be kDefaultSweep, kRowSweeps or kTileSweeps, got ", cfg.sweep);
   SF_CHECK(cfg.sweep_warps == 0 || cfg.sweep_warps == 2 || cfg.sweep_warps == 4 || cfg.sweep_warps == 8,
            "GDN CUDA core: sweep_warps must be 2, 4 or 8 (or 0 for automatic), got ", cfg.sweep_warps);
-  SF_CHECK(cfg.sweep_key_split >= 0 && cfg.sweep_key_split <= 2,
-           "GDN CUDA core: sweep_key_split must be 1 or 2 (or 0 for automatic), got ", cfg.sweep_key_split);
+  SF_CHECK(cfg.sweep_key_split == 0 || cfg.sweep_key_split == 1 || cfg.sweep_key_split == 2 ||
+               cfg.sweep_key_split == KQ,
+           "GDN CUDA core: sweep_key_split must be 1, 2 or 4 (or 0 for automatic), got ", cfg.sweep_key_split);
+  SF_CHECK(cfg.sweep_copy_warp >= -1 && cfg.sweep_copy_warp <= 1,
+           "GDN CUDA core: sweep_copy_warp must be 1 (on), -1 (off) or 0 (the lever sweep_copy_warp), got ",
+           cfg.sweep_copy_warp);
+  SF_CHECK(!(key_split_of(cfg) == KQ && cfg.sweep_warps == 2), "GDN CUDA core: the quarter sweeps (key split 4) ",
+           "need 4 or 8 warps per block, got sweep_warps = 2; ask for 4 or 8, or for key split 1 or 2");
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
 }
 
@@ -1527,23 +1566,25 @@ int pick_piece_tile(int requested) {
 }
 
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed.
-template <int RG, int KS>
+template <int RG, int KS, bool CW = false>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
-  constexpr int tiles = DV / (RG * RW), threads = RG * KS * 32;
+  constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
   constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes;
   constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes;
-  if (!reverse) return launch(row_forward_kernel<RG, KS>, dim3(tiles, a.H, a.B), threads, fwd_smem, stream, a);
-  launch(row_backward_kernel<RG, KS>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), threads,
+  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, dim3(tiles, a.H, a.B), threads, fwd_smem, stream, a);
+  launch(row_backward_kernel<RG, KS, CW>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), threads,
          recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem, stream, a, recompute);
 }
 
-// warps: per block; key_split: warps per 16 state rows; 0 takes the defaults, the fastest
-// measured at batch 1 x 16 heads (docs/benchmarks.md): split keys, 2 warps per block (one
-// row group: 128 blocks), 4 for the backward that re-runs the forward sweep beside its own
-// (its 2 x 64 blocks fit on the GPU at once; 2 x 128 do not).
-void row_sweeps(int warps, int key_split, bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
-  if (key_split == 0) key_split = 2;
-  if (warps == 0) warps = reverse && recompute && key_split == 2 ? 4 : 2;
+// warps: per block; key_split: warps per 16 state rows (key_split_of); warps 0 takes the
+// defaults, the fastest measured at batch 1 x 16 heads (docs/benchmarks.md): one row group per
+// block (128 blocks: 4 warps for the quarter sweeps, 2 for split keys), two for the backward
+// that re-runs the forward sweep beside its own (its 2 x 64 blocks fit on the GPU at once;
+// 2 x 128 do not). copy_warp: the quarter sweeps' copy warp (copy_warp_of), with one row group
+// per block only (nine warps would cap the eight sweep warps at 168 registers).
+void row_sweeps(int warps, int key_split, bool copy_warp, bool reverse, bool recompute, const Args& a,
+                cudaStream_t stream) {
+  if (warps == 0) warps = (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
   switch (key_split * 100 + warps) {
     case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
     case 104: return row_sweeps<4, 1>(reverse, recompute, a, stream);
@@ -1551,6 +1592,10 @@ void row_sweeps(int warps, int key_split, bool reverse, bool recompute, const Ar
     case 202: return row_sweeps<1, 2>(reverse, recompute, a, stream);
     case 204: return row_sweeps<2, 2>(reverse, recompute, a, stream);
     case 208: return row_sweeps<4, 2>(reverse, recompute, a, stream);
+    case 404:
+      return copy_warp ? row_sweeps<1, KQ, true>(reverse, recompute, a, stream)
+                       : row_sweeps<1, KQ>(reverse, recompute, a, stream);
+    case 408: return row_sweeps<2, KQ>(reverse, recompute, a, stream);
   }
 }
 
@@ -1704,7 +1749,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   launch(pre_kernel<false>, subs, 256, PreSmem<false>::bytes, stream, a);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
-  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, cfg.sweep_key_split, false, false, a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -1741,7 +1786,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
     }
     split_sweeps(true, tile, a, stream);
   } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
-    row_sweeps(cfg.sweep_warps, cfg.sweep_key_split, true, !cfg.saved_forward, a, stream);
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), true, !cfg.saved_forward, a, stream);
   else if (cfg.saved_forward)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else

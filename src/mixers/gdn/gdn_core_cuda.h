@@ -67,12 +67,17 @@ struct GdnCudaConfig {
   // STATEFLOW_GDN_SWEEP ("rows" or "tiles"; rows when unset).
   enum Sweep { kDefaultSweep = 0, kRowSweeps = 1, kTileSweeps = 2 };
   int sweep = kDefaultSweep;
-  // Row sweeps: warps per 16 state rows, each keeping DK / sweep_key_split key columns (1 or 2;
-  // 0 = 2), and warps per block (2, 4 or 8; 0 = 2, or 4 for a backward that recomputes the
-  // forward with split keys); a block owns consecutive rows of one (batch, head) and loads its
-  // streamed tiles once for all its warps.
+  // Row sweeps: warps per 16 state rows, each keeping DK / sweep_key_split key columns (1, 2 or
+  // 4; 0 = 4, the quarter sweeps, or 2 with the lever sweep_quarters off), and warps per block
+  // (2, 4 or 8, at least the key split; 0 = one row group, two for a backward that recomputes
+  // the forward with split keys); a block owns consecutive rows of one (batch, head) and loads
+  // its streamed tiles once for all its warps.
   int sweep_key_split = 0;
   int sweep_warps = 0;
+  // Quarter sweeps with one row group per block (4 warps): 1 = a fifth warp issues the tile
+  // copies, -1 = the sweep warps do; 0 = the lever sweep_copy_warp (not yet run on a GPU, so off
+  // unless STATEFLOW_LEVERS_ON names it). Same results, bitwise.
+  int sweep_copy_warp = 0;
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
   int value_tile = 0;

@@ -101,14 +101,20 @@ RunOptions unsplit(int sweep = GdnCudaConfig::kDefaultSweep, int key_split = 0, 
   return opt;
 }
 
-// The unsplit core's sweeps, by name for traces (row sweeps: whole and split key columns).
+// The unsplit core's sweeps, by name for traces (row sweeps: whole, halved and quartered key columns).
 struct SweepCase {
   const char* name;
   int sweep, key_split;
 };
 const std::vector<SweepCase> kSweeps = {{"row sweeps", GdnCudaConfig::kRowSweeps, 1},
                                         {"row sweeps, split keys", GdnCudaConfig::kRowSweeps, 2},
+                                        {"quarter sweeps", GdnCudaConfig::kRowSweeps, 4},
                                         {"tile sweeps", GdnCudaConfig::kTileSweeps, 0}};
+
+// Warps per block a row sweep with this key split can run with (each a different row grouping).
+std::vector<int> row_tilings(int key_split) {
+  return key_split == 4 ? std::vector<int>{4, 8} : std::vector<int>{2, 4, 8};
+}
 
 RunOptions pieces_of(int len, int tile = 0) {
   RunOptions opt;
@@ -175,7 +181,7 @@ TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryTilingAgrees) {
     const Gpu null_states = run_gpu(p, null_opt);
     for (auto [name, err] : errors(null_states, ref)) EXPECT_LE(err, tolerance(name)) << name << ", " << sc.name;
     const bool rows = sc.sweep == GdnCudaConfig::kRowSweeps;
-    for (int tiling : rows ? std::vector<int>{2, 4, 8} : std::vector<int>{16, 32, 64}) {
+    for (int tiling : rows ? row_tilings(sc.key_split) : std::vector<int>{16, 32, 64}) {
       RunOptions opt = unsplit(sc.sweep, sc.key_split, rows ? tiling : 0);
       if (!rows) opt.cfg.value_tile = tiling;
       const Gpu gpu = run_gpu(zero, opt);
@@ -433,6 +439,27 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
   }
 }
 
+// The quarter sweeps' copy warp (GdnCudaConfig::sweep_copy_warp) only changes which warp issues
+// the tile copies: outputs and every gradient bitwise those of the sweep warps issuing them, for
+// the forward, the backward that re-runs the forward beside its own and the saved-forward backward,
+// with a short last sub-chunk.
+TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  for (bool saved : {false, true}) {
+    SCOPED_TRACE(saved ? "saved forward" : "recomputing backward");
+    RunOptions own = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);  // one row group per block
+    own.cfg.saved_forward = saved;
+    own.cfg.sweep_copy_warp = -1;
+    RunOptions copy_warp = own;
+    copy_warp.cfg.sweep_copy_warp = 1;
+    expect_bitwise_equal(run_gpu(p, copy_warp), run_gpu(p, own));
+  }
+}
+
 // B1 from a kept T (the layer's default): outputs and every gradient bitwise those of the
 // backward that recomputes T, for each unsplit sweep and the split core, with a short last
 // sub-chunk and the workspace poisoned between the calls (nothing but T may survive).
@@ -473,7 +500,7 @@ TEST(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
       }
       const Ref ref = reference(p);
       const auto e_tiles = errors(run_gpu(p, unsplit(GdnCudaConfig::kTileSweeps)), ref, rms_rel_err<double, double>);
-      for (int key_split : {1, 2}) {
+      for (int key_split : {1, 2, 4}) {
         const Gpu rows = run_gpu(p, unsplit(GdnCudaConfig::kRowSweeps, key_split));
         const auto e_max = errors(rows, ref), e = errors(rows, ref, rms_rel_err<double, double>);
         for (size_t i = 0; i < e.size(); ++i) {
@@ -499,7 +526,8 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   cfg.piece_len = 100;  // not a multiple of 64
   EXPECT_THROW(gdn_cuda_workspace_bytes(d, cfg), Error);
   for (auto [sweep, warps, key_split] : {std::tuple{3, 0, 0}, {int(GdnCudaConfig::kRowSweeps), 3, 0},
-                                         {int(GdnCudaConfig::kRowSweeps), 16, 0}, {int(GdnCudaConfig::kRowSweeps), 0, 4}}) {
+                                         {int(GdnCudaConfig::kRowSweeps), 16, 0}, {int(GdnCudaConfig::kRowSweeps), 0, 3},
+                                         {int(GdnCudaConfig::kRowSweeps), 2, 4}}) {
     GdnCudaConfig bad;
     bad.sweep = sweep, bad.sweep_warps = warps, bad.sweep_key_split = key_split;
     EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
@@ -507,6 +535,11 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
                  Error)
         << "sweep " << sweep << ", warps " << warps << ", key split " << key_split;
   }
+  GdnCudaConfig bad_copy;
+  bad_copy.sweep_copy_warp = 2;  // 1, -1 or 0
+  EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                      &bad_copy, nullptr, bad_copy),
+               Error);
   GdnCudaConfig bad_slab;
   bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
   try {
