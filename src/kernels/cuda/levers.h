@@ -1,7 +1,7 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
-//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,tile_copies
+//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,sweep_copy_warp,tile_copies
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -39,6 +39,8 @@
 //   sweep_quarters  GDN core: row sweeps with 2 warps per 16 state rows (instead of 4, each a
 //                 quarter of the key columns: mixers/gdn/gdn_core_quarter_sweeps.cuh; another
 //                 summation order, exact and chunk-invariant either way)
+//   sweep_copy_warp  GDN core: the quarter sweeps' warps issue their own tile copies (instead of
+//                 a fifth warp per 4-warp block issuing them; same bits)
 //   tile_copies   GDN core Pre, B2, Out, B4: tiles copied to shared memory by the generic loop
 //                 (instead of each thread's offsets computed once, cuda::TileCopy: B4's SASS
 //                 5440 -> 3976 instructions; same bits; GdnCudaConfig::tile_copies)
@@ -64,10 +66,10 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "conv_walk",   "head_blocks", "residual_fused",
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
-                                           "tile_copies"};
+                                           "sweep_copy_warp", "tile_copies"};
 
 // Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
-inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "tile_copies"};
+inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "sweep_copy_warp", "tile_copies"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

@@ -867,24 +867,25 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
 
 #include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
 
-// Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps).
-template <int RG, int KS>
-__global__ void __launch_bounds__(RG * KS * 32) row_forward_kernel(Args a) {
+// Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
+// copy warp).
+template <int RG, int KS, bool CW>
+__global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
   const float* from = a.S_in ? a.S_in + tile : nullptr;
   float* to = a.S_out ? a.S_out + tile : nullptr;
   constexpr int stages = row_stages<RG, KS, false>();
-  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages>(a, b, h, row0, from, to, sm);
+  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW>(a, b, h, row0, from, to, sm);
   else row_forward_sweep<RG, KS, stages>(a, b, h, row0, from, to, sm);
 }
 
 // B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
 // SMs of their own, beside the reverse sweeps.
-template <int RG, int KS>
-__global__ void __launch_bounds__(RG * KS * 32) row_backward_kernel(Args a, bool recompute) {
+template <int RG, int KS, bool CW>
+__global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
   constexpr int tiles = DV / (RG * RW);
   const int b = blockIdx.z, h = blockIdx.y, x = blockIdx.x;
@@ -894,8 +895,8 @@ __global__ void __launch_bounds__(RG * KS * 32) row_backward_kernel(Args a, bool
   const float* from = forward ? (a.S_in ? a.S_in + tile : nullptr) : (a.dS_out ? a.dS_out + tile : nullptr);
   constexpr int fwd_stages = row_stages<RG, KS, false>(), rev_stages = row_stages<RG, KS, true>();
   if constexpr (KS == KQ) {
-    if (forward) quarter_forward_sweep<RG, fwd_stages>(a, b, h, row0, from, nullptr, sm);
-    else quarter_reverse_sweep<RG, rev_stages>(a, b, h, row0, from, a.dS_in + tile, sm);
+    if (forward) quarter_forward_sweep<RG, fwd_stages, CW>(a, b, h, row0, from, nullptr, sm);
+    else quarter_reverse_sweep<RG, rev_stages, CW>(a, b, h, row0, from, a.dS_in + tile, sm);
   } else {
     if (forward) row_forward_sweep<RG, KS, fwd_stages>(a, b, h, row0, from, nullptr, sm);
     else row_reverse_sweep<RG, KS, rev_stages>(a, b, h, row0, from, a.dS_in + tile, sm);
@@ -1441,6 +1442,12 @@ int key_split_of(const GdnCudaConfig& cfg) {
   return cfg.sweep_key_split ? cfg.sweep_key_split : lever_off("sweep_quarters") ? 2 : KQ;
 }
 
+// Whether the quarter sweeps with one row group per block issue their copies from a copy warp:
+// the config's choice, else the lever sweep_copy_warp (untried: off unless STATEFLOW_LEVERS_ON).
+bool copy_warp_of(const GdnCudaConfig& cfg) {
+  return cfg.sweep_copy_warp ? cfg.sweep_copy_warp > 0 : !lever_off("sweep_copy_warp");
+}
+
 // The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.
 int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep >= GdnCudaConfig::kDefaultSweep && cfg.sweep <= GdnCudaConfig::kTileSweeps,
@@ -1450,6 +1457,9 @@ int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_key_split == 0 || cfg.sweep_key_split == 1 || cfg.sweep_key_split == 2 ||
                cfg.sweep_key_split == KQ,
            "GDN CUDA core: sweep_key_split must be 1, 2 or 4 (or 0 for automatic), got ", cfg.sweep_key_split);
+  SF_CHECK(cfg.sweep_copy_warp >= -1 && cfg.sweep_copy_warp <= 1,
+           "GDN CUDA core: sweep_copy_warp must be 1 (on), -1 (off) or 0 (the lever sweep_copy_warp), got ",
+           cfg.sweep_copy_warp);
   SF_CHECK(!(key_split_of(cfg) == KQ && cfg.sweep_warps == 2), "GDN CUDA core: the quarter sweeps (key split 4) ",
            "need 4 or 8 warps per block, got sweep_warps = 2; ask for 4 or 8, or for key split 1 or 2");
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
@@ -1586,13 +1596,13 @@ int pick_piece_tile(int requested) {
 }
 
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed.
-template <int RG, int KS>
+template <int RG, int KS, bool CW = false>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
-  constexpr int tiles = DV / (RG * RW), threads = RG * KS * 32;
+  constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
   constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes;
   constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes;
-  if (!reverse) return launch(row_forward_kernel<RG, KS>, dim3(tiles, a.H, a.B), threads, fwd_smem, stream, a);
-  launch(row_backward_kernel<RG, KS>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), threads,
+  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, dim3(tiles, a.H, a.B), threads, fwd_smem, stream, a);
+  launch(row_backward_kernel<RG, KS, CW>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), threads,
          recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem, stream, a, recompute);
 }
 
@@ -1600,8 +1610,10 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
 // defaults, the fastest measured at batch 1 x 16 heads (docs/benchmarks.md): one row group per
 // block (128 blocks: 4 warps for the quarter sweeps, 2 for split keys), two for the backward
 // that re-runs the forward sweep beside its own (its 2 x 64 blocks fit on the GPU at once;
-// 2 x 128 do not).
-void row_sweeps(int warps, int key_split, bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+// 2 x 128 do not). copy_warp: the quarter sweeps' copy warp (copy_warp_of), with one row group
+// per block only (nine warps would cap the eight sweep warps at 168 registers).
+void row_sweeps(int warps, int key_split, bool copy_warp, bool reverse, bool recompute, const Args& a,
+                cudaStream_t stream) {
   if (warps == 0) warps = (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
   switch (key_split * 100 + warps) {
     case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
@@ -1610,7 +1622,9 @@ void row_sweeps(int warps, int key_split, bool reverse, bool recompute, const Ar
     case 202: return row_sweeps<1, 2>(reverse, recompute, a, stream);
     case 204: return row_sweeps<2, 2>(reverse, recompute, a, stream);
     case 208: return row_sweeps<4, 2>(reverse, recompute, a, stream);
-    case 404: return row_sweeps<1, KQ>(reverse, recompute, a, stream);
+    case 404:
+      return copy_warp ? row_sweeps<1, KQ, true>(reverse, recompute, a, stream)
+                       : row_sweeps<1, KQ>(reverse, recompute, a, stream);
     case 408: return row_sweeps<2, KQ>(reverse, recompute, a, stream);
   }
 }
@@ -1784,7 +1798,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   pre(false, tile_plans(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
-  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), false, false, a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -1822,7 +1836,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
     }
     split_sweeps(true, tile, a, stream);
   } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
-    row_sweeps(cfg.sweep_warps, key_split_of(cfg), true, !cfg.saved_forward, a, stream);
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), true, !cfg.saved_forward, a, stream);
   else if (cfg.saved_forward)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else

@@ -74,6 +74,10 @@ struct GdnCudaConfig {
   // its streamed tiles once for all its warps.
   int sweep_key_split = 0;
   int sweep_warps = 0;
+  // Quarter sweeps with one row group per block (4 warps): 1 = a fifth warp issues the tile
+  // copies, -1 = the sweep warps do; 0 = the lever sweep_copy_warp (not yet run on a GPU, so off
+  // unless STATEFLOW_LEVERS_ON names it). Same results, bitwise.
+  int sweep_copy_warp = 0;
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
   int value_tile = 0;

@@ -104,12 +104,38 @@ __device__ void share_quarter(const uint32_t (&f)[4], Tile<RW, C> op, int q, int
   for (int kb = 0; kb < C / 16; ++kb) cuda::load_a<Lay::Row>(all[kb], op, 0, 16 * kb);
 }
 
-// Forward sweep (ST) with key quarters: what row_forward_sweep computes, same arguments.
-template <int RG, int STAGES>
+// Threads of a row-sweep block: its RG x KS warps, and with CW (quarter sweeps) the copy warp.
+template <int RG, int KS, bool CW>
+__host__ __device__ constexpr int row_threads() {
+  return (RG * KS + (CW ? 1 : 0)) * 32;
+}
+
+// The copy warp of a quarter-sweep block (GdnCudaConfig::sweep_copy_warp; the block's last warp):
+// issues step i + STAGES - 1's tiles (issue(i, buffer); zero-fills past the sweep's end) once
+// every warp has met at the barrier that opens step i, the one the sweep warps wait at for step
+// i's tiles. The sweep warps then spend no instruction on copies or their addresses: about half
+// of a step's 507 instructions in their SASS when they issue them (270 without).
+template <int STAGES, class Issue>
+__device__ void quarter_copies(int steps, Issue&& issue) {
+  for (int i = 0; i < STAGES - 1; ++i) {
+    issue(i, i);
+    cuda::cp_async_commit();
+  }
+  for (int i = 0; i < steps; ++i) {
+    cuda::cp_async_wait<STAGES - 2>();
+    __syncthreads();  // step i's tiles have landed; every warp is done with the buffer refilled next
+    issue(i + STAGES - 1, (i + STAGES - 1) % STAGES);
+    cuda::cp_async_commit();
+  }
+}
+
+// Forward sweep (ST) with key quarters: what row_forward_sweep computes, same arguments. CW: a
+// copy warp issues the tiles (quarter_copies) instead of the sweep warps; same results, bitwise.
+template <int RG, int STAGES, bool CW>
 __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
   using S = RowSmem<RG, KQ, STAGES, false>;
-  constexpr int NT = S::NWB * 32, BV = S::BV;
-  const int tid = threadIdx.x;
+  constexpr int NT = CW ? 32 : S::NWB * 32, BV = S::BV;  // threads that copy
+  const int tid = CW ? threadIdx.x & 31 : threadIdx.x;   // index among them
   const RowWarp<RG, KQ> w;
   const int q = w.kh;
   auto Wt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::W + s * S::tk); };
@@ -124,9 +150,6 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
   const cuda::TileCopy<NT, Tile<C, BV>> copy_u(tid);
 
-  Frag<RW, KWQ> st;  // state rows row0 + v0.., key columns k0..
-  if (from) st.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
-  else st.fill(0.f);
   auto issue = [&](int n, int s) {  // as row_forward_sweep's: zero-fills past the last sub-chunk
     const bool live = n < a.NS;
     n = min(n, a.NS - 1);
@@ -137,7 +160,13 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     copy_u(Ut(s), a.U + ws0 * DV + row0, DV, live ? C : 0);
     copy_g_async(Gt(s), a.G + ws0, tid, live);
   };
-  for (int i = 0; i < STAGES - 1; ++i) {
+  if constexpr (CW) {
+    if (w.warp == S::NWB) return quarter_copies<STAGES>(a.NS, issue);
+  }
+  Frag<RW, KWQ> st;  // state rows row0 + v0.., key columns k0..
+  if (from) st.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
+  else st.fill(0.f);
+  for (int i = 0; i < STAGES - 1 && !CW; ++i) {
     issue(i, i);
     cuda::cp_async_commit();
   }
@@ -147,15 +176,17 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   // V_new stores after the update.
   for (int n = 0; n < a.NS; ++n) {
     const int s = n % STAGES;
-    cuda::cp_async_wait<STAGES - 2>();
+    if constexpr (!CW) cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled below
     AFrags<KWQ> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
     cuda::acc_to_a(st, sa);
     Frag<RW, C> part_vn;  // this warp's keys' share of (S W^T): value rows, token columns
     part_vn.fill(0.f);
     cuda::mma_regs_acc<KWQ, Lay::Col>(part_vn, sa, Wt(s), 0, w.k0);
-    issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);  // beside the product: a whole step ahead
-    cuda::cp_async_commit();
+    if constexpr (!CW) {
+      issue(n + STAGES - 1, (n + STAGES - 1) % STAGES);  // beside the product: a whole step ahead
+      cuda::cp_async_commit();
+    }
     const float* G = Gt(s);
     float e[TQ / 8][2];
     quarter_decays(G, q, e);
@@ -181,12 +212,13 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   if (to) st.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
-// Reverse sweep (B3) with key quarters: what row_reverse_sweep computes, same arguments.
-template <int RG, int STAGES>
+// Reverse sweep (B3) with key quarters: what row_reverse_sweep computes, same arguments; CW as
+// the forward's.
+template <int RG, int STAGES, bool CW>
 __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
   using S = RowSmem<RG, KQ, STAGES, true>;
-  constexpr int NT = S::NWB * 32, BV = S::BV;
-  const int tid = threadIdx.x;
+  constexpr int NT = CW ? 32 : S::NWB * 32, BV = S::BV;
+  const int tid = CW ? threadIdx.x & 31 : threadIdx.x;
   const RowWarp<RG, KQ> w;
   const int q = w.kh;
   auto Kt = [&](int s) { return tile_at<Tile<C, DK>>(sm, S::K + s * S::tk); };
@@ -203,9 +235,6 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
   const cuda::TileCopy<NT, Tile<C, BV>> copy_v(tid);
 
-  Frag<RW, KWQ> ds;
-  if (from) ds.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
-  else ds.fill(0.f);
   auto issue = [&](int n, int s) {  // as row_reverse_sweep's: zero-fills for n < 0
     const bool live = n >= 0;
     n = max(n, 0);
@@ -218,7 +247,13 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, live ? C : 0);
     copy_g_async(Gt(s), a.G + ws0, tid, live);
   };
-  for (int i = 0; i < STAGES - 1; ++i) {  // step i works on sub-chunk NS - 1 - i
+  if constexpr (CW) {
+    if (w.warp == S::NWB) return quarter_copies<STAGES>(a.NS, [&](int i, int s) { issue(a.NS - 1 - i, s); });
+  }
+  Frag<RW, KWQ> ds;
+  if (from) ds.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
+  else ds.fill(0.f);
+  for (int i = 0; i < STAGES - 1 && !CW; ++i) {  // step i works on sub-chunk NS - 1 - i
     issue(a.NS - 1 - i, i);
     cuda::cp_async_commit();
   }
@@ -227,15 +262,17 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
   // its own (off the chain) that is added to gamma_L dS before the dV_new term.
   for (int i = 0; i < a.NS; ++i) {
     const int n = a.NS - 1 - i, s = i % STAGES;
-    cuda::cp_async_wait<STAGES - 2>();
+    if constexpr (!CW) cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();
     AFrags<KWQ> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
     cuda::acc_to_a(ds, da);
     Frag<RW, C> part_dvn;  // this warp's keys' share of (K dSe^T)^T: value rows, token columns
     part_dvn.fill(0.f);
     cuda::mma_regs_acc<KWQ, Lay::Col>(part_dvn, da, Kt(s), 0, w.k0);
-    issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
-    cuda::cp_async_commit();
+    if constexpr (!CW) {
+      issue(n - (STAGES - 1), (i + STAGES - 1) % STAGES);
+      cuda::cp_async_commit();
+    }
     const float* G = Gt(s);
     float e[TQ / 8][2];
     quarter_decays(G, q, e);

@@ -462,6 +462,27 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
   }
 }
 
+// The quarter sweeps' copy warp (GdnCudaConfig::sweep_copy_warp) only changes which warp issues
+// the tile copies: outputs and every gradient bitwise those of the sweep warps issuing them, for
+// the forward, the backward that re-runs the forward beside its own and the saved-forward backward,
+// with a short last sub-chunk.
+TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  for (bool saved : {false, true}) {
+    SCOPED_TRACE(saved ? "saved forward" : "recomputing backward");
+    RunOptions own = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);  // one row group per block
+    own.cfg.saved_forward = saved;
+    own.cfg.sweep_copy_warp = -1;
+    RunOptions copy_warp = own;
+    copy_warp.cfg.sweep_copy_warp = 1;
+    expect_bitwise_equal(run_gpu(p, copy_warp), run_gpu(p, own));
+  }
+}
+
 // B1 from a kept T (the layer's default): outputs and every gradient bitwise those of the
 // backward that recomputes T, for each unsplit sweep and the split core, with a short last
 // sub-chunk and the workspace poisoned between the calls (nothing but T may survive).
@@ -537,6 +558,11 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
                  Error)
         << "sweep " << sweep << ", warps " << warps << ", key split " << key_split;
   }
+  GdnCudaConfig bad_copy;
+  bad_copy.sweep_copy_warp = 2;  // 1, -1 or 0
+  EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                                      &bad_copy, nullptr, bad_copy),
+               Error);
   GdnCudaConfig bad_slab;
   bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
   try {
