@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The chunk tax of issue 12 and its levers' ablation, on one GPU: gdn-1.3b, one stage, T = 32K,
 # B = 1, stateflow at several chunk counts N, each bench a process of its own (the levers are
-# read from STATEFLOW_LEVERS_OFF at start, kernels/cuda/levers.h):
+# read from STATEFLOW_LEVERS_OFF at start, kernels/cuda/levers.h; the untried ones run only where
+# STATEFLOW_LEVERS_ON names them, which this sets to all of them unless it is set already):
 #   1. every lever on, 2. every lever off (the code before them), both with --breakdown (layer
 #      and named-part device times per N: each lever's kernels on and off, side by side)
 #   3. with --single LIST: each lever off alone, at those N
@@ -17,7 +18,7 @@
 #   --levers  the levers (default: all of kernels/cuda/levers.h)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,conv_narrow,reduce_deep,norm_staged dry=0
+bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,conv_narrow,reduce_deep,norm_staged,reduce_group dry=0
 while (($#)); do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -32,12 +33,16 @@ while (($#)); do
 done
 [[ $dry == 1 || -x $bin ]] || { echo "chunk_tax.sh: no binary at '$bin'; build it or pass --bin" >&2; exit 2; }
 mkdir -p "$out"
+# Untried levers (kernels/cuda/levers.h) run only where STATEFLOW_LEVERS_ON names them: every run
+# here names them all (unless the caller set it), so that "all on" is on for them too.
+untried=$(sed -n 's/.*kUntriedLevers\[\] = {\(.*\)};.*/\1/p' src/kernels/cuda/levers.h | tr -d '" ')
+export STATEFLOW_LEVERS_ON=${STATEFLOW_LEVERS_ON-$untried}
 common=(bench --device cuda --dtype f32 --preset gdn-1.3b --stages 1 --seq-len 32768 --batch 1 --microbatches 1
         --schedules stateflow --warmup-steps 1 --steps 2)
 
 run() {  # run NAME LEVERS_OFF ARGS...
   local name=$1 off=$2; shift 2
-  echo "== $name: STATEFLOW_LEVERS_OFF=$off $bin ${common[*]} $*"
+  echo "== $name: STATEFLOW_LEVERS_ON=$STATEFLOW_LEVERS_ON STATEFLOW_LEVERS_OFF=$off $bin ${common[*]} $*"
   ((dry)) && return 0
   STATEFLOW_LEVERS_OFF=$off "$bin" "${common[@]}" "$@" >"$out/$name.log" 2>&1 || echo "chunk_tax.sh: $name failed"
   # N, step seconds and the tax step(N) / step(first N) of this process

@@ -1,7 +1,8 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
-//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,sweep_copy_warp,tile_copies
+//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
+//                      tile_copies
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -28,17 +29,20 @@
 //   gate_steps    GDN gates backward: dA_log and ddt_bias walk every 64-token block's partial in
 //                 one chain (instead of summing each 2048-token step's blocks in parallel first;
 //                 bitwise at 2048-token cuts instead of 64: mixers/gdn/gdn_gates_cuda.h)
-//   conv_narrow   short conv: a thread works on 8 channels, and each conv of a group adds its dw
-//                 blocks in a launch of its own (instead of 2 channels a thread, 4x the threads at
-//                 a quarter of the registers, and one dw launch for the group; same bits)
-//   reduce_deep   token-block reductions: 8 partials loaded ahead of their additions (instead of
-//                 32: a chain costs a quarter of the memory latencies; same sums)
+//   conv_narrow   short conv: a thread works on 8 channels (instead of 2: 4x the threads at a
+//                 quarter of the registers; same bits)
+//   reduce_deep   token-block reductions (and the GDN gates' step sums): 8 partials loaded ahead
+//                 of their additions (instead of 32: a chain costs a quarter of the memory
+//                 latencies; same sums)
 //   norm_staged   RMS/L2 norm backward: each pass loads its row as it goes, the second between its
 //                 own stores of dx (instead of all of a row's loads, the residual's included,
 //                 issued at once before the first pass; same arithmetic)
 //   sweep_quarters  GDN core: row sweeps with 2 warps per 16 state rows (instead of 4, each a
 //                 quarter of the key columns: mixers/gdn/gdn_core_quarter_sweeps.cuh; another
 //                 summation order, exact and chunk-invariant either way)
+//   reduce_group  token-block reductions of several gradients (the GDN's q, k, v conv weights,
+//                 Mamba-3's output-gate mixes) one launch each (instead of one launch for all;
+//                 same sums)
 //   sweep_copy_warp  GDN core: the quarter sweeps' warps issue their own tile copies (instead of
 //                 a fifth warp per 4-warp block issuing them; same bits)
 //   tile_copies   GDN core Pre, B2, Out, B4: tiles copied to shared memory by the generic loop
@@ -66,10 +70,11 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "conv_walk",   "head_blocks", "residual_fused",
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
-                                           "sweep_copy_warp", "tile_copies"};
+                                           "reduce_group", "sweep_copy_warp", "tile_copies"};
 
 // Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
-inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "sweep_copy_warp", "tile_copies"};
+// One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
+inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "reduce_group", "sweep_copy_warp", "tile_copies"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

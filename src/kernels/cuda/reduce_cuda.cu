@@ -74,6 +74,10 @@ void add_token_block_partials_group_cuda(const TokenBlockSum* sums, int n, int64
                                          int64_t seq_stride, int64_t segs, cudaStream_t stream) {
   SF_CHECK(n >= 0 && n <= kMaxBlockSums, "add_token_block_partials_group_cuda: ", n, " gradients; at most ",
            kMaxBlockSums, " in one launch");
+  if (n > 1 && lever_off("reduce_group")) {  // one gradient a launch, as before the lever
+    for (int i = 0; i < n; ++i) add_token_block_partials_group_cuda(sums + i, 1, batch, blocks, seq_stride, segs, stream);
+    return;
+  }
   SumGroup g{};
   for (int i = 0; i < n; ++i)
     if (sums[i].width > 0) g.sum[g.n] = sums[i], g.start[g.n + 1] = g.start[g.n] + sums[i].width, ++g.n;

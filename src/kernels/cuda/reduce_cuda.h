@@ -44,7 +44,8 @@ struct TokenBlockSum {
 constexpr int kMaxBlockSums = 4;
 // add_token_block_partials_cuda for up to kMaxBlockSums gradients over the same batch, blocks,
 // seq_stride and segs, in one launch per pass instead of one per gradient (a short chunk's
-// reductions are each too small to fill the GPU): bitwise the separate calls.
+// reductions are each too small to fill the GPU): bitwise the separate calls
+// (STATEFLOW_LEVERS_OFF=reduce_group makes them).
 void add_token_block_partials_group_cuda(const TokenBlockSum* sums, int n, int64_t batch, int64_t blocks,
                                          int64_t seq_stride, int64_t segs, cudaStream_t stream);
 

@@ -370,13 +370,10 @@ void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, in
     });
   });
   // Blocks past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
-  // Narrow launches add every conv's blocks in one launch (the same additions as one by one).
   TokenBlockSum sums[kMaxConvGroup];
   for (int i = 0; i < n; ++i) sums[i] = {group.conv[i].partial, convs[i].ch * K, convs[i].dw};
-  const int together = V == kNarrow ? n : 1;
-  for (int i = 0; i < n; i += together)
-    add_token_block_partials_group_cuda(sums + i, together, batch, token_blocks(len), tiling.tiles / tiling.segs,
-                                        tiling.segs, stream);
+  add_token_block_partials_group_cuda(sums, n, batch, token_blocks(len), tiling.tiles / tiling.segs, tiling.segs,
+                                      stream);
 }
 
 void check_aligned16_all(const char* name, const char* what, std::initializer_list<const void*> arrays) {

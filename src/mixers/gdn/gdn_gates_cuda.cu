@@ -63,7 +63,9 @@ __global__ void gdn_gates_backward_kernel(const A* a, const A* b, const float* A
 }
 
 constexpr int kAddThreads = 512;
-constexpr int kAhead = 8;  // partials one thread loads before adding them
+// Partials one thread loads before adding them: 32 (a 2K-token step's 32 blocks in one memory
+// latency), or 8 with STATEFLOW_LEVERS_OFF=reduce_deep. Same sums.
+constexpr int kAhead = 32, kOldAhead = 8;
 
 // Block 0 adds the dA_log partials into dA_log, block 1 the ddt_bias ones into ddt_bias. The
 // token blocks of sequence b sit at partial[(b * steps + k) * segs + q] (times heads), q < segs
@@ -72,6 +74,7 @@ constexpr int kAhead = 8;  // partials one thread loads before adding them
 // last to the first (sequence batch - 1 first in each), one rounding into the gradient per
 // step: the order weight_grad_cuda adds its 2048-token steps in. With one block per step
 // (segs = 1) the first stage has nothing to add and this is the old one-block-at-a-time walk.
+template <int Ahead>
 __global__ void gdn_gates_add_steps_kernel(float* partial, int64_t batch, int64_t steps, int64_t segs,
                                            int64_t blocks, int64_t heads, float* dA_log, float* ddt_bias) {
   float* p = partial + blockIdx.x * batch * steps * segs * heads;
@@ -81,7 +84,7 @@ __global__ void gdn_gates_add_steps_kernel(float* partial, int64_t batch, int64_
       const int64_t j = e % heads, k = (e / heads) % steps, b = e / (heads * steps);
       const int64_t n = min(segs, blocks - k * segs);  // the last step may be short
       float* q = p + (b * steps + k) * segs * heads + j;
-      q[0] = cuda::add_in_order<kAhead>(q[0], n - 1, [&](int64_t u) { return q[(u + 1) * heads]; });
+      q[0] = cuda::add_in_order<Ahead>(q[0], n - 1, [&](int64_t u) { return q[(u + 1) * heads]; });
     }
     __syncthreads();  // the step sums are global stores of this block: visible to it after the barrier
   }
@@ -91,7 +94,7 @@ __global__ void gdn_gates_add_steps_kernel(float* partial, int64_t batch, int64_
       const int64_t k = steps - 1 - w / batch, b = batch - 1 - w % batch;
       return p[(b * steps + k) * segs * heads + j];
     };
-    out[j] = cuda::add_in_order<kAhead>(out[j], n, at);
+    out[j] = cuda::add_in_order<Ahead>(out[j], n, at);
   }
 }
 
@@ -145,8 +148,12 @@ void gdn_gates_backward_cuda(const A* a, const A* b, const float* A_log, const f
   gdn_gates_backward_kernel<<<dim3(unsigned(blocks), unsigned(batch)), threads, 2 * threads * sizeof(float), stream>>>(
       a, b, A_log, dt_bias, dg, dbeta, da, db, len, heads, steps * segs, partial);
   cuda_check_launch("gdn_gates_backward_kernel");
-  gdn_gates_add_steps_kernel<<<2, kAddThreads, 0, stream>>>(partial, batch, steps, segs, blocks, heads, dA_log,
-                                                             ddt_bias);
+  if (lever_off("reduce_deep"))
+    gdn_gates_add_steps_kernel<kOldAhead>
+        <<<2, kAddThreads, 0, stream>>>(partial, batch, steps, segs, blocks, heads, dA_log, ddt_bias);
+  else
+    gdn_gates_add_steps_kernel<kAhead>
+        <<<2, kAddThreads, 0, stream>>>(partial, batch, steps, segs, blocks, heads, dA_log, ddt_bias);
   cuda_check_launch("gdn_gates_add_steps_kernel");
 }
 

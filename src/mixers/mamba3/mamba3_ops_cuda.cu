@@ -588,8 +588,8 @@ void mamba3_output_gate_backward_cuda(const bf16* y, const bf16* z, const float*
   output_gate_backward_kernel<<<token_block_grid(len, batch), 256, 0, stream>>>(y, z, mimo_z, mimo_o, dout, dy, dz,
                                                                                len, H, R, P, partial_z, partial_o);
   cuda_check_launch("mamba3 output gate backward");
-  add_token_block_partials_cuda(partial_z, batch, blocks, blocks, 1, W, dmimo_z, stream);
-  add_token_block_partials_cuda(partial_o, batch, blocks, blocks, 1, W, dmimo_o, stream);
+  const TokenBlockSum sums[] = {{partial_z, W, dmimo_z}, {partial_o, W, dmimo_o}};
+  add_token_block_partials_group_cuda(sums, 2, batch, blocks, blocks, 1, stream);
 }
 
 }  // namespace stateflow
