@@ -18,7 +18,7 @@
 #   --levers  the levers (default: all of kernels/cuda/levers.h)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,conv_narrow,reduce_deep,norm_staged,reduce_group dry=0
+bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,conv_narrow,reduce_deep,norm_staged,reduce_group,graphs dry=0
 while (($#)); do
   case $1 in
     --bin) bin=$2; shift 2 ;;

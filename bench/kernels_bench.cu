@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "bench_util.cuh"
+#include "kernels/cuda/device_graph_cuda.h"
 #include "kernels/cuda/op_buffers.h"
 #include "kernels/op_def.h"
 #include "model/flops.h"
@@ -235,6 +236,12 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "training step: %s\n", e.what());
       return 1;
     }
+    const CudaGraphCounts g = cuda_graph_counts();
+    if (g.launched > 0)
+      std::printf("CUDA graphs of the blocks' passes (kernels/cuda/device_graph_cuda.h): %lld launched, %.0f nodes "
+                  "each on average, %lld updated in place, %lld instantiated\n",
+                  (long long)g.launched, double(g.nodes) / double(g.launched), (long long)g.updated,
+                  (long long)g.instantiated);
   }
   return 0;
 }

@@ -4,9 +4,12 @@
 // zero, recomputation keeps less and changes nothing, and out-of-order calls are refused.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <map>
+#include <optional>
 
 #include "core/deferred_work.h"
+#include "host_backed_device.h"
 #include "layer_testing.h"
 #include "model/model.h"
 #include "pipeline/stage_executor.h"
@@ -193,4 +196,118 @@ TEST(StageExecutor, DeferredLayerWorkIsFinishedBeforeLayerDoneAndAtTheEnd) {
   EXPECT_EQ(log, (std::vector<std::string>{"backward a", "finish a (not deferred)"}));
   EXPECT_FALSE(work_may_be_deferred());
   expect_error([] { defer_work([] {}); }, "no DeferredWorkScope is open");
+}
+
+namespace {
+
+// Sets an environment variable for a scope and restores what was there.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(const char* n, const char* value) : name(n) {
+    if (const char* v = std::getenv(n)) old = v;
+    setenv(n, value, 1);
+  }
+  ~ScopedEnv() { old ? setenv(name.c_str(), old->c_str(), 1) : unsetenv(name.c_str()); }
+};
+
+// The stand-in GPU of host_backed_device.h with graphs that log what the executor asks of them.
+struct GraphLoggingDevice : HostBackedDevice {
+  struct Graph : DeviceGraph {
+    std::vector<std::string>* log;
+    explicit Graph(std::vector<std::string>* l) : log(l) {}
+    void begin() override { log->push_back("begin"); }
+    void end_and_launch() override { log->push_back("launch"); }
+    void abandon() noexcept override { log->push_back("abandon"); }
+  };
+  std::vector<std::string>* log;
+  int graphs_made = 0;
+  explicit GraphLoggingDevice(std::vector<std::string>* l) : log(l) {}
+  std::unique_ptr<DeviceGraph> make_graph() override {
+    ++graphs_made;
+    return std::make_unique<Graph>(log);
+  }
+};
+
+// A DeferringLayer with a parameter on the stand-in device, which logs its forward too, may be
+// recorded into a graph or not, and can be told to fail.
+struct PlacedLayer : DeferringLayer {
+  Param w{"w", Tensor::zeros({1}, DType::F32, MemCategory::Weights, Device::CUDA), Tensor()};
+  bool capturable, fail = false;
+  PlacedLayer(std::string n, std::vector<std::string>* l, bool c) : DeferringLayer(std::move(n), l), capturable(c) {}
+  std::vector<Param*> params() override { return {&w}; }
+  bool graph_capturable() const override { return capturable; }
+  Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& in, State& out,
+                 std::unique_ptr<Stash>& stash) override {
+    log->push_back("forward " + name);
+    if (fail) throw Error("a call that cannot be recorded");
+    return DeferringLayer::forward(ctx, x, in, out, stash);
+  }
+};
+
+}  // namespace
+
+// On a device with graphs, each run of consecutive layers that may be recorded is one graph per
+// pass: begun before its first layer (after the side work deferred outside it is finished),
+// launched before the next layer that may not be recorded, with its own deferred work finished
+// inside it; with layer_done, each layer is a graph of its own (finished before layer_done).
+// Units of one shape reuse their graph. An error while recording abandons the recording and
+// names the switch.
+TEST(StageExecutor, RunsOfRecordableLayersAreOneGraphPerPass) {
+  std::vector<std::string> log;
+  GraphLoggingDevice device(&log);
+  PlacedLayer e("e", &log, false), b("b", &log, true), c("c", &log, true), h("h", &log, false);
+  StageExecutor ex({&e, &b, &c, &h}, 0);
+  ChunkCtx ctx;
+  ctx.len = 1;
+  const Tensor x = Tensor::zeros({1, 1}, DType::F64);
+  for (int unit = 0; unit < 2; ++unit) {
+    log.clear();
+    ex.forward(ctx, x);
+    EXPECT_EQ(log, (std::vector<std::string>{"forward e", "begin", "forward b", "forward c", "launch", "forward h"}));
+    log.clear();
+    ex.backward(ctx, x);
+    EXPECT_EQ(log, (std::vector<std::string>{"backward h", "finish h", "begin", "backward c", "backward b", "finish c",
+                                             "finish b", "launch", "backward e", "finish e"}));
+  }
+  EXPECT_EQ(device.graphs_made, 2) << "one graph per pass, reused by the second unit of the same shape";
+  ctx.len = 2;  // another shape: graphs of its own
+  ex.forward(ctx, x);
+  log.clear();
+  ex.backward(ctx, x, [&](int j) { log.push_back("done " + std::to_string(j)); });
+  EXPECT_EQ(log, (std::vector<std::string>{"backward h", "finish h", "done 3", "begin", "backward c", "finish c",
+                                           "launch", "done 2", "begin", "backward b", "finish b", "launch", "done 1",
+                                           "backward e", "finish e", "done 0"}));
+  EXPECT_EQ(device.graphs_made, 5);
+  log.clear();
+  c.fail = true;
+  expect_error([&] { ex.forward(ctx, x); }, "while recording layers 1 to 2 into a device graph: set "
+                                            "STATEFLOW_LEVERS_OFF=graphs");
+  EXPECT_EQ(log, (std::vector<std::string>{"forward e", "begin", "forward b", "forward c", "abandon"}));
+}
+
+// STATEFLOW_GRAPH_LAYERS cuts a run into graphs of that many layers (read by each executor when
+// it makes its first graph); a value that is no positive integer is refused, naming it.
+TEST(StageExecutor, GraphLayersCutsARunIntoGraphsOfThatManyLayers) {
+  std::vector<std::string> log;
+  GraphLoggingDevice device(&log);
+  PlacedLayer e("e", &log, false), b("b", &log, true), c("c", &log, true), h("h", &log, false);
+  ChunkCtx ctx;
+  ctx.len = 1;
+  const Tensor x = Tensor::zeros({1, 1}, DType::F64);
+  ScopedEnv one("STATEFLOW_GRAPH_LAYERS", "1");
+  StageExecutor ex({&e, &b, &c, &h}, 0);
+  ex.forward(ctx, x);
+  EXPECT_EQ(log, (std::vector<std::string>{"forward e", "begin", "forward b", "launch", "begin", "forward c", "launch",
+                                           "forward h"}));
+  log.clear();
+  ex.backward(ctx, x);
+  EXPECT_EQ(log, (std::vector<std::string>{"backward h", "finish h", "begin", "backward c", "finish c", "launch",
+                                           "begin", "backward b", "finish b", "launch", "backward e", "finish e"}));
+  for (const char* bad : {"0", "-2", "eight", "8x"}) {
+    ScopedEnv env("STATEFLOW_GRAPH_LAYERS", bad);
+    StageExecutor fresh({&e, &b, &c, &h}, 0);
+    expect_error([&] { fresh.forward(ctx, x); }, "STATEFLOW_GRAPH_LAYERS = '" + std::string(bad) +
+                                                     "' is no number of layers; give a positive integer");
+  }
 }

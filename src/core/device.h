@@ -36,6 +36,22 @@ class DeviceClock {
   virtual bool hold_timed_out() = 0;
 };
 
+// A run of device work recorded once and launched as one piece (a CUDA graph): the stage
+// executor records the kernels of a unit's consecutive blocks this way, so the device runs
+// them without a launch between each two. Between begin() and end_and_launch(), the calling
+// thread's device work is recorded, not run; end_and_launch() queues it where the thread's
+// work goes, as one launch. Each call records anew (the unit's buffers differ) and updates
+// the instantiated graph of the previous recording in place where the two have the same
+// shape. One graph belongs to one thread.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void begin() = 0;
+  virtual void end_and_launch() = 0;
+  // Ends a recording left open by an error and drops it; nothing of it runs.
+  virtual void abandon() noexcept = 0;
+};
+
 // Memory operations of one non-host device. Device memory is charged to a MemoryTracker
 // category exactly as host memory is. Device work goes to the calling thread's current
 // device (use_device), so each pipeline stage's thread can drive its own GPU.
@@ -60,6 +76,9 @@ class DeviceBackend {
   // live tensors stay where they are.
   virtual void release_cached_memory(MemoryTracker& t) = 0;
   virtual std::unique_ptr<DeviceClock> make_clock() = 0;
+  // A graph for the calling thread's work, or nullptr when the device has none or graphs are
+  // switched off for the thread (the caller then launches its work as it goes).
+  virtual std::unique_ptr<DeviceGraph> make_graph() { return nullptr; }
 };
 
 // Installs `b` for device d (not CPU); b must outlive every tensor on d.

@@ -75,6 +75,11 @@ class Layer {
   virtual std::string kind() const = 0;
   virtual std::vector<Param*> params() = 0;
   virtual bool stateful() const { return false; }
+  // Whether the stage executor may record this layer's device work into a graph
+  // (core/device.h's DeviceGraph): true only for layers whose GPU path issues all of its work
+  // on layer_stream() or through SideWork and never waits for the device or reads results on
+  // the host (kernels/cuda/device_graph_cuda.h gives the rules).
+  virtual bool graph_capturable() const { return false; }
 
   virtual Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                          std::unique_ptr<Stash>& stash) = 0;

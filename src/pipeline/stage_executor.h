@@ -7,18 +7,34 @@
 // With recomputation (full, per layer) a unit keeps only each layer's input and entering
 // boundary state; backward runs each layer's forward again to rebuild its stash just
 // before that layer's backward. The results are bitwise those without recomputation.
+//
+// On a device with graphs (core/device.h's DeviceGraph) each run of consecutive layers that
+// may be recorded (Layer::graph_capturable: the blocks, not the embedding or the LM head) is
+// recorded during one unit's pass and launched as one graph, kept per (first layer, pass,
+// unit shape) so that the next unit of that shape updates it instead of instantiating it.
+// A run longer than graph_layers() layers is cut into graphs of that many: the device waits
+// for a graph's whole recording before it runs any of it, so the first graph of a unit
+// should be short.
+// A graph launches the same kernels in the same order: the results are bitwise the same.
+// Not while a profile times each layer (it times each layer's own launches).
 #pragma once
 #include <functional>
 #include <map>
 #include <memory>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "core/device.h"
 #include "model/layer.h"
 #include "pipeline/layer_profile.h"
 #include "pipeline/state_store.h"
 
 namespace stateflow {
+
+// Layers per device graph at most: STATEFLOW_GRAPH_LAYERS, default 8 (two blocks of a mixer and
+// an MLP each); throws Error naming the variable on a value that is no positive integer.
+int graph_layers();
 
 class StageExecutor {
  public:
@@ -60,6 +76,24 @@ class StageExecutor {
   std::unique_ptr<LayerProfile> profile_;
   // Runs fn, one call of layer i, through the profile when there is one.
   void run_layer(size_t i, Pass pass, const std::function<void()>& fn);
+
+  // Device graphs: (first layer, pass, batch, chunk length, first chunk, last chunk) -> its
+  // graph (nullptr: the device records none, or graphs are off on this thread).
+  using GraphKey = std::tuple<size_t, int, int64_t, int64_t, bool, bool>;
+  std::map<GraphKey, std::unique_ptr<DeviceGraph>> graphs_;
+  Device device_ = Device::CPU;       // where the layers' parameters live
+  DeviceGraph* recording_ = nullptr;  // the graph being recorded, if any
+  size_t recording_first_ = 0;        // the layer it began at
+  int recorded_layers_ = 0;           // layers in it so far
+  int graph_layers_ = 0;              // graph_layers(), read when the first graph is made
+  // Before layer i of a pass: ends the recording at a layer that may not be recorded, begins
+  // one at a layer that may (when there is none yet).
+  void record_layer(size_t i, Pass pass, const ChunkCtx& ctx);
+  // Launches the recording in progress, if any, with the side work it left deferred.
+  void launch_recording();
+  // Drops the recording in progress after an error (nothing of it runs).
+  void abandon_recording() noexcept;
+  friend struct RecordingGuard;
 };
 
 }  // namespace stateflow

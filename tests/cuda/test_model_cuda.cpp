@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 
 #include "cuda_test_util.h"
 #include "kernels/cuda/cuda_backend.h"
+#include "kernels/cuda/device_graph_cuda.h"
 #include "kernels/cuda/side_stream_cuda.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "layer_testing.h"
@@ -206,6 +208,51 @@ TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
     }
     overlap = was_overlap, defer = was_defer;
   }
+}
+
+// The blocks' work recorded as CUDA graphs (kernels/cuda/device_graph_cuda.h) gives bitwise the
+// step launched kernel by kernel, unchunked and chunked (the side stream and its deferred weight
+// gradients on, as by default), with each pass's four block layers in one graph and in a graph
+// each (STATEFLOW_GRAPH_LAYERS=1: side work deferred at every cut); middle chunks of one length
+// update one graph instead of instantiating their own.
+TEST_P(MixerConformanceCuda, GraphsGiveBitwiseTheStepWithoutThem) {
+  Model gpu = gpu_model();
+  const int64_t S = kWeightGradTokens, T = S + 200, blocks = 4;
+  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  bool& graphs = device_graphs_enabled_for_thread();
+  const bool was = graphs;
+  const char* env = std::getenv("STATEFLOW_GRAPH_LAYERS");
+  const std::string was_layers = env ? env : "";
+  for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77},
+                                              std::vector<int64_t>{512, 512, 512, 512, T - S}}) {
+    graphs = false;
+    const StepResult plain = run_step(gpu, b, lengths);
+    for (const int64_t per_graph : {blocks, int64_t(1)}) {
+      setenv("STATEFLOW_GRAPH_LAYERS", std::to_string(per_graph).c_str(), 1);
+      graphs = true;
+      const CudaGraphCounts before = cuda_graph_counts();
+      const StepResult recorded = run_step(gpu, b, lengths);
+      const CudaGraphCounts after = cuda_graph_counts();
+      graphs = was;
+      const std::string diff = first_difference(gpu, recorded, plain);
+      const int64_t launched = after.launched - before.launched;
+      std::printf("[ chunks %s, %lld layers per graph vs no graphs ] %lld graphs launched (%.0f nodes each, %lld "
+                  "updated, %lld instantiated); first difference: %s\n",
+                  lengths_name(lengths).c_str(), (long long)per_graph, (long long)launched,
+                  double(after.nodes - before.nodes) / double(std::max<int64_t>(launched, 1)),
+                  (long long)(after.updated - before.updated), (long long)(after.instantiated - before.instantiated),
+                  diff.empty() ? "none (bitwise equal)" : diff.c_str());
+      EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << ", " << per_graph << " layers per graph";
+      // a forward and a backward per chunk, each of blocks / per_graph graphs
+      EXPECT_EQ(launched, 2 * int64_t(lengths.size()) * (blocks / per_graph)) << lengths_name(lengths);
+      if (lengths.size() == 5)  // chunks 1 to 3: one shape, so chunks 2 and 3 update its graphs
+        EXPECT_GE(after.updated - before.updated, 4 * (blocks / per_graph)) << lengths_name(lengths);
+    }
+  }
+  if (was_layers.empty())
+    unsetenv("STATEFLOW_GRAPH_LAYERS");
+  else
+    setenv("STATEFLOW_GRAPH_LAYERS", was_layers.c_str(), 1);
 }
 
 // Mean over the parameters of the normwise relative gradient errors: stabler than the worst

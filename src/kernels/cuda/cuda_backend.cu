@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_graph_cuda.h"
 
 namespace stateflow {
 
@@ -95,12 +96,19 @@ class CudaBackend final : public DeviceBackend {
   void* allocate(size_t bytes, MemCategory c, MemoryTracker& t, bool zero_fill) override {
     void* p = allocator_for(t).allocate(bytes, c);
     if (p && (zero_fill || zero_fill_all_))
-      cuda_check(cudaMemset(p, 0, bytes), "cudaMemset (zero-fill of a new device tensor)");
+      fill(p, 0, bytes, "cudaMemset (zero-fill of a new device tensor)");
     else if (p && poison_uninitialized_)
-      cuda_check(cudaMemset(p, 0xff, bytes), "cudaMemset (poison of a new device tensor)");
+      fill(p, 0xff, bytes, "cudaMemset (poison of a new device tensor)");
     return p;
   }
   void set_poison_uninitialized(bool on) { poison_uninitialized_ = on; }
+  // On the default stream, or into the thread's graph recording when one is open.
+  static void fill(void* p, int value, size_t bytes, const char* what) {
+    if (const CublasGemm* r = recording_gemm_for_thread())
+      cuda_check(cudaMemsetAsync(p, value, bytes, r->stream()), what);
+    else
+      cuda_check(cudaMemset(p, value, bytes), what);
+  }
   void free(void* p, size_t, MemCategory, MemoryTracker& t) override {
     if (!p) return;
     DeviceAllocator* owner = nullptr;
@@ -116,8 +124,14 @@ class CudaBackend final : public DeviceBackend {
     SF_CHECK(owner != nullptr, "CUDA backend: pointer ", p, " was not allocated for tracker '", t.name(), "'");
     owner->free(p);
   }
-  void zero(void* p, size_t bytes) override { cuda_check(cudaMemset(p, 0, bytes), "cudaMemset"); }
-  void copy(void* dst, Device, const void* src, Device, size_t bytes) override {
+  void zero(void* p, size_t bytes) override { fill(p, 0, bytes, "cudaMemset"); }
+  void copy(void* dst, Device dst_device, const void* src, Device src_device, size_t bytes) override {
+    // Inside a graph recording (device_graph_cuda.h) a copy within the device is recorded; one
+    // to or from the host cannot be, and fails the recording with an error naming the switch.
+    if (const CublasGemm* r = recording_gemm_for_thread(); r && dst_device != Device::CPU && src_device != Device::CPU) {
+      cuda_check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, r->stream()), "cudaMemcpyAsync (tensor copy)");
+      return;
+    }
     // Unified addressing tells the direction (and the GPUs) from the pointers.
     cuda_check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy (tensor copy)");
   }
@@ -141,6 +155,7 @@ class CudaBackend final : public DeviceBackend {
     for (auto& per_gpu : it->second) per_gpu.second->release_cached();
   }
   std::unique_ptr<DeviceClock> make_clock() override { return std::make_unique<CudaClock>(); }
+  std::unique_ptr<DeviceGraph> make_graph() override { return make_cuda_graph(); }
 
   DeviceAllocator& allocator_for(MemoryTracker& t) {
     const int gpu = current_gpu();
@@ -212,6 +227,7 @@ DeviceBuffer cuda_scratch(size_t bytes) { return DeviceBuffer(cuda_allocator_for
 
 const CublasGemm& cublas_for_thread() {
   // One handle per GPU the thread has used: a handle and its workspace belong to one GPU.
+  if (const CublasGemm* recording = recording_gemm_for_thread()) return *recording;
   thread_local std::map<int, std::unique_ptr<CublasGemm>> per_gpu;
   auto& g = per_gpu[current_gpu()];
   if (!g) g = std::make_unique<CublasGemm>(nullptr);

@@ -37,7 +37,8 @@ int cuda_allocator_count();
 DeviceBuffer cuda_scratch(size_t bytes);
 
 // This thread's cuBLAS handle for its current GPU, on the default stream (a handle must not
-// be shared by threads, nor used on another GPU than the one it was made on).
+// be shared by threads, nor used on another GPU than the one it was made on). While the thread
+// records a CUDA graph, the recording's handle instead (device_graph_cuda.h).
 const CublasGemm& cublas_for_thread();
 
 }  // namespace stateflow

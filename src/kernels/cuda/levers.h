@@ -1,7 +1,8 @@
 // Benchmark switches for the chunk-tax levers (docs/benchmarks.md, "The chunk tax"):
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
-//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp
+//                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
+//                      tile_copies,graphs
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -43,6 +44,12 @@
 //                 same sums)
 //   sweep_copy_warp  GDN core: the quarter sweeps' warps issue their own tile copies (instead of
 //                 a fifth warp per 4-warp block issuing them; same bits)
+//   tile_copies   GDN core Pre, B2, Out, B4: tiles copied to shared memory by the generic loop
+//                 (instead of each thread's offsets computed once, cuda::TileCopy: B4's SASS
+//                 5440 -> 3976 instructions; same bits; GdnCudaConfig::tile_copies)
+//   graphs        stage executor: every kernel of a unit's blocks launched on its own (instead of
+//                 each run of consecutive blocks recorded as one CUDA graph and launched as one:
+//                 kernels/cuda/device_graph_cuda.h; the same kernels, so the same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -65,11 +72,11 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "conv_walk",   "head_blocks", "residual_fused",
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
-                                           "reduce_group", "sweep_copy_warp"};
+                                           "reduce_group", "sweep_copy_warp", "tile_copies", "graphs"};
 
 // Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "reduce_group", "sweep_copy_warp"};
+inline const char* const kUntriedLevers[] = {"conv_narrow", "reduce_deep", "norm_staged", "reduce_group", "sweep_copy_warp", "tile_copies", "graphs"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

@@ -61,6 +61,10 @@ bool& side_work_deferral_for_thread() {
   return enabled;
 }
 
+void prepare_side_work_for_thread() {
+  if (side_work_enabled_for_thread()) side_stream_for_thread();
+}
+
 SideWork::SideWork() : overlap_(side_work_enabled_for_thread() && thread_op_timer() == nullptr) {}
 
 SideWork::~SideWork() {

@@ -46,6 +46,10 @@ bool& side_work_enabled_for_thread();
 // names side_defer; tests switch it per thread.
 bool& side_work_deferral_for_thread();
 
+// Makes the thread's side stream and its handle now if overlap is on, so that a CUDA graph
+// recording (device_graph_cuda.h) finds them made rather than creating them while it records.
+void prepare_side_work_for_thread();
+
 class SideWork {
  public:
   SideWork();

@@ -49,6 +49,27 @@ __device__ void load_tile_async(CoreTile<R, CC> t, const bf16* g, int64_t gstrid
   }
 }
 
+// TileCopy (mma_tile.cuh) for core-matrix tiles: consecutive threads take consecutive rows of one
+// 8-row block, so a warp fills whole 128-byte blocks (no bank conflicts) and reads 64-byte row
+// pieces; the offsets are computed once per thread.
+template <int NT, int R, int CC>
+struct TileCopy<NT, CoreTile<R, CC>> {
+  static constexpr int chunks = CC / 8, step = NT / chunks, per_thread = R / step;
+  static_assert(NT % (8 * chunks) == 0 && R % step == 0, "the threads must split the tile into whole 8-row blocks");
+  int r0, c0;
+  __device__ explicit TileCopy(int tid) : r0((tid & 7) + (tid >> 3) / chunks * 8), c0((tid >> 3) % chunks * 8) {}
+  // Rows [0, n_valid) of the tile from g (row r at g + r * gstride, 16-byte aligned), zeros below.
+  __device__ void operator()(CoreTile<R, CC> tile, const bf16* g, int64_t gstride, int n_valid = R) const {
+    const bf16* src = g + r0 * gstride + c0;
+    bf16* dst = tile.at(r0, c0);
+#pragma unroll
+    for (int i = 0; i < per_thread; ++i) {  // step rows are step / 8 whole rows of blocks
+      const bool ok = r0 + i * step < n_valid;
+      cp_async16(dst + i * step * CC, ok ? src + i * step * gstride : g, ok);
+    }
+  }
+};
+
 // Makes this thread's ordinary shared-memory writes (stores, finished cp.async copies) visible to
 // the tensor cores' reads, which go through the async proxy; a barrier must follow.
 __device__ inline void fence_for_wgmma() {

@@ -82,6 +82,25 @@ __device__ void store_rows(Frag<WM, WN>& f, bf16* g, int64_t ld, int m0, int n0,
   });
 }
 
+// A block's copies of one tile type (256 threads) from global to shared memory: with kPlans each
+// thread's share through its TileCopy, offsets computed once (GdnCudaConfig::tile_copies), else
+// the generic load_tile_async loop, whose index and address arithmetic was about a quarter of B4's
+// instructions. The same bytes land in the same places either way. The kernels that copy tiles
+// take kPlans as a template parameter, so without it they compile to the code they were before.
+template <class T, bool kPlans>
+struct BlockCopy {
+  cuda::TileCopy<256, T> plan;
+  int tid;
+  __device__ explicit BlockCopy(int t) : plan(t), tid(t) {}
+  // Rows [0, n_valid) of the tile from g (row r at g + r * gstride), zeros below.
+  __device__ void operator()(T tile, const bf16* g, int64_t gstride, int n_valid = T::rows) const {
+    if constexpr (kPlans)
+      plan(tile, g, gstride, n_valid);
+    else
+      cuda::load_tile_async<256>(tile, g, gstride, n_valid, tid);
+  }
+};
+
 __device__ float warp_sum(float s) {
   for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
   return s;
@@ -184,7 +203,7 @@ struct PreSmem {
 
 __device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-template <bool kFromT>
+template <bool kFromT, bool kPlans>
 __global__ void __launch_bounds__(256) pre_kernel(Args a) {
   using S = PreSmem<kFromT>;
   extern __shared__ __align__(128) char sm[];
@@ -199,8 +218,9 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
   float* Af = reinterpret_cast<float*>(sm + S::A);
   float *G = reinterpret_cast<float*>(sm + S::vec), *gam = G + C, *beta = gam + C;
 
-  cuda::load_tile_async<256>(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv, tid);
-  cuda::load_tile_async<256>(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv, tid);
+  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);  // DV = DK: one plan for k and v
+  copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
+  copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
   cuda::cp_async_commit();
   load_decays(a, r0, nv, G, gam, beta, tid);
   if (tid < C) a.G[ws0 + tid] = G[tid];
@@ -262,6 +282,7 @@ struct DvlocSmem {
   static constexpr int bytes = G + C * 4;
 };
 
+template <bool kPlans>
 __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
   using S = DvlocSmem;
   extern __shared__ __align__(128) char sm[];
@@ -273,9 +294,10 @@ __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
   auto dOs = tile_at<Tile<C, DV>>(sm, S::dO);
   auto Ps = tile_at<Tile<C, C>>(sm, S::P);
   float* G = reinterpret_cast<float*>(sm + S::G);
-  cuda::load_tile_async<256>(Qs, a.q + r0 * DK, int64_t(a.H) * DK, nv, tid);
-  cuda::load_tile_async<256>(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv, tid);
-  cuda::load_tile_async<256>(dOs, a.dO + r0 * DV, int64_t(a.H) * DV, nv, tid);
+  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);  // DV = DK: one plan for q, k and dO
+  copy_rows(Qs, a.q + r0 * DK, int64_t(a.H) * DK, nv);
+  copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
+  copy_rows(dOs, a.dO + r0 * DV, int64_t(a.H) * DV, nv);
   cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
   cuda::cp_async_commit();
   cuda::cp_async_wait_all();
@@ -1038,6 +1060,7 @@ struct OutSmem {
   static constexpr int bytes = G + C * 4;
 };
 
+template <bool kPlans>
 __global__ void __launch_bounds__(256) out_kernel(Args a) {
   using S = OutSmem;
   extern __shared__ __align__(128) char sm[];
@@ -1051,10 +1074,12 @@ __global__ void __launch_bounds__(256) out_kernel(Args a) {
   auto Ps = tile_at<Tile<C, C>>(sm, S::P);
   float* G = reinterpret_cast<float*>(sm + S::G);
 
-  cuda::load_tile_async<256>(Qs, a.q + r0 * DK, int64_t(a.H) * DK, nv, tid);
-  cuda::load_tile_async<256>(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv, tid);
-  cuda::load_tile_async<256>(Hs, a.Hs + a.ws_sub(b, h, n) * DV * DK, DK, DV, tid);
-  cuda::load_tile_async<256>(Vn, a.Vn + ws0 * DV, DV, C, tid);
+  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);  // DV = DK: one plan for q, k and V_new
+  const BlockCopy<Tile<DV, DK>, kPlans> copy_state(tid);
+  copy_rows(Qs, a.q + r0 * DK, int64_t(a.H) * DK, nv);
+  copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
+  copy_state(Hs, a.Hs + a.ws_sub(b, h, n) * DV * DK, DK);
+  copy_rows(Vn, a.Vn + ws0 * DV, DV);
   cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
   cuda::cp_async_commit();
   cuda::cp_async_wait_all();
@@ -1172,7 +1197,7 @@ __device__ T columns_from(T t, int c0) {
   return T{t.p + c0};
 }
 
-template <int SR, class P>
+template <int SR, class P, bool kPlans>
 __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(Args a) {
   using S = B4Smem<SR, P>;
   using TK = typename S::TK;
@@ -1196,18 +1221,21 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   auto vec = [&](int i) { return reinterpret_cast<float*>(sm + S::vec) + i * C; };
   float *G = vec(S::vG), *gam = vec(S::vGam), *beta = vec(S::vBeta);
   const bf16 *Hs = a.Hs + sub * DV * DK, *dHs = a.dHs + sub * DV * DK;
-  auto issue_S = [&](int j, int slot) { cuda::load_tile_async<256>(Sslab(slot), Hs + j * SR * DK, DK, SR, tid); };
+  const BlockCopy<TS, kPlans> copy_slab(tid);
+  const BlockCopy<TK, kPlans> copy_rows(tid);
+  const BlockCopy<TC, kPlans> copy_T(tid);
+  auto issue_S = [&](int j, int slot) { copy_slab(Sslab(slot), Hs + j * SR * DK, DK); };
   auto issue_S_dSe = [&](int j, int slot) {
     issue_S(j, slot);
-    cuda::load_tile_async<256>(dSslab(slot), dHs + j * SR * DK, DK, SR, tid);
+    copy_slab(dSslab(slot), dHs + j * SR * DK, DK);
   };
 
   const int64_t ldk = int64_t(a.H) * DK, ldv = int64_t(a.H) * DV;
-  cuda::load_tile_async<256>(Qs, a.q + r0 * DK, ldk, nv, tid);
-  cuda::load_tile_async<256>(Ks, a.k + r0 * DK, ldk, nv, tid);
-  cuda::load_tile_async<256>(dOs, a.dO + r0 * DV, ldv, nv, tid);
-  cuda::load_tile_async<256>(Vns, a.Vn + ws0 * DV, DV, C, tid);
-  cuda::load_tile_async<256>(dVns, a.dVn + ws0 * DV, DV, C, tid);
+  copy_rows(Qs, a.q + r0 * DK, ldk, nv);
+  copy_rows(Ks, a.k + r0 * DK, ldk, nv);
+  copy_rows(dOs, a.dO + r0 * DV, ldv, nv);
+  copy_rows(Vns, a.Vn + ws0 * DV, DV);
+  copy_rows(dVns, a.dVn + ws0 * DV, DV);
   cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
   issue_S_dSe(0, 0);
   cuda::cp_async_commit();
@@ -1267,8 +1295,8 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
   store_rows(dq, a.dq + r0 * DK, ldk, m0, wn * HK, nv);
   P::sync();  // q, dO, V_new and dPG are free: phase 2's operands go there
-  cuda::load_tile_async<256>(Vs, a.v + r0 * DV, ldv, nv, tid);
-  cuda::load_tile_async<256>(Ts, a.Tm + sub * C * C, C, C, tid);
+  copy_rows(Vs, a.v + r0 * DV, ldv, nv);
+  copy_T(Ts, a.Tm + sub * C * C, C);
   issue_S(0, 0);
   cuda::cp_async_commit();
   {  // Pass 2 over the slabs: dW = -dV_new S, to where q was
@@ -1485,6 +1513,8 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   sweep_of(cfg);  // refuses a bad sweep setting before anything runs
   SF_CHECK(cfg.b4_slab == 0 || cfg.b4_slab == 16 || cfg.b4_slab == 32 || cfg.b4_slab == 64,
            "GDN CUDA core: b4_slab must be 16, 32 or 64 (or 0 for automatic), got ", cfg.b4_slab);
+  SF_CHECK(cfg.tile_copies >= GdnCudaConfig::kDefaultCopies && cfg.tile_copies <= GdnCudaConfig::kCopyPlans,
+           "GDN CUDA core: tile_copies must be kDefaultCopies, kCopyLoops or kCopyPlans, got ", cfg.tile_copies);
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1628,14 +1658,29 @@ void split_sweeps(bool reverse, int tile, const Args& a, cudaStream_t stream) {
   }
 }
 
-// B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16) and products P.
-template <class P>
+// Whether the kernels copy their tiles through per-thread plans (GdnCudaConfig::tile_copies).
+bool tile_plans(const GdnCudaConfig& cfg) {
+  return cfg.tile_copies == GdnCudaConfig::kDefaultCopies ? !lever_off("tile_copies")
+                                                          : cfg.tile_copies == GdnCudaConfig::kCopyPlans;
+}
+
+// Pre, or B1 from a kept T (from_T), copying tiles through plans or not.
+void pre(bool from_T, bool plans, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (from_T && plans) return launch(pre_kernel<true, true>, grid, 256, PreSmem<true>::bytes, stream, a);
+  if (from_T) return launch(pre_kernel<true, false>, grid, 256, PreSmem<true>::bytes, stream, a);
+  if (plans) return launch(pre_kernel<false, true>, grid, 256, PreSmem<false>::bytes, stream, a);
+  launch(pre_kernel<false, false>, grid, 256, PreSmem<false>::bytes, stream, a);
+}
+
+// B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16), products P and
+// tile copies through per-thread plans (kPlans) or not.
+template <class P, bool kPlans>
 void b4_with(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
   switch (slab_rows) {
     case 0:
-    case 16: return launch(b4_kernel<16, P>, grid, 256, B4Smem<16, P>::bytes, stream, a);
-    case 32: return launch(b4_kernel<32, P>, grid, 256, B4Smem<32, P>::bytes, stream, a);
-    case 64: return launch(b4_kernel<64, P>, grid, 256, B4Smem<64, P>::bytes, stream, a);
+    case 16: return launch(b4_kernel<16, P, kPlans>, grid, 256, B4Smem<16, P>::bytes, stream, a);
+    case 32: return launch(b4_kernel<32, P, kPlans>, grid, 256, B4Smem<32, P>::bytes, stream, a);
+    case 64: return launch(b4_kernel<64, P, kPlans>, grid, 256, B4Smem<64, P>::bytes, stream, a);
   }
 }
 
@@ -1644,10 +1689,14 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
-  if (mma == GdnCudaConfig::kMmaSync) return b4_with<MmaSyncProducts>(cfg.b4_slab, grid, a, stream);
+  const bool plans = tile_plans(cfg);
+  if (mma == GdnCudaConfig::kMmaSync)
+    return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
+                 : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);
   SF_CHECK(gdn_cuda_wgmma_available(), "GDN CUDA core: B4 on wgmma needs a compute capability 9.x GPU and a ",
            "build with sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a); use kMmaSync (STATEFLOW_GDN_B4=mma_sync)");
-  b4_with<WgmmaProducts>(cfg.b4_slab, grid, a, stream);
+  plans ? b4_with<WgmmaProducts, true>(cfg.b4_slab, grid, a, stream)
+        : b4_with<WgmmaProducts, false>(cfg.b4_slab, grid, a, stream);
 }
 
 }  // namespace
@@ -1746,7 +1795,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  launch(pre_kernel<false>, subs, 256, PreSmem<false>::bytes, stream, a);
+  pre(false, tile_plans(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), false, false, a, stream);
@@ -1756,7 +1805,8 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
     default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<64, SWEEP_STAGES>::bytes, stream, a);
   }
   timer.mark();
-  launch(out_kernel, subs, 256, OutSmem::bytes, stream, a);
+  if (tile_plans(cfg)) launch(out_kernel<true>, subs, 256, OutSmem::bytes, stream, a);
+  else launch(out_kernel<false>, subs, 256, OutSmem::bytes, stream, a);
   timer.mark();
 }
 
@@ -1772,10 +1822,10 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
-  if (!cfg.saved_forward && cfg.kept_T) launch(pre_kernel<true>, subs, 256, PreSmem<true>::bytes, stream, a);
-  else if (!cfg.saved_forward) launch(pre_kernel<false>, subs, 256, PreSmem<false>::bytes, stream, a);
+  if (!cfg.saved_forward) pre(cfg.kept_T, tile_plans(cfg), subs, a, stream);
   timer.mark();
-  launch(dvloc_kernel, subs, 256, DvlocSmem::bytes, stream, a);
+  if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
+  else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
   if (is_split(cfg)) {
     const int tile = pick_piece_tile(cfg.piece_tile);

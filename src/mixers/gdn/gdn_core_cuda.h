@@ -93,6 +93,13 @@ struct GdnCudaConfig {
   // ("mma_sync", also when unset, or "wgmma").
   enum B4Mma { kDefaultMma = 0, kMmaSync = 1, kWgmma = 2 };
   int b4_mma = kDefaultMma;
+  // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
+  // offsets computed once (cuda::TileCopy); kCopyLoops, the generic loop (the earlier code);
+  // kDefaultCopies, plans when the lever tile_copies is on (untried: off unless
+  // STATEFLOW_LEVERS_ON names it, kernels/cuda/levers.h). The same bytes either way, so the
+  // same results, bitwise.
+  enum TileCopies { kDefaultCopies = 0, kCopyLoops = 1, kCopyPlans = 2 };
+  int tile_copies = kDefaultCopies;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;

@@ -407,6 +407,29 @@ TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
   }
 }
 
+// Tile copies through each thread's precomputed plan (the lever tile_copies) land the same bytes
+// as the generic loop: every output and gradient the same bits, recomputing T and from a kept T,
+// with either of B4's products where wgmma can run.
+TEST(GdnCoreCuda, TileCopyPlansGiveTheLoopsBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  for (int mma : {GdnCudaConfig::kMmaSync, GdnCudaConfig::kWgmma}) {
+    if (mma == GdnCudaConfig::kWgmma && !gdn_cuda_wgmma_available()) continue;
+    for (bool keep_T : {false, true}) {
+      SCOPED_TRACE(std::string(mma == GdnCudaConfig::kWgmma ? "wgmma" : "mma.sync") + (keep_T ? ", T kept" : ""));
+      RunOptions loops = unsplit(), plans = unsplit();
+      loops.keep_T = plans.keep_T = keep_T;
+      loops.cfg.b4_mma = plans.cfg.b4_mma = mma;
+      loops.cfg.tile_copies = GdnCudaConfig::kCopyLoops;
+      plans.cfg.tile_copies = GdnCudaConfig::kCopyPlans;
+      expect_bitwise_equal(run_gpu(p, plans), run_gpu(p, loops));
+    }
+  }
+}
+
 TEST(GdnCoreCuda, RunsAreBitwiseRepeatable) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
