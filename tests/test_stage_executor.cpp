@@ -311,3 +311,17 @@ TEST(StageExecutor, GraphLayersCutsARunIntoGraphsOfThatManyLayers) {
                                                      "' is no number of layers; give a positive integer");
   }
 }
+
+// Which layers of a model the executor may record into device graphs: every block (each mixer
+// and the MLP, behind its pre-norm residual), not the embedding (it uploads the token ids from
+// the host) nor the LM head (it uploads the targets and may read the loss back).
+TEST(StageExecutor, BlocksMayBeRecordedIntoGraphsButNotTheEmbeddingOrTheHead) {
+  ModelConfig cfg = model_preset("tiny");
+  cfg.pattern = "GMAS";
+  cfg.complete_sections();
+  Model m(cfg, DType::F32);
+  const std::vector<Layer*> layers = m.layers();
+  ASSERT_GE(layers.size(), 3u);
+  for (size_t i = 0; i < layers.size(); ++i)
+    EXPECT_EQ(layers[i]->graph_capturable(), i != 0 && i + 1 != layers.size()) << i << ": " << layers[i]->kind();
+}

@@ -13,6 +13,9 @@ template <class Derived>
 class MixerLayer : public Layer {
  public:
   bool stateful() const override { return true; }
+  // Every mixer's GPU path (GDN, Mamba-3, attention) keeps the graph rules (model/layer.h); a
+  // mixer whose path cannot be recorded overrides this with false.
+  bool graph_capturable() const override { return true; }
   Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                  std::unique_ptr<Stash>& stash) final {
     if (!x.on_host()) return device_path(kind()).forward(*this, ctx, x, state_in, state_out, stash);

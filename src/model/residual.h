@@ -12,8 +12,8 @@ class PreNormResidual : public Layer {
   std::string kind() const override { return inner_->kind() + "_block"; }
   std::vector<Param*> params() override;
   bool stateful() const override { return inner_->stateful(); }
-  // The blocks' GPU paths (GDN, Mamba-3, attention, MLP) keep the graph rules.
-  bool graph_capturable() const override { return true; }
+  // The norm and the residual add keep the graph rules; the inner layer says for itself.
+  bool graph_capturable() const override { return inner_->graph_capturable(); }
   Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                  std::unique_ptr<Stash>& stash) override;
   Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State& dstate_out, State& dstate_in,
