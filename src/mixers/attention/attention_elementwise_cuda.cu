@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/device_graph_cuda.h"
 
 namespace stateflow {
 namespace {
@@ -80,8 +81,18 @@ void sigmoid_gate_backward_cuda(const bf16* o, const bf16* g, const bf16* dy, bf
   cuda_check_launch("sigmoid gate backward kernel");
 }
 
+// While a CUDA graph records (kernels/cuda/device_graph_cuda.h, lever graphs), one plain copy per
+// sequence instead of one strided copy: a graph of plain copies can be updated to the next
+// chunk's addresses, one with a strided copy is instantiated anew for every chunk.
 void write_prefix_rows_cuda(const PrefixRows& r, const bf16* t, bf16* buf, cudaStream_t st) {
   const size_t row_bytes = size_t(r.width) * sizeof(bf16);
+  if (recording_gemm_for_thread()) {
+    for (int64_t b = 0; b < r.batch; ++b)
+      cuda_check(cudaMemcpyAsync(buf + (b * r.seq_len + r.offset) * r.width, t + b * r.len * r.width,
+                                 size_t(r.len) * row_bytes, cudaMemcpyDeviceToDevice, st),
+                 "copying a chunk's K/V rows into the prefix");
+    return;
+  }
   cuda_check(cudaMemcpy2DAsync(buf + r.offset * r.width, size_t(r.seq_len) * row_bytes, t, size_t(r.len) * row_bytes,
                                size_t(r.len) * row_bytes, size_t(r.batch), cudaMemcpyDeviceToDevice, st),
              "copying a chunk's K/V rows into the prefix");
