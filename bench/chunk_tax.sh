@@ -18,7 +18,7 @@
 #   --levers  the levers (default: all of kernels/cuda/levers.h)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,conv_narrow,reduce_deep,norm_staged,reduce_group,graphs dry=0
+bin=build-gpu/stateflow out=chunk-tax-logs sweep=1,16,32 single= levers= dry=0
 while (($#)); do
   case $1 in
     --bin) bin=$2; shift 2 ;;
@@ -33,6 +33,9 @@ while (($#)); do
 done
 [[ $dry == 1 || -x $bin ]] || { echo "chunk_tax.sh: no binary at '$bin'; build it or pass --bin" >&2; exit 2; }
 mkdir -p "$out"
+# Default: every lever kernels/cuda/levers.h names (kLeverNames).
+[[ -n $levers ]] || levers=$(sed -n '/kLeverNames\[\] = {/,/};/p' src/kernels/cuda/levers.h | tr -d '\n' |
+                             sed 's/.*{\(.*\)};.*/\1/' | tr -d '" ')
 # Untried levers (kernels/cuda/levers.h) run only where STATEFLOW_LEVERS_ON names them: every run
 # here names them all (unless the caller set it), so that "all on" is on for them too.
 untried=$(sed -n 's/.*kUntriedLevers\[\] = {\(.*\)};.*/\1/p' src/kernels/cuda/levers.h | tr -d '" ')
