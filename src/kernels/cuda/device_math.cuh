@@ -109,14 +109,19 @@ __device__ inline float softplus(float x) { return x > 20.f ? x : log1pf(expf(x)
 
 // acc + at(0) + at(1) + ... + at(n - 1), added left to right (one chain: a fixed order of
 // roundings), with the loads of Ahead values issued before they are added, so that a long walk
-// costs one memory latency per Ahead values, not per value. Past n a load reads at(n - 1) again
-// (not added): loads without branches between them, which the compiler issues together.
+// costs one memory latency per Ahead values, not per value. Deep walks (Ahead > 8, the
+// reduce_deep lever) read at(n - 1) again past n (not added): loads without branches between
+// them, which the compiler issues together (SASS of the blocks walk at 32: all 32 loads before
+// the first add; with a branch per load they sat between the branches).
 template <int Ahead, class At>
 __device__ inline float add_in_order(float acc, int64_t n, At at) {
   for (int64_t w0 = 0; w0 < n; w0 += Ahead) {
     float v[Ahead];
 #pragma unroll
-    for (int u = 0; u < Ahead; ++u) v[u] = at(w0 + u < n ? w0 + u : n - 1);
+    for (int u = 0; u < Ahead; ++u) {
+      if constexpr (Ahead > 8) v[u] = at(w0 + u < n ? w0 + u : n - 1);
+      else v[u] = w0 + u < n ? at(w0 + u) : 0.f;
+    }
 #pragma unroll
     for (int u = 0; u < Ahead; ++u)
       if (w0 + u < n) acc += v[u];
