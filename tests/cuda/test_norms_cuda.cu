@@ -1,5 +1,6 @@
 // RMSNorm, gated RMSNorm and L2 norm on the GPU: dw over chunks cut at multiples of 64 tokens
-// is the unsplit run's bitwise; unsupported widths are refused. Each norm against its float64
+// is the unsplit run's bitwise; the fused residual gives the separate add's bits, staged or not
+// (norm_staged); unsupported widths are refused. Each norm against its float64
 // reference at every lane-team and vector-per-lane width is its op's test
 // (kernels/ops/norm_ops.cpp, tests/cuda/test_op_defs_cuda.cpp).
 #include <gtest/gtest.h>

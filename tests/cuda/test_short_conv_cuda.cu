@@ -1,7 +1,8 @@
 // Short conv on the GPU: a forward run split into chunks (prefix_out -> prefix) gives bitwise
 // the unsplit outputs (also where the pieces run shorter tiles than the whole), and so does
-// the backward over chunks at multiples of 64; unsupported
-// shapes are refused. The kernel against its float64 reference (with and without a carried
+// the backward over chunks at multiples of 64; a group of convs gives each its own results, and
+// threads of 2 channels those of 8 (conv_narrow), bitwise; unsupported shapes are refused. The
+// kernel against its float64 reference (with and without a carried
 // prefix, chunks shorter than K-1, several row tiles, K from 1 to 8) is its op's test
 // (kernels/ops/short_conv_op.cpp, tests/cuda/test_op_defs_cuda.cpp).
 #include <gtest/gtest.h>
