@@ -312,6 +312,26 @@ TEST(StageExecutor, GraphLayersCutsARunIntoGraphsOfThatManyLayers) {
   }
 }
 
+// An executor told not to record (its stage shares the GPU with other stage threads) launches
+// every layer's work as it comes: no graph begins.
+TEST(StageExecutor, AnExecutorNotAllowedGraphsRecordsNone) {
+  std::vector<std::string> log;
+  GraphLoggingDevice device(&log);
+  PlacedLayer e("e", &log, false), b("b", &log, true), c("c", &log, true), h("h", &log, false);
+  ChunkCtx ctx;
+  ctx.len = 1;
+  const Tensor x = Tensor::zeros({1, 1}, DType::F64);
+  StageExecutor ex({&e, &b, &c, &h}, 0);
+  ex.allow_graphs(false);
+  ex.forward(ctx, x);
+  EXPECT_EQ(log, (std::vector<std::string>{"forward e", "forward b", "forward c", "forward h"}));
+  log.clear();
+  ex.backward(ctx, x);
+  // (the side work stays deferred to the end of the unit, as without graphs)
+  EXPECT_EQ(log, (std::vector<std::string>{"backward h", "backward c", "backward b", "backward e", "finish h", "finish c",
+                                           "finish b", "finish e"}));
+}
+
 // Which layers of a model the executor may record into device graphs: every block (each mixer
 // and the MLP, behind its pre-norm residual), not the embedding (it uploads the token ids from
 // the host) nor the LM head (it uploads the targets and may read the loss back).

@@ -38,6 +38,7 @@ Stage::Stage(const PipelineConfig& cfg, int rank, Transport& transport, Transpor
   TrackerScope scope(tracker_);
   model_ = std::make_unique<Model>(cfg.model, cfg.dtype, begin, end, cfg.device);
   executor_ = std::make_unique<StageExecutor>(model_->layers(), begin, cfg.recompute);
+  executor_->allow_graphs(!shares_gpu());
   optimizer_ = std::make_unique<AdamW>(model_->params(), cfg.adamw);
   if (cfg.device != Device::CPU) clock_ = device_backend(cfg.device).make_clock();
   if (group) {
@@ -117,6 +118,7 @@ void Stage::reshape(const PipelineConfig& next) {
   if (new_executor) {
     TrackerScope scope(tracker_);
     executor_ = std::make_unique<StageExecutor>(model_->layers(), model_->begin(), cfg_.recompute);
+    executor_->allow_graphs(!shares_gpu());
   }
 }
 

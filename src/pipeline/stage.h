@@ -119,6 +119,10 @@ class Stage {
   size_t last_backward_ = 0;                  // index of the step's last backward action
   // Generates, checks and lowers the schedule for cfg_'s shape (lowered_, last_backward_).
   void make_actions();
+  // Whether other stages of this process run on this stage's GPU (--transport local with
+  // --device cuda puts them all on the current one): their threads' device-wide
+  // synchronisations then rule out device graphs here (StageExecutor::allow_graphs).
+  bool shares_gpu() const { return cfg_.device == Device::CUDA && transport_.cuda_device() < 0 && cfg_.stages > 1; }
 };
 
 }  // namespace stateflow

@@ -47,7 +47,7 @@ void StageExecutor::run_layer(size_t i, Pass pass, const std::function<void()>& 
 }
 
 void StageExecutor::record_layer(size_t i, Pass pass, const ChunkCtx& ctx) {
-  if (device_ == Device::CPU || profile_) return;
+  if (device_ == Device::CPU || profile_ || !graphs_allowed_) return;
   if (!layers_[i]->graph_capturable()) return launch_recording();
   if (recording_ && recorded_layers_ < graph_layers_) {
     ++recorded_layers_;

@@ -55,6 +55,10 @@ class StageExecutor {
   int64_t stash_bytes() const { return stash_bytes_; }
   int64_t peak_stash_bytes() const { return peak_stash_bytes_; }
   void reset_peak_stash() { peak_stash_bytes_ = stash_bytes_; }
+  // Whether this executor may record device graphs (default yes, where the device and the
+  // `graphs` lever allow). A stage whose GPU other stage threads of the process share turns
+  // them off: another thread's device-wide synchronisation during a recording is an error.
+  void allow_graphs(bool allowed) { graphs_allowed_ = allowed; }
   // When set, every layer call is timed into it (host vs device, layer_profile.h); nullptr stops.
   void set_profile(std::unique_ptr<LayerProfile> p) { profile_ = std::move(p); }
   const LayerProfile* profile() const { return profile_.get(); }
@@ -82,6 +86,7 @@ class StageExecutor {
   using GraphKey = std::tuple<size_t, int, int64_t, int64_t, bool, bool>;
   std::map<GraphKey, std::unique_ptr<DeviceGraph>> graphs_;
   Device device_ = Device::CPU;       // where the layers' parameters live
+  bool graphs_allowed_ = true;        // allow_graphs()
   DeviceGraph* recording_ = nullptr;  // the graph being recorded, if any
   size_t recording_first_ = 0;        // the layer it began at
   int recorded_layers_ = 0;           // layers in it so far

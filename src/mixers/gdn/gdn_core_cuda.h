@@ -75,8 +75,8 @@ struct GdnCudaConfig {
   int sweep_key_split = 0;
   int sweep_warps = 0;
   // Quarter sweeps with one row group per block (4 warps): 1 = a fifth warp issues the tile
-  // copies, -1 = the sweep warps do; 0 = the lever sweep_copy_warp (not yet run on a GPU, so off
-  // unless STATEFLOW_LEVERS_ON names it). Same results, bitwise.
+  // copies, -1 = the sweep warps do; 0 = the lever sweep_copy_warp (on unless
+  // STATEFLOW_LEVERS_OFF names it). Same results, bitwise.
   int sweep_copy_warp = 0;
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
@@ -95,9 +95,8 @@ struct GdnCudaConfig {
   int b4_mma = kDefaultMma;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
   // offsets computed once (cuda::TileCopy); kCopyLoops, the generic loop (the earlier code);
-  // kDefaultCopies, plans when the lever tile_copies is on (untried: off unless
-  // STATEFLOW_LEVERS_ON names it, kernels/cuda/levers.h). The same bytes either way, so the
-  // same results, bitwise.
+  // kDefaultCopies, plans unless STATEFLOW_LEVERS_OFF names the lever tile_copies
+  // (kernels/cuda/levers.h). The same bytes either way, so the same results, bitwise.
   enum TileCopies { kDefaultCopies = 0, kCopyLoops = 1, kCopyPlans = 2 };
   int tile_copies = kDefaultCopies;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
