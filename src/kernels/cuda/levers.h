@@ -53,7 +53,7 @@
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
-// run on one, so it stays off -- the code runs the way it did before it -- unless
+// run on one (or has not yet shown a gain worth the default), so it stays off -- the code runs the way it did before it -- unless
 // STATEFLOW_LEVERS_ON names it. tools/gpu-check.sh runs the CUDA tests with every untried lever on;
 // once they pass on a GPU and a benchmark shows the gain, the lever leaves that list and is on by
 // default like the others (STATEFLOW_LEVERS_OFF then turns it off).
@@ -74,7 +74,8 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_deep", "norm_staged", "sweep_quarters",
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs"};
 
-// Levers not yet run on a GPU: off unless STATEFLOW_LEVERS_ON names them (see above).
+// Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
+// yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
 inline const char* const kUntriedLevers[] = {"graphs"};
 
