@@ -16,7 +16,7 @@ STATEFLOW_LEVERS_ON=b4_ring bin/stateflow_cuda_tests --gtest_filter='GdnCoreCuda
 B="--len 32768,131072 --chunk-len 2048 --reps 10"
 for i in 1 2; do
   bin/gdn_core_bench $B > $O/bench_old$i.log 2>&1; lap old$i $?
-  STATEFLOW_LEVERS_ON=b4_ring bin/gdn_core_bench $B > $O/bench_new$i.log 2>&1; lap new$i $?
+  STATEFLOW_LEVERS_ON=b4_ring bin/gdn_core_bench $B --b4-slab 16,32 > $O/bench_new$i.log 2>&1; lap new$i $?
 done
 S="--section SpeedOfLight --section Occupancy --section WarpStateStats --section SchedulerStats --section InstructionStats --section SourceCounters --section MemoryWorkloadAnalysis"
 timeout 90 ncu --clock-control none -k regex:'b4_kernel' -c 1 $S bin/gdn_core_bench --len 32768 --reps 1 > $O/ncu_old.txt 2>&1; lap ncu_old $?
@@ -25,6 +25,6 @@ ncu -i $O/ncu_new.ncu-rep > $O/ncu_new.txt 2>&1
 ncu -i $O/ncu_new.ncu-rep --page source --csv --print-source sass > $O/ncu_new_sass.csv 2>&1; lap source $?
 tar -C $OUT -czf $OUT/logs.tgz w
 grep -E "PASSED|FAILED|tests ran" $O/tests.log | head -20
-for f in $O/bench_*.log; do echo "== $f"; grep -E "^ +(32768|131072) " $f | head -4; done
+for f in $O/bench_*.log; do echo "== $f"; grep -E "^ +(32768|131072) " $f | head -8; done
 grep -E "Duration|Executed Instructions  |Warp Cycles Per Issued|Achieved Occupancy|Registers Per|spill|Stall" $O/ncu_old.txt $O/ncu_new.txt | head -40
 cat $O/times.txt

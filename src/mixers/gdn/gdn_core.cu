@@ -1675,7 +1675,8 @@ void pre(bool from_T, bool plans, dim3 grid, const Args& a, cudaStream_t stream)
 }
 
 // Whether B4 runs the deep-ring kernel (GdnCudaConfig::b4_kernel): asked for, or by default where
-// the config allows it (mma.sync, 16-row slabs, copies by plans) unless the lever b4_ring is off.
+// the config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring
+// is off.
 // Refuses a bad B4 setting (called before anything runs).
 bool b4_deep_ring(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
@@ -1684,10 +1685,10 @@ bool b4_deep_ring(const GdnCudaConfig& cfg) {
   const bool plans = tile_plans(cfg);
   SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4DeepRing,
            "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots or kB4DeepRing, got ", cfg.b4_kernel);
-  const bool fits = mma == GdnCudaConfig::kMmaSync && (cfg.b4_slab == 0 || cfg.b4_slab == 16) && plans;
+  const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
   if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing)
-    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing) runs mma.sync products on 16-row ",
-             "slabs with tile copies by plans; got b4_mma ", mma, ", b4_slab ", cfg.b4_slab, ", tile_copies ",
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing) runs mma.sync products on 16- or ",
+             "32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ", cfg.b4_slab, ", tile_copies ",
              cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
   return cfg.b4_kernel == GdnCudaConfig::kB4DeepRing ||
          (cfg.b4_kernel == GdnCudaConfig::kDefaultB4Kernel && fits && !lever_off("b4_ring"));
@@ -1711,7 +1712,9 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  if (b4_deep_ring(cfg)) return launch(b4_ring_kernel, grid, 256, B4RingSmem::bytes, stream, a);
+  if (b4_deep_ring(cfg))
+    return cfg.b4_slab == 32 ? launch(b4_ring_kernel<2>, grid, 256, B4RingSmem::bytes, stream, a)
+                             : launch(b4_ring_kernel<1>, grid, 256, B4RingSmem::bytes, stream, a);
   if (mma == GdnCudaConfig::kMmaSync)
     return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
                  : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);

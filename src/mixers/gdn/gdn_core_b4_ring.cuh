@@ -1,17 +1,18 @@
 // B4 with a deep ring (GdnCudaConfig::b4_kernel = kB4DeepRing, lever b4_ring): the same
 // gradients as b4_kernel, bitwise, from the same products and the same epilogue expressions,
 // with its loads issued further ahead. Included by gdn_core.cu after b4_kernel, inside its
-// anonymous namespace (it uses that file's Args, constants and helpers); mma.sync products,
-// 16-row slabs, tile copies by plans.
+// anonymous namespace (it uses that file's Args, constants and helpers); mma.sync products and
+// tile copies by plans.
 //
 // Why: b4_kernel's two-slot ring issues slab j + 1 only while slab j is used, so each of its 16
 // slab steps waits for one load round trip (DRAM in the first pass, L2 in the second) behind a
 // body of only 16 mma.sync per warp. Here:
 //   - dV_new is not loaded at the start (nothing reads it before the second pass), so the first
-//     pass has its space for four (S, dSe) slab pairs: three slabs in flight behind the one used,
-//     the first three issued with the other tiles;
+//     pass has its space for four 16-row (S, dSe) slab pairs. A step uses b4_slab / 16 of them
+//     (16 rows: one slab used, three in flight; 32 rows: two used, two in flight, half the
+//     barriers), the first in flight issued with the other tiles;
 //   - dV_new is issued as soon as the first pass ends (its latency under the Out terms), and the
-//     second pass streams S alone through four S-only slots, three ahead;
+//     second pass streams S alone through four S-only slots the same way;
 //   - the epilogues read their per-row and per-column factors once per lane (two rows, eight
 //     columns) and store bf16 pairs; the exps stay per element where b4_kernel has them (same
 //     inputs, same bits);
@@ -25,7 +26,7 @@ struct B4RingSmem {
   using TK = Tile<C, DK>;  // also the C x DV tiles (DV = DK)
   using TC = Tile<C, C>;
   using TS = Tile<16, DK>;
-  static constexpr int kSlots = 4, kAhead = kSlots - 1, kSlabs = DV / TS::rows;
+  static constexpr int kSlots = 4, kSlabs = DV / TS::rows;
   static constexpr int tk = TK::bytes, tc = TC::bytes, ts = TS::bytes;
   // Pass 1: q, k, dO, V_new and kSlots (S, dSe) slab pairs. After it the ring holds dPG (then dT)
   // at its start, the second pass's S-only slots from its start (once dPG is dead), and dV_new in
@@ -42,23 +43,36 @@ struct B4RingSmem {
   static_assert(2 * (bytes + 1024) <= 228 * 1024, "two blocks per SM");
 };
 
-// Streams the kSlabs slabs through kSlots slots, kAhead of them in flight: the caller has
-// committed slabs 0 .. kAhead - 1 as one cp.async group each (the first may carry other copies);
-// issue(j, slot) starts slab j's copies, body(j, slot) uses it. One block barrier per slab: it
-// publishes slab j and frees the slot slab j + kAhead goes to (slab j - 1's, whose bodies are done).
-template <class Issue, class Body>
+// Streams the kSlabs slabs through the kSlots slots, kStep slabs at a time (GdnCudaConfig::b4_slab
+// = 16 kStep rows) and the kSlots - kStep after them in flight: issue(j, slot) starts slab j's
+// copies, body(j, slot) uses it. Copies the caller issued before the call go with the first
+// slabs. One block barrier per step: it publishes the step's slabs and frees the slots the next
+// copies go to (the previous step's, whose bodies are done).
+template <int kStep, class Issue, class Body>
 __device__ void stream_ring(Issue&& issue, Body&& body) {
   using S = B4RingSmem;
-  for (int j = 0; j < S::kSlabs; ++j) {
-    cuda::cp_async_wait<S::kAhead - 1>();  // slab j and everything committed before it
+  constexpr int kAhead = S::kSlots - kStep;
+  static_assert(kAhead >= kStep && kAhead % kStep == 0, "whole steps in flight");
+#pragma unroll
+  for (int j = 0; j < kAhead; j += kStep) {
+#pragma unroll
+    for (int i = 0; i < kStep; ++i) issue(j + i, j + i);
+    cuda::cp_async_commit();
+  }
+  for (int j = 0; j < S::kSlabs; j += kStep) {
+    cuda::cp_async_wait<kAhead / kStep - 1>();  // this step's slabs and everything committed before
     __syncthreads();
-    if (j + S::kAhead < S::kSlabs) issue(j + S::kAhead, (j + S::kAhead) % S::kSlots);
-    cuda::cp_async_commit();  // empty near the end: keeps one group per slab
-    body(j, j % S::kSlots);
+    if (j + kAhead < S::kSlabs)
+#pragma unroll
+      for (int i = 0; i < kStep; ++i) issue(j + kAhead + i, (j + kAhead + i) % S::kSlots);
+    cuda::cp_async_commit();  // empty near the end: keeps one group per step
+#pragma unroll
+    for (int i = 0; i < kStep; ++i) body(j + i, (j + i) % S::kSlots);
   }
   __syncthreads();  // the ring is free again
 }
 
+template <int kStep>
 __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   using S = B4RingSmem;
   using TK = S::TK;
@@ -100,10 +114,6 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     copy_slab(Spair(slot), Hs + j * SR * DK, DK);
     copy_slab(dSpair(slot), dHs + j * SR * DK, DK);
   };
-  for (int j = 0; j < S::kAhead; ++j) {
-    issue_pair(j, j);
-    cuda::cp_async_commit();
-  }
   if (tid < C) beta[tid] = tid < nv ? a.beta[r0 + int64_t(tid) * a.H] : 0.f;
   const float s = a.scale;
 
@@ -113,7 +123,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   dq.fill(0.f);
   dk.fill(0.f);
   float sds = 0.f;
-  stream_ring([&](int j, int slot) { issue_pair(j, slot); },
+  stream_ring<kStep>(issue_pair,
               [&](int j, int slot) {
                 P::issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Spair(slot), wn * HK);
                 P::issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSpair(slot), wn * HK);
@@ -164,14 +174,10 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   copy_rows(Vs, a.v + r0 * DV, ldv, nv);
   copy_T(Ts, a.Tm + sub * C * C, C);
   auto issue_S = [&](int j, int slot) { copy_slab(Sonly(slot), Hs + j * SR * DK, DK); };
-  for (int j = 0; j < S::kAhead; ++j) {
-    issue_S(j, j);
-    cuda::cp_async_commit();
-  }
   {  // Pass 2: dW = -dV_new S, to where q was
     Frag<16, HK> t;
     t.fill(0.f);
-    stream_ring(issue_S, [&](int j, int slot) {
+    stream_ring<kStep>(issue_S, [&](int j, int slot) {
       P::acc<SR, Lay::Row, Lay::Row>(t, columns_from(dVns, j * SR), m0, Sonly(slot), wn * HK);
     });
     t.each_pair([&](int r, int c, float& x0, float& x1) { put2(dWs.at(m0 + r, wn * HK + c), -x0, -x1); });

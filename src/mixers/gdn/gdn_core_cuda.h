@@ -94,10 +94,11 @@ struct GdnCudaConfig {
   enum B4Mma { kDefaultMma = 0, kMmaSync = 1, kWgmma = 2 };
   int b4_mma = kDefaultMma;
   // Backward stage B4's kernel. kB4TwoSlots: the state slabs through a two-slot ring (every
-  // b4_slab and b4_mma); kB4DeepRing: the same gradients, bitwise, with four slots (three slabs in
-  // flight) and dV_new loaded only when the second pass needs it (mma.sync, 16-row slabs and copies
-  // by plans only; anything else is an error); kDefaultB4Kernel: the deep ring where the config
-  // allows it, unless the lever b4_ring is off (untried: off unless STATEFLOW_LEVERS_ON names it).
+  // b4_slab and b4_mma); kB4DeepRing: the same gradients, bitwise, with four slots of 16 rows
+  // (b4_slab 16: three slabs in flight behind the one used; 32: two behind two) and dV_new loaded
+  // only when the second pass needs it (mma.sync, b4_slab 0, 16 or 32 and copies by plans only;
+  // anything else is an error); kDefaultB4Kernel: the deep ring where the config allows it,
+  // unless the lever b4_ring is off (untried: off unless STATEFLOW_LEVERS_ON names it).
   enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2 };
   int b4_kernel = kDefaultB4Kernel;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
