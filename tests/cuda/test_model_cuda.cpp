@@ -12,6 +12,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -25,6 +26,7 @@
 #include "model/model.h"
 #include "model/optimizer.h"
 #include "test_util.h"
+#include "train/cost_profile.h"
 #include "train/step.h"
 
 namespace stateflow {
@@ -42,17 +44,21 @@ const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
     // grouped values (mixers/gdn/gdn_groups_cuda.h): two value heads per q/k head
     {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
+    // the core's forward sweep kept in the stash (gdn.keep_sweep), grouped values
+    {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64},
+           {"keep_sweep", true}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}}},
     {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
-// The mixer's name, and its rank where a case has one above 1 (MIMO), or "_grouped" (GDN value heads).
+// The mixer's name, and its rank where a case has one above 1 (MIMO), or "_grouped" (GDN value heads)
+// and "_kept_sweep" (GDN's gdn.keep_sweep).
 std::string case_name(const ::testing::TestParamInfo<GpuMixerCase>& info) {
   const nlohmann::json& s = info.param.section;
   const bool mimo = s.contains("rank") && s["rank"].get<int64_t>() > 1;
   return mixer_for_letter(info.param.letter).name + (mimo ? "_rank" + std::to_string(s["rank"].get<int64_t>()) : "") +
-         (s.contains("value_heads") ? "_grouped" : "");
+         (s.contains("value_heads") ? "_grouped" : "") + (s.value("keep_sweep", false) ? "_kept_sweep" : "");
 }
 
 // Two blocks of the mixer (gpu_test_model's widths: multiples of 8).
@@ -184,6 +190,24 @@ TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUn
   }
 }
 
+// What the planner prices a kept sweep with: the cost profile measures each layer's stash on the
+// device, and gdn.keep_sweep adds exactly V_new and the entering states to a GDN block's, 768
+// bytes per token and value head (chunks of 64-token multiples: no padded sub-chunk).
+TEST(GdnKeptSweepCuda, CostProfileStashGrowsByTheKeptBytes) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  ProfileOptions o;
+  o.model = model_of(kGpuMixerCases[0], fresh_seed());
+  o.device = Device::CUDA, o.seq_len = 512, o.batch = 2, o.multiple = 64;
+  std::ostringstream log;
+  const double plain = profile_costs(o, log).kinds.at("gdn_block").stash_bytes_per_token;
+  o.model.mixers["gdn"]["keep_sweep"] = true;
+  const double kept = profile_costs(o, log).kinds.at("gdn_block").stash_bytes_per_token;
+  const double heads = double(o.model.mixers["gdn"]["heads"].get<int64_t>());
+  std::printf("[ cost profile, gdn_block stash per token ] %.1f bytes, %.1f with the sweep kept\n", plain, kept);
+  EXPECT_DOUBLE_EQ(kept - plain, 768 * heads);
+}
+
 // The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step
 // with everything on the main stream, chunked and unchunked: with each layer waiting for its
 // weight gradients, and with them left running into the next layer's backward (side_defer).
@@ -293,6 +317,30 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixers, MixerConformanceCuda, ::testing::ValuesIn(kGpuMixerCases), case_name);
+
+// gdn.keep_sweep keeps the core's forward sweep results from each layer's forward to its
+// backward instead of sweeping again: the loss statistics and every gradient bitwise those of
+// the step without it, unchunked and chunked (at the weight-gradient step and elsewhere).
+TEST(GdnKeptSweepCuda, GivesBitwiseTheStepWithoutIt) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  ModelConfig cfg = model_of(kGpuMixerCases[0], seed);
+  Model plain(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
+  cfg.mixers["gdn"]["keep_sweep"] = true;
+  cfg.validate();
+  Model kept(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);  // the same seed: the same weights
+  const int64_t S = kWeightGradTokens, T = S + 200;
+  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77}}) {
+    const std::string diff = first_difference(plain, run_step(kept, b, lengths), run_step(plain, b, lengths));
+    std::printf("[ chunks %s, sweep kept vs swept again ] first difference: %s\n", lengths_name(lengths).c_str(),
+                diff.empty() ? "none (bitwise equal)" : diff.c_str());
+    EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths);
+  }
+}
 
 TEST(MixerRegistryCuda, EveryMixerWithAGpuPathIsInTheGpuConformanceSuite) {
   for (const Mixer* m : all_mixers()) {
