@@ -547,7 +547,7 @@ TEST(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
 // much less room. Host code: runs without a GPU.
 TEST(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
   GdnDims d;
-  d.batch = 2, d.heads = 3, d.len = 4096;
+  d.batch = 2, d.heads = 3, d.len = 4096, d.dk = DK, d.dv = DV, d.block = C;
   EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(768) * 2 * 3 * 4096);
   GdnCudaConfig kept;
   kept.sweep_buffer = &kept;  // only its presence matters to the sizes
