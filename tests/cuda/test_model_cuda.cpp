@@ -12,7 +12,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <optional>
-#include <sstream>
 #include <string>
 
 #include "cuda_test_util.h"
@@ -25,8 +24,9 @@
 #include "model/mixer.h"
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "pipeline/stage_executor.h"
+#include "pipeline/units.h"
 #include "test_util.h"
-#include "train/cost_profile.h"
 #include "train/step.h"
 
 namespace stateflow {
@@ -190,22 +190,34 @@ TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUn
   }
 }
 
-// What the planner prices a kept sweep with: the cost profile measures each layer's stash on the
-// device, and gdn.keep_sweep adds exactly V_new and the entering states to a GDN block's, 768
-// bytes per token and value head (chunks of 64-token multiples: no padded sub-chunk).
-TEST(GdnKeptSweepCuda, CostProfileStashGrowsByTheKeptBytes) {
+// What the planner prices a kept sweep with: a unit's stash as the stage executor (and the cost
+// profile, layer by layer) counts it, the tracker's activations. gdn.keep_sweep adds exactly V_new
+// and the entering states, 768 bytes per token and value head and GDN layer (a chunk of 64-token
+// multiples: no padded sub-chunk).
+TEST(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
-  ProfileOptions o;
-  o.model = model_of(kGpuMixerCases[0], fresh_seed());
-  o.device = Device::CUDA, o.seq_len = 512, o.batch = 2, o.multiple = 64;
-  std::ostringstream log;
-  const double plain = profile_costs(o, log).kinds.at("gdn_block").stash_bytes_per_token;
-  o.model.mixers["gdn"]["keep_sweep"] = true;
-  const double kept = profile_costs(o, log).kinds.at("gdn_block").stash_bytes_per_token;
-  const double heads = double(o.model.mixers["gdn"]["heads"].get<int64_t>());
-  std::printf("[ cost profile, gdn_block stash per token ] %.1f bytes, %.1f with the sweep kept\n", plain, kept);
-  EXPECT_DOUBLE_EQ(kept - plain, 768 * heads);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  ModelConfig cfg = model_of(kGpuMixerCases[0], seed);
+  const int64_t B = 2, T = 512, heads = cfg.mixers["gdn"]["heads"].get<int64_t>();
+  const Batch b = random_batch(rng, B, T, cfg.vocab_size);
+  auto stash_bytes = [&](bool keep_sweep) {
+    cfg.mixers["gdn"]["keep_sweep"] = keep_sweep;
+    const int n = Model::num_layers_of(cfg);
+    Model model(cfg, DType::F32, 0, n, Device::CUDA);
+    StageExecutor stage(model.layers(0, n), 0);
+    LossStats stats;
+    const UnitPlan plan(b, 1, {T});
+    const Unit unit = plan.make_unit(0, 0, &stats);
+    stage.forward(unit.ctx, unit.tokens);
+    return stage.stash_bytes();
+  };
+  const int64_t plain = stash_bytes(false), kept = stash_bytes(true);
+  std::printf("[ stash of a unit, 2 GDN blocks, %lld x %lld tokens ] %lld bytes, %lld with the sweep kept\n",
+              (long long)B, (long long)T, (long long)plain, (long long)kept);
+  EXPECT_EQ(kept - plain, 768 * heads * B * T * 2);
 }
 
 // The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step
