@@ -1685,27 +1685,24 @@ void pre(bool from_T, bool plans, dim3 grid, const Args& a, cudaStream_t stream)
   launch(pre_kernel<false, false>, grid, 256, PreSmem<false>::bytes, stream, a);
 }
 
-// Which deep-ring B4 runs (GdnCudaConfig::b4_kernel): kB4DeepRing or kB4HandOver, or 0 for the
-// two-slot kernel; by default the deep ring where the config allows it (mma.sync, 16-row slabs,
-// copies by plans) unless the lever b4_ring is off, handed over by mbarriers when the lever
-// b4_hand_over is on. Refuses a bad B4 setting (called before anything runs).
-int b4_deep_ring(const GdnCudaConfig& cfg) {
+// Whether B4 runs the deep-ring kernel (GdnCudaConfig::b4_kernel): asked for, or by default where
+// the config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring
+// is off.
+// Refuses a bad B4 setting (called before anything runs).
+bool b4_deep_ring(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4HandOver,
-           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing or kB4HandOver, got ",
-           cfg.b4_kernel);
-  const bool fits = mma == GdnCudaConfig::kMmaSync && (cfg.b4_slab == 0 || cfg.b4_slab == 16) && plans;
-  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing || cfg.b4_kernel == GdnCudaConfig::kB4HandOver) {
-    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing or kB4HandOver) runs mma.sync ",
-             "products on 16-row slabs with tile copies by plans; got b4_mma ", mma, ", b4_slab ", cfg.b4_slab,
-             ", tile_copies ", cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
-    return cfg.b4_kernel;
-  }
-  if (cfg.b4_kernel == GdnCudaConfig::kB4TwoSlots || !fits || lever_off("b4_ring")) return 0;
-  return lever_off("b4_hand_over") ? GdnCudaConfig::kB4DeepRing : GdnCudaConfig::kB4HandOver;
+  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4DeepRing,
+           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots or kB4DeepRing, got ", cfg.b4_kernel);
+  const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
+  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing)
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing) runs mma.sync products on 16- or ",
+             "32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ", cfg.b4_slab, ", tile_copies ",
+             cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
+  return cfg.b4_kernel == GdnCudaConfig::kB4DeepRing ||
+         (cfg.b4_kernel == GdnCudaConfig::kDefaultB4Kernel && fits && !lever_off("b4_ring"));
 }
 
 // B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16), products P and
@@ -1726,9 +1723,9 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  if (const int ring = b4_deep_ring(cfg))
-    return ring == GdnCudaConfig::kB4HandOver ? launch(b4_ring_kernel<true>, grid, 256, B4RingSmem::bytes, stream, a)
-                                              : launch(b4_ring_kernel<false>, grid, 256, B4RingSmem::bytes, stream, a);
+  if (b4_deep_ring(cfg))
+    return cfg.b4_slab == 32 ? launch(b4_ring_kernel<2>, grid, 256, B4RingSmem::bytes, stream, a)
+                             : launch(b4_ring_kernel<1>, grid, 256, B4RingSmem::bytes, stream, a);
   if (mma == GdnCudaConfig::kMmaSync)
     return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
                  : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);

@@ -1,19 +1,18 @@
-// B4 with a deep ring (GdnCudaConfig::b4_kernel = kB4DeepRing or kB4HandOver, levers b4_ring and
-// b4_hand_over): the same gradients as b4_kernel, bitwise, from the same products and the same
-// epilogue expressions, with its loads issued further ahead. Included by gdn_core.cu after
-// b4_kernel, inside its anonymous namespace (it uses that file's Args, constants and helpers);
-// mma.sync products, 16-row slabs and tile copies by plans.
+// B4 with a deep ring (GdnCudaConfig::b4_kernel = kB4DeepRing, lever b4_ring): the same
+// gradients as b4_kernel, bitwise, from the same products and the same epilogue expressions,
+// with its loads issued further ahead. Included by gdn_core.cu after b4_kernel, inside its
+// anonymous namespace (it uses that file's Args, constants and helpers); mma.sync products and
+// tile copies by plans.
 //
 // Why: b4_kernel's two-slot ring issues slab j + 1 only while slab j is used, so each of its 16
 // slab steps waits for one load round trip (DRAM in the first pass, L2 in the second) behind a
 // body of only 16 mma.sync per warp. Here:
 //   - dV_new is not loaded at the start (nothing reads it before the second pass), so the first
-//     pass has its space for four 16-row (S, dSe) slab pairs: three in flight behind the one in
-//     use, the first three issued with the other tiles;
+//     pass has its space for four 16-row (S, dSe) slab pairs. A step uses b4_slab / 16 of them
+//     (16 rows: one slab used, three in flight; 32 rows: two used, two in flight, half the
+//     barriers), the first in flight issued with the other tiles;
 //   - dV_new is issued as soon as the first pass ends (its latency under the Out terms), and the
 //     second pass streams S alone through four S-only slots the same way;
-//   - kB4HandOver: the slots are handed over by mbarriers instead of a block barrier per slab
-//     (stream_ring), and the row dots read their tile through ldmatrix (row_dot_ldsm);
 //   - the epilogues read their per-row and per-column factors once per lane (two rows, eight
 //     columns) and store bf16 pairs; the exps stay per element where b4_kernel has them (same
 //     inputs, same bits);
@@ -38,106 +37,42 @@ struct B4RingSmem {
   static constexpr int dW = q, M1 = q, v = dO, X = dO, T = vn;
   static constexpr int vec = ring + kSlots * pair;
   enum { vG, vGam, vBeta, vQdq, vKdk = vQdq + 2, vM = vKdk + 2, vTkb = vM + 2, vTvb = vTkb + 2, vYr = vTvb + 2,
-         vYc = vYr + 2, vdG = vYc + 4, vRed, vLast, vBar, nvec };
+         vYc = vYr + 2, vdG = vYc + 4, vRed, vLast, nvec };
   static constexpr int bytes = vec + nvec * C * 4;
   static_assert(dvn + tk <= vec && kSlots * ts <= dvn - ring && tc <= dvn - ring, "ring layout");
   static_assert(2 * (bytes + 1024) <= 228 * 1024, "two blocks per SM");
 };
 
-// mbarriers (PTX ISA "mbarrier"): a phase completes when its count of arrivals is in; a thread
-// waits for the phase of a given parity. cp.async.mbarrier.arrive.noinc arrives once all of the
-// thread's earlier cp.async copies have landed (the count includes these arrivals).
-__device__ inline void mbar_init(uint64_t* b, int count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(cuda::smem_u32(b)), "r"(count) : "memory");
-}
-__device__ inline void mbar_arrive(uint64_t* b) {
-  asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(cuda::smem_u32(b)) : "memory");
-}
-__device__ inline void mbar_arrive_when_copied(uint64_t* b) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(cuda::smem_u32(b)) : "memory");
-}
-__device__ inline void mbar_wait(uint64_t* b, int parity) {
-  uint32_t done = 0;
-  while (!done)
-    asm volatile(
-        "{\n .reg .pred p;\n mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n selp.u32 %0, 1, 0, p;\n}\n"
-        : "=r"(done)
-        : "r"(cuda::smem_u32(b)), "r"(parity)
-        : "memory");
-}
-
-// Streams the kSlabs slabs through the kSlots slots, kSlots - 1 of them in flight behind the one
-// in use: issue(j, slot) starts slab j's copies, body(j, slot) uses it. Copies the caller issued
-// before the call land no later than the first slab. Slabs are numbered u = u0 + j across the
-// kernel's passes (slot u % kSlots, the (u / kSlots)-th use of its barriers).
-//   kMbar = false: one block barrier per slab publishes it and frees the slot the next copies go
-//     to (cp.async groups, one per slab).
-//   kMbar = true: no block barrier. full[slot] completes when every thread's copies into it have
-//     landed (256 arrivals through cp.async), empty[slot] when every warp is done with its slab (8
-//     arrivals); a warp starts slab u once it has landed, and after its body issues slab u + 3
-//     into the slot of slab u - 1 once every warp is done with that one. A warp runs up to a slab
-//     ahead of the slowest instead of meeting it at a barrier on every slab.
-template <bool kMbar, class Issue, class Body>
-__device__ void stream_ring(int u0, uint64_t* full, uint64_t* empty, Issue&& issue, Body&& body) {
+// Streams the kSlabs slabs through the kSlots slots, kStep slabs at a time (GdnCudaConfig::b4_slab
+// = 16 kStep rows) and the kSlots - kStep after them in flight: issue(j, slot) starts slab j's
+// copies, body(j, slot) uses it. Copies the caller issued before the call go with the first
+// slabs. One block barrier per step: it publishes the step's slabs and frees the slots the next
+// copies go to (the previous step's, whose bodies are done).
+template <int kStep, class Issue, class Body>
+__device__ void stream_ring(Issue&& issue, Body&& body) {
   using S = B4RingSmem;
-  constexpr int kAhead = S::kSlots - 1;
+  constexpr int kAhead = S::kSlots - kStep;
+  static_assert(kAhead >= kStep && kAhead % kStep == 0, "whole steps in flight");
 #pragma unroll
-  for (int j = 0; j < kAhead; ++j) {
-    issue(j, j);
-    if constexpr (kMbar) mbar_arrive_when_copied(full + j);
-    else cuda::cp_async_commit();
+  for (int j = 0; j < kAhead; j += kStep) {
+#pragma unroll
+    for (int i = 0; i < kStep; ++i) issue(j + i, j + i);
+    cuda::cp_async_commit();
   }
-  for (int j = 0; j < S::kSlabs; ++j) {
-    const int u = u0 + j, slot = u % S::kSlots, next = j + kAhead, next_slot = next % S::kSlots;
-    if constexpr (kMbar) {
-      mbar_wait(full + slot, (u / S::kSlots) & 1);
-      body(j, slot);
-      __syncwarp();
-      if ((threadIdx.x & 31) == 0) mbar_arrive(empty + slot);
-      if (next < S::kSlabs) {
-        if (j > 0) mbar_wait(empty + (u - 1) % S::kSlots, ((u - 1) / S::kSlots) & 1);  // slab u - 1's slot
-        issue(next, next_slot);
-        mbar_arrive_when_copied(full + next_slot);
-      }
-    } else {
-      cuda::cp_async_wait<kAhead - 1>();  // slab j and everything committed before it
-      __syncthreads();
-      if (next < S::kSlabs) issue(next, next_slot);
-      cuda::cp_async_commit();  // empty near the end: keeps one group per slab
-      body(j, slot);
-    }
+  for (int j = 0; j < S::kSlabs; j += kStep) {
+    cuda::cp_async_wait<kAhead / kStep - 1>();  // this step's slabs and everything committed before
+    __syncthreads();
+    if (j + kAhead < S::kSlabs)
+#pragma unroll
+      for (int i = 0; i < kStep; ++i) issue(j + kAhead + i, (j + kAhead + i) % S::kSlots);
+    cuda::cp_async_commit();  // empty near the end: keeps one group per step
+#pragma unroll
+    for (int i = 0; i < kStep; ++i) body(j + i, (j + i) % S::kSlots);
   }
   __syncthreads();  // the ring is free again
 }
 
-// cuda::row_dot with the tile read through ldmatrix: one x4 load gives each lane the bf16 pairs of
-// its accumulator elements in two 8-column n-tiles (an A fragment has the accumulator's layout),
-// instead of one 4-byte load per pair. The same products added in the same order.
-template <int WN, class T>
-__device__ void row_dot_ldsm(Frag<16, WN>& f, T t, int m0, int n0, float* part) {
-  float s[2] = {0.f, 0.f};
-#pragma unroll
-  for (int kb = 0; kb < WN / 16; ++kb) {
-    uint32_t r[4];
-    cuda::load_a<Lay::Row>(r, t, m0, n0 + 16 * kb);
-#pragma unroll
-    for (int jj = 0; jj < 2; ++jj) {
-      const float* x = f.x[0][2 * kb + jj];
-      const float2 p0 = cuda::unpack2(r[2 * jj]), p1 = cuda::unpack2(r[2 * jj + 1]);
-      s[0] += x[0] * p0.x + x[1] * p0.y;
-      s[1] += x[2] * p1.x + x[3] * p1.y;
-    }
-  }
-  const int l = threadIdx.x & 31;
-  s[0] = cuda::quad_sum(s[0]);
-  s[1] = cuda::quad_sum(s[1]);
-  if ((l & 3) == 0) {
-    part[m0 + (l >> 2)] = s[0];
-    part[m0 + (l >> 2) + 8] = s[1];
-  }
-}
-
-template <bool kMbar>
+template <int kStep>
 __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   using S = B4RingSmem;
   using TK = S::TK;
@@ -161,13 +96,6 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   auto dSpair = [&](int slot) { return tile_at<TS>(sm, S::ring + slot * S::pair + S::ts); };
   auto Sonly = [&](int slot) { return tile_at<TS>(sm, S::ring + slot * S::ts); };
   auto vec = [&](int i) { return reinterpret_cast<float*>(sm + S::vec) + i * C; };
-  auto rdot = [&](auto& f, auto t, int rows, int cols, float* part) {  // the same sums either way
-    if constexpr (kMbar) row_dot_ldsm(f, t, rows, cols, part);
-    else row_dot(f, t, rows, cols, part);
-  };
-  uint64_t *full = reinterpret_cast<uint64_t*>(vec(S::vBar)), *empty = full + S::kSlots;
-  if (kMbar && tid == 0)
-    for (int i = 0; i < S::kSlots; ++i) mbar_init(full + i, 256), mbar_init(empty + i, 8);
   float *G = vec(S::vG), *gam = vec(S::vGam), *beta = vec(S::vBeta);
   const bf16 *Hs = a.Hs + sub * DV * DK, *dHs = a.dHs + sub * DV * DK;
   const cuda::TileCopy<256, TS> copy_slab(tid);
@@ -182,7 +110,6 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   copy_rows(dOs, a.dO + r0 * DV, ldv, nv);
   copy_rows(Vns, a.Vn + ws0 * DV, DV);
   cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
-  if (kMbar) __syncthreads();  // the barriers are initialised before the first copy arrives on one
   auto issue_pair = [&](int j, int slot) {
     copy_slab(Spair(slot), Hs + j * SR * DK, DK);
     copy_slab(dSpair(slot), dHs + j * SR * DK, DK);
@@ -196,19 +123,20 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   dq.fill(0.f);
   dk.fill(0.f);
   float sds = 0.f;
-  stream_ring<kMbar>(0, full, empty, issue_pair, [&](int j, int slot) {
-    P::issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Spair(slot), wn * HK);
-    P::issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSpair(slot), wn * HK);
-    const int r = tid / (DK / 8), c = (tid % (DK / 8)) * 8;
-    const uint4 xs = *reinterpret_cast<const uint4*>(Spair(slot).at(r, c));
-    const uint4 xd = *reinterpret_cast<const uint4*>(dSpair(slot).at(r, c));
-    const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
+  stream_ring<kStep>(issue_pair,
+              [&](int j, int slot) {
+                P::issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Spair(slot), wn * HK);
+                P::issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSpair(slot), wn * HK);
+                const int r = tid / (DK / 8), c = (tid % (DK / 8)) * 8;
+                const uint4 xs = *reinterpret_cast<const uint4*>(Spair(slot).at(r, c));
+                const uint4 xd = *reinterpret_cast<const uint4*>(dSpair(slot).at(r, c));
+                const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
-      sds += fd.x * fs.x + fd.y * fs.y;
-    }
-  });
+                for (int e = 0; e < 4; ++e) {
+                  const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
+                  sds += fd.x * fs.x + fd.y * fs.y;
+                }
+              });
   // dV_new's half of the ring is free now; it loads under the Out terms.
   copy_rows(dVns, a.dVn + ws0 * DV, DV);
   cuda::cp_async_commit();
@@ -227,7 +155,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     const float ea = expf(GL - Ga), eb = expf(GL - Gb);
     dq.each([&](int r, int, float& x) { x *= r < 8 ? qa : qb; });
     dk.each([&](int r, int, float& x) { x *= r < 8 ? ea : eb; });
-    rdot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
+    row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
     P::wait();
     dp.each_pair([&](int r, int c, float& x0, float& x1) {
       const int rr = m0 + r, cc = wn * 32 + c;
@@ -239,8 +167,8 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   __syncthreads();
   P::issue<C, Lay::Row, Lay::Row>(dq, dPGs, m0, Ks, wn * HK);
   P::acc<C, Lay::Col, Lay::Row>(dk, dPGs, m0, Qs, wn * HK);
-  rdot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
-  rdot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
+  row_dot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
+  row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
   store_rows(dq, a.dq + r0 * DK, ldk, m0, wn * HK, nv);
   __syncthreads();  // q, dO, V_new and dPG are free: phase 2's operands go there
   copy_rows(Vs, a.v + r0 * DV, ldv, nv);
@@ -249,7 +177,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   {  // Pass 2: dW = -dV_new S, to where q was
     Frag<16, HK> t;
     t.fill(0.f);
-    stream_ring<kMbar>(S::kSlabs, full, empty, issue_S, [&](int j, int slot) {
+    stream_ring<kStep>(issue_S, [&](int j, int slot) {
       P::acc<SR, Lay::Row, Lay::Row>(t, columns_from(dVns, j * SR), m0, Sonly(slot), wn * HK);
     });
     t.each_pair([&](int r, int c, float& x0, float& x1) { put2(dWs.at(m0 + r, wn * HK + c), -x0, -x1); });
@@ -281,7 +209,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     Frag<16, HK> t;
     t.fill(0.f);
     P::acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dWs, wn * HK);
-    rdot(t, Ks, m0, wn * HK, vec(S::vTkb + wn));
+    row_dot(t, Ks, m0, wn * HK, vec(S::vTkb + wn));
     const float ga = beta[ra] * gam[ra], gb = beta[rb] * gam[rb];
     int idx = 0;
     dk.each([&](int r, int, float& x) {
@@ -293,7 +221,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     Frag<16, HV> t;
     t.fill(0.f);
     P::acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dVns, wn * HV);
-    rdot(t, Vs, m0, wn * HV, vec(S::vTvb + wn));
+    row_dot(t, Vs, m0, wn * HV, vec(S::vTvb + wn));
     const float ba = beta[ra], bb = beta[rb];
     t.each([&](int r, int, float& x) { x *= r < 8 ? ba : bb; });
     store_rows(t, a.dv + r0 * DV, ldv, m0, wn * HV, nv);

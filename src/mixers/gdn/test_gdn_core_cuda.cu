@@ -412,10 +412,10 @@ TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
   }
 }
 
-// B4 with a deep ring (four slots of state slabs, dV_new loaded for the second pass; slots handed
-// over by block barriers or by mbarriers) against the two-slot B4: the same products and epilogue
-// expressions, so every output and gradient is the same bits, recomputing T and from a kept T;
-// and a short last sub-chunk stays in the float64 band.
+// B4 with a deep ring (four slots of state slabs, 16 or 32 rows a step, dV_new loaded for the
+// second pass) against the two-slot B4: the same products and epilogue expressions, so every
+// output and gradient is the same bits, recomputing T and from a kept T; and a short last
+// sub-chunk stays in the float64 band.
 TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
@@ -432,9 +432,9 @@ TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
     two.cfg.b4_kernel = GdnCudaConfig::kB4TwoSlots;
     deep.cfg.b4_kernel = GdnCudaConfig::kB4DeepRing;
     const Gpu old_b4 = run_gpu(p, two);
-    for (int kernel : {GdnCudaConfig::kB4DeepRing, GdnCudaConfig::kB4HandOver}) {
-      SCOPED_TRACE(kernel == GdnCudaConfig::kB4HandOver ? "slots handed over by mbarriers" : "a block barrier a slab");
-      deep.cfg.b4_kernel = kernel;
+    for (int rows : {16, 32}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows a step");
+      deep.cfg.b4_slab = rows;
       const Gpu new_b4 = run_gpu(p, deep);
       expect_bitwise_equal(new_b4, old_b4);
       for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
@@ -654,11 +654,11 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   }
   GdnCudaConfig bad_ring;
   bad_ring.b4_kernel = GdnCudaConfig::kB4DeepRing;
-  bad_ring.b4_slab = 32;  // the deep ring streams 16-row slabs
+  bad_ring.b4_slab = 64;  // the deep ring's steps are 16 or 32 rows
   try {
     gdn_chunk_backward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                             nullptr, nullptr, nullptr, nullptr, nullptr, &bad_ring, nullptr, bad_ring);
-    ADD_FAILURE() << "the deep-ring B4 with 32-row slabs was accepted";
+    ADD_FAILURE() << "the deep-ring B4 with 64-row steps was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kB4TwoSlots"), std::string::npos) << e.what();
   }
