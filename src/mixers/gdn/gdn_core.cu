@@ -1685,24 +1685,34 @@ void pre(bool from_T, bool plans, dim3 grid, const Args& a, cudaStream_t stream)
   launch(pre_kernel<false, false>, grid, 256, PreSmem<false>::bytes, stream, a);
 }
 
-// Whether B4 runs the deep-ring kernel (GdnCudaConfig::b4_kernel): asked for, or by default where
-// the config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring
-// is off.
-// Refuses a bad B4 setting (called before anything runs).
-bool b4_deep_ring(const GdnCudaConfig& cfg) {
+// Which B4 kernel runs (GdnCudaConfig::b4_kernel), the default resolved: the deep ring where the
+// config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring is
+// off, with its early slabs when the lever b4_ring_early is on. Refuses a bad B4 setting (called
+// before anything runs).
+int b4_kernel_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4DeepRing,
-           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots or kB4DeepRing, got ", cfg.b4_kernel);
+  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4EarlySlabs,
+           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing or kB4EarlySlabs, got ",
+           cfg.b4_kernel);
   const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
-  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing)
-    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing) runs mma.sync products on 16- or ",
-             "32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ", cfg.b4_slab, ", tile_copies ",
-             cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
-  return cfg.b4_kernel == GdnCudaConfig::kB4DeepRing ||
-         (cfg.b4_kernel == GdnCudaConfig::kDefaultB4Kernel && fits && !lever_off("b4_ring"));
+  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing || cfg.b4_kernel == GdnCudaConfig::kB4EarlySlabs) {
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing or kB4EarlySlabs) runs mma.sync ",
+             "products on 16- or 32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ",
+             cfg.b4_slab, ", tile_copies ", cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
+    return cfg.b4_kernel;
+  }
+  if (cfg.b4_kernel == GdnCudaConfig::kB4TwoSlots || !fits || lever_off("b4_ring")) return GdnCudaConfig::kB4TwoSlots;
+  return lever_off("b4_ring_early") ? GdnCudaConfig::kB4DeepRing : GdnCudaConfig::kB4EarlySlabs;
+}
+
+// The deep-ring B4 with 16 kStep rows a step, its early slabs or not.
+template <int kStep>
+void b4_ring(bool early, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (early) return launch(b4_ring_kernel<kStep, true>, grid, 256, B4RingSmem<true>::bytes, stream, a);
+  launch(b4_ring_kernel<kStep, false>, grid, 256, B4RingSmem<false>::bytes, stream, a);
 }
 
 // B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16), products P and
@@ -1723,9 +1733,10 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  if (b4_deep_ring(cfg))
-    return cfg.b4_slab == 32 ? launch(b4_ring_kernel<2>, grid, 256, B4RingSmem::bytes, stream, a)
-                             : launch(b4_ring_kernel<1>, grid, 256, B4RingSmem::bytes, stream, a);
+  if (const int kernel = b4_kernel_of(cfg); kernel != GdnCudaConfig::kB4TwoSlots) {
+    const bool early = kernel == GdnCudaConfig::kB4EarlySlabs;
+    return cfg.b4_slab == 32 ? b4_ring<2>(early, grid, a, stream) : b4_ring<1>(early, grid, a, stream);
+  }
   if (mma == GdnCudaConfig::kMmaSync)
     return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
                  : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);
@@ -1860,7 +1871,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.dO = dO, a.dS_out = dS_out;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
-  b4_deep_ring(cfg);  // refuses a bad B4 setting before anything runs
+  b4_kernel_of(cfg);  // refuses a bad B4 setting before anything runs
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);

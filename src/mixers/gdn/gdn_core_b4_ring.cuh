@@ -22,19 +22,25 @@
 // per SM as before.
 #pragma once
 
+template <bool kEarly = false>
 struct B4RingSmem {
   using TK = Tile<C, DK>;  // also the C x DV tiles (DV = DK)
   using TC = Tile<C, C>;
   using TS = Tile<16, DK>;
   static constexpr int kSlots = 4, kSlabs = DV / TS::rows;
   static constexpr int tk = TK::bytes, tc = TC::bytes, ts = TS::bytes;
-  // Pass 1: q, k, dO, V_new and kSlots (S, dSe) slab pairs. After it the ring holds dPG (then dT)
-  // at its start, the second pass's S-only slots from its start (once dPG is dead), and dV_new in
-  // its second half; dW and M1 go where q was, v and X where dO was, T where V_new was.
+  // Pass 1: q, k, dO, V_new and kSlots (S, dSe) slab pairs. After it the ring holds the second
+  // pass's S-only slots from its start and dV_new in its second half, and dT once the second pass
+  // is done; dW and M1 go where q was. dPG goes to the ring's start (after it is free of slabs, so
+  // the second pass's first slabs wait for dPG's end), v and X where dO was, T where V_new was; or,
+  // kEarly, dPG and then T where dO was and v and X where V_new was, which lets the second pass's
+  // first slabs go as soon as the first pass ends, at the cost of a barrier between the last reads
+  // of dO and V_new and dPG's writes.
   static constexpr int q = 0, k = q + tk, dO = k + tk, vn = dO + tk, ring = vn + tk;
   static constexpr int pair = 2 * ts;
-  static constexpr int dPG = ring, dT = ring, dvn = ring + kSlots * ts;
-  static constexpr int dW = q, M1 = q, v = dO, X = dO, T = vn;
+  static constexpr int dT = ring, dvn = ring + kSlots * ts;
+  static constexpr int dPG = kEarly ? dO : ring, T = kEarly ? dO : vn, v = kEarly ? vn : dO, X = v;
+  static constexpr int dW = q, M1 = q;
   static constexpr int vec = ring + kSlots * pair;
   enum { vG, vGam, vBeta, vQdq, vKdk = vQdq + 2, vM = vKdk + 2, vTkb = vM + 2, vTvb = vTkb + 2, vYr = vTvb + 2,
          vYc = vYr + 2, vdG = vYc + 4, vRed, vLast, nvec };
@@ -43,22 +49,31 @@ struct B4RingSmem {
   static_assert(2 * (bytes + 1024) <= 228 * 1024, "two blocks per SM");
 };
 
-// Streams the kSlabs slabs through the kSlots slots, kStep slabs at a time (GdnCudaConfig::b4_slab
-// = 16 kStep rows) and the kSlots - kStep after them in flight: issue(j, slot) starts slab j's
-// copies, body(j, slot) uses it. Copies the caller issued before the call go with the first
-// slabs. One block barrier per step: it publishes the step's slabs and frees the slots the next
-// copies go to (the previous step's, whose bodies are done).
-template <int kStep, class Issue, class Body>
-__device__ void stream_ring(Issue&& issue, Body&& body) {
-  using S = B4RingSmem;
-  constexpr int kAhead = S::kSlots - kStep;
-  static_assert(kAhead >= kStep && kAhead % kStep == 0, "whole steps in flight");
+// The slabs in flight before stream_ring's first step (kSlots - kStep of them), one cp.async
+// group per step; copies issued before go with the first.
+template <int kStep, class Issue>
+__device__ void issue_ring_ahead(Issue&& issue) {
+  constexpr int kAhead = B4RingSmem<>::kSlots - kStep;
 #pragma unroll
   for (int j = 0; j < kAhead; j += kStep) {
 #pragma unroll
     for (int i = 0; i < kStep; ++i) issue(j + i, j + i);
     cuda::cp_async_commit();
   }
+}
+
+// Streams the kSlabs slabs through the kSlots slots, kStep slabs at a time (GdnCudaConfig::b4_slab
+// = 16 kStep rows) and the kSlots - kStep after them in flight: issue(j, slot) starts slab j's
+// copies, body(j, slot) uses it. kAhead: the first in flight are issued here (else the caller
+// issued them with issue_ring_ahead). Copies issued before a step's commit go with it. One block
+// barrier per step: it publishes the step's slabs and frees the slots the next copies go to (the
+// previous step's, whose bodies are done).
+template <int kStep, bool kIssueAhead = true, class Issue, class Body>
+__device__ void stream_ring(Issue&& issue, Body&& body) {
+  using S = B4RingSmem<>;
+  constexpr int kAhead = S::kSlots - kStep;
+  static_assert(kAhead >= kStep && kAhead % kStep == 0, "whole steps in flight");
+  if constexpr (kIssueAhead) issue_ring_ahead<kStep>(issue);
   for (int j = 0; j < S::kSlabs; j += kStep) {
     cuda::cp_async_wait<kAhead / kStep - 1>();  // this step's slabs and everything committed before
     __syncthreads();
@@ -72,12 +87,12 @@ __device__ void stream_ring(Issue&& issue, Body&& body) {
   __syncthreads();  // the ring is free again
 }
 
-template <int kStep>
+template <int kStep, bool kEarly>
 __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
-  using S = B4RingSmem;
-  using TK = S::TK;
-  using TC = S::TC;
-  using TS = S::TS;
+  using S = B4RingSmem<kEarly>;
+  using TK = typename S::TK;
+  using TC = typename S::TC;
+  using TS = typename S::TS;
   using P = MmaSyncProducts;
   constexpr int HK = DK / 2, HV = DV / 2, SR = TS::rows;
   extern __shared__ __align__(128) char sm[];
@@ -137,9 +152,12 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
                   sds += fd.x * fs.x + fd.y * fs.y;
                 }
               });
-  // dV_new's half of the ring is free now; it loads under the Out terms.
+  // dV_new's half of the ring is free now; it loads under the Out terms (kEarly: the second pass's
+  // first slabs too).
   copy_rows(dVns, a.dVn + ws0 * DV, DV);
   cuda::cp_async_commit();
+  auto issue_S = [&](int j, int slot) { copy_slab(Sonly(slot), Hs + j * SR * DK, DK); };
+  if constexpr (kEarly) issue_ring_ahead<kStep>(issue_S);
   if (tid < C) gam[tid] = expf(G[tid]);
   {
     const float acc = warp_sum(sds);
@@ -157,6 +175,10 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     dk.each([&](int r, int, float& x) { x *= r < 8 ? ea : eb; });
     row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
     P::wait();
+    if constexpr (kEarly) {  // dO and V_new are read: dPG goes where dO was, v where V_new was
+      __syncthreads();
+      copy_rows(Vs, a.v + r0 * DV, ldv, nv);
+    }
     dp.each_pair([&](int r, int c, float& x0, float& x1) {
       const int rr = m0 + r, cc = wn * 32 + c;
       const float Gr = r < 8 ? Ga : Gb;
@@ -171,13 +193,12 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
   store_rows(dq, a.dq + r0 * DK, ldk, m0, wn * HK, nv);
   __syncthreads();  // q, dO, V_new and dPG are free: phase 2's operands go there
-  copy_rows(Vs, a.v + r0 * DV, ldv, nv);
+  if constexpr (!kEarly) copy_rows(Vs, a.v + r0 * DV, ldv, nv);
   copy_T(Ts, a.Tm + sub * C * C, C);
-  auto issue_S = [&](int j, int slot) { copy_slab(Sonly(slot), Hs + j * SR * DK, DK); };
   {  // Pass 2: dW = -dV_new S, to where q was
     Frag<16, HK> t;
     t.fill(0.f);
-    stream_ring<kStep>(issue_S, [&](int j, int slot) {
+    stream_ring<kStep, !kEarly>(issue_S, [&](int j, int slot) {
       P::acc<SR, Lay::Row, Lay::Row>(t, columns_from(dVns, j * SR), m0, Sonly(slot), wn * HK);
     });
     t.each_pair([&](int r, int c, float& x0, float& x1) { put2(dWs.at(m0 + r, wn * HK + c), -x0, -x1); });

@@ -98,11 +98,14 @@ struct GdnCudaConfig {
   // Backward stage B4's kernel. kB4TwoSlots: the state slabs through a two-slot ring (every
   // b4_slab and b4_mma); kB4DeepRing: the same gradients, bitwise, with four slots of 16 rows
   // (b4_slab 16: three slabs in flight behind the one used; 32: two behind two) and dV_new loaded
-  // only when the second pass needs it (mma.sync, b4_slab 0, 16 or 32 and copies by plans only;
-  // anything else is an error); kDefaultB4Kernel: the deep ring where the config allows it,
-  // unless STATEFLOW_LEVERS_OFF names the lever b4_ring. Measured on the H200 (docs/benchmarks.md,
-  // "B4 with a deep ring"): 1.19 -> 0.99 ms at 32K x 16 heads with 16-row steps, 1.07 with 32.
-  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2 };
+  // only when the second pass needs it; kB4EarlySlabs: the deep ring with the second pass's first
+  // slabs and v issued as soon as the first pass ends (dPG and T where dO was), same bits. The deep
+  // rings run mma.sync, b4_slab 0, 16 or 32 and copies by plans only (anything else is an error).
+  // kDefaultB4Kernel: the deep ring where the config allows it, unless STATEFLOW_LEVERS_OFF names
+  // the lever b4_ring; its early slabs with the lever b4_ring_early (untried: off unless
+  // STATEFLOW_LEVERS_ON names it). Measured on the H200 (docs/benchmarks.md, "B4 with a deep
+  // ring"): 1.19 -> 0.99 ms at 32K x 16 heads with 16-row steps, 1.07 with 32.
+  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2, kB4EarlySlabs = 3 };
   int b4_kernel = kDefaultB4Kernel;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
   // offsets computed once (cuda::TileCopy); kCopyLoops, the generic loop (the earlier code);

@@ -413,7 +413,7 @@ TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
 }
 
 // B4 with a deep ring (four slots of state slabs, 16 or 32 rows a step, dV_new loaded for the
-// second pass) against the two-slot B4: the same products and epilogue expressions, so every
+// second pass; its early slabs or not) against the two-slot B4: the same products and epilogue expressions, so every
 // output and gradient is the same bits, recomputing T and from a kept T; and a short last
 // sub-chunk stays in the float64 band.
 TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
@@ -430,15 +430,16 @@ TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
     two.cfg.b4_mma = deep.cfg.b4_mma = GdnCudaConfig::kMmaSync;
     two.cfg.tile_copies = deep.cfg.tile_copies = GdnCudaConfig::kCopyPlans;
     two.cfg.b4_kernel = GdnCudaConfig::kB4TwoSlots;
-    deep.cfg.b4_kernel = GdnCudaConfig::kB4DeepRing;
     const Gpu old_b4 = run_gpu(p, two);
-    for (int rows : {16, 32}) {
-      SCOPED_TRACE(std::to_string(rows) + " rows a step");
-      deep.cfg.b4_slab = rows;
-      const Gpu new_b4 = run_gpu(p, deep);
-      expect_bitwise_equal(new_b4, old_b4);
-      for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
-    }
+    for (int kernel : {GdnCudaConfig::kB4DeepRing, GdnCudaConfig::kB4EarlySlabs})
+      for (int rows : {16, 32}) {
+        SCOPED_TRACE(std::to_string(rows) + " rows a step" + (kernel == GdnCudaConfig::kB4EarlySlabs ? ", early slabs" : ""));
+        deep.cfg.b4_kernel = kernel;
+        deep.cfg.b4_slab = rows;
+        const Gpu new_b4 = run_gpu(p, deep);
+        expect_bitwise_equal(new_b4, old_b4);
+        for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
+      }
   }
 }
 
