@@ -101,10 +101,10 @@ struct GdnCudaConfig {
   // only when the second pass needs it; kB4EarlySlabs: the deep ring with the second pass's first
   // slabs and v issued as soon as the first pass ends (dPG and T where dO was), same bits. The deep
   // rings run mma.sync, b4_slab 0, 16 or 32 and copies by plans only (anything else is an error).
-  // kDefaultB4Kernel: the deep ring where the config allows it, unless STATEFLOW_LEVERS_OFF names
-  // the lever b4_ring; its early slabs with the lever b4_ring_early (untried: off unless
-  // STATEFLOW_LEVERS_ON names it). Measured on the H200 (docs/benchmarks.md, "B4 with a deep
-  // ring"): 1.19 -> 0.99 ms at 32K x 16 heads with 16-row steps, 1.07 with 32.
+  // kDefaultB4Kernel: the deep ring with its early slabs where the config allows it, unless
+  // STATEFLOW_LEVERS_OFF names the lever b4_ring (two slots) or b4_ring_early (no early slabs).
+  // Measured on the H200 (docs/benchmarks.md, "B4 with a deep ring"): 1.19 -> 0.98 ms at 32K x 16
+  // heads with 16-row steps (1.07 with 32), 0.96 with the early slabs.
   enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2, kB4EarlySlabs = 3 };
   int b4_kernel = kDefaultB4Kernel;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
