@@ -1417,6 +1417,8 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   }
 }
 
+#include "mixers/gdn/gdn_core_b4_ring.cuh"
+
 // ---------------------------------------------------------------------------------------
 // Host side
 // ---------------------------------------------------------------------------------------
@@ -1695,6 +1697,26 @@ void pre(bool from_T, bool plans, dim3 grid, const Args& a, cudaStream_t stream)
   launch(pre_kernel<false, false>, grid, 256, PreSmem<false>::bytes, stream, a);
 }
 
+// Whether B4 runs the deep-ring kernel (GdnCudaConfig::b4_kernel): asked for, or by default where
+// the config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring
+// is off.
+// Refuses a bad B4 setting (called before anything runs).
+bool b4_deep_ring(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
+           "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
+  const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
+  const bool plans = tile_plans(cfg);
+  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4DeepRing,
+           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots or kB4DeepRing, got ", cfg.b4_kernel);
+  const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
+  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing)
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing) runs mma.sync products on 16- or ",
+             "32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ", cfg.b4_slab, ", tile_copies ",
+             cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
+  return cfg.b4_kernel == GdnCudaConfig::kB4DeepRing ||
+         (cfg.b4_kernel == GdnCudaConfig::kDefaultB4Kernel && fits && !lever_off("b4_ring"));
+}
+
 // B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16), products P and
 // tile copies through per-thread plans (kPlans) or not.
 template <class P, bool kPlans>
@@ -1707,12 +1729,15 @@ void b4_with(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
   }
 }
 
-// B4's products as the config asks (GdnCudaConfig::b4_mma), the default resolved here.
+// B4's kernel and products as the config asks (GdnCudaConfig::b4_kernel, b4_mma), defaults resolved here.
 void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
+  if (b4_deep_ring(cfg))
+    return cfg.b4_slab == 32 ? launch(b4_ring_kernel<2>, grid, 256, B4RingSmem::bytes, stream, a)
+                             : launch(b4_ring_kernel<1>, grid, 256, B4RingSmem::bytes, stream, a);
   if (mma == GdnCudaConfig::kMmaSync)
     return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
                  : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);
@@ -1847,6 +1872,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.dO = dO, a.dS_out = dS_out;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
+  b4_deep_ring(cfg);  // refuses a bad B4 setting before anything runs
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);

@@ -96,6 +96,15 @@ struct GdnCudaConfig {
   // ("mma_sync", also when unset, or "wgmma").
   enum B4Mma { kDefaultMma = 0, kMmaSync = 1, kWgmma = 2 };
   int b4_mma = kDefaultMma;
+  // Backward stage B4's kernel. kB4TwoSlots: the state slabs through a two-slot ring (every
+  // b4_slab and b4_mma); kB4DeepRing: the same gradients, bitwise, with four slots of 16 rows
+  // (b4_slab 16: three slabs in flight behind the one used; 32: two behind two) and dV_new loaded
+  // only when the second pass needs it (mma.sync, b4_slab 0, 16 or 32 and copies by plans only;
+  // anything else is an error); kDefaultB4Kernel: the deep ring where the config allows it,
+  // unless STATEFLOW_LEVERS_OFF names the lever b4_ring. Measured on the H200 (docs/benchmarks.md,
+  // "B4 with a deep ring"): 1.19 -> 0.99 ms at 32K x 16 heads with 16-row steps, 1.07 with 32.
+  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2 };
+  int b4_kernel = kDefaultB4Kernel;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
   // offsets computed once (cuda::TileCopy); kCopyLoops, the generic loop (the earlier code);
   // kDefaultCopies, plans unless STATEFLOW_LEVERS_OFF names the lever tile_copies

@@ -412,6 +412,36 @@ TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
   }
 }
 
+// B4 with a deep ring (four slots of state slabs, 16 or 32 rows a step, dV_new loaded for the
+// second pass) against the two-slot B4: the same products and epilogue expressions, so every
+// output and gradient is the same bits, recomputing T and from a kept T; and a short last
+// sub-chunk stays in the float64 band.
+TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  for (bool keep_T : {false, true}) {
+    SCOPED_TRACE(keep_T ? "T kept" : "T recomputed");
+    RunOptions two = unsplit(), deep = unsplit();
+    two.keep_T = deep.keep_T = keep_T;
+    two.cfg.b4_mma = deep.cfg.b4_mma = GdnCudaConfig::kMmaSync;
+    two.cfg.tile_copies = deep.cfg.tile_copies = GdnCudaConfig::kCopyPlans;
+    two.cfg.b4_kernel = GdnCudaConfig::kB4TwoSlots;
+    deep.cfg.b4_kernel = GdnCudaConfig::kB4DeepRing;
+    const Gpu old_b4 = run_gpu(p, two);
+    for (int rows : {16, 32}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows a step");
+      deep.cfg.b4_slab = rows;
+      const Gpu new_b4 = run_gpu(p, deep);
+      expect_bitwise_equal(new_b4, old_b4);
+      for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
+    }
+  }
+}
+
 // Tile copies through each thread's precomputed plan (the lever tile_copies) land the same bytes
 // as the generic loop: every output and gradient the same bits, recomputing T and from a kept T,
 // with either of B4's products where wgmma can run.
@@ -622,6 +652,16 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
     ADD_FAILURE() << "b4_slab 8 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("b4_slab"), std::string::npos) << e.what();
+  }
+  GdnCudaConfig bad_ring;
+  bad_ring.b4_kernel = GdnCudaConfig::kB4DeepRing;
+  bad_ring.b4_slab = 64;  // the deep ring's steps are 16 or 32 rows
+  try {
+    gdn_chunk_backward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, nullptr, nullptr, nullptr, &bad_ring, nullptr, bad_ring);
+    ADD_FAILURE() << "the deep-ring B4 with 64-row steps was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kB4TwoSlots"), std::string::npos) << e.what();
   }
 }
 
