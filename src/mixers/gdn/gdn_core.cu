@@ -11,11 +11,11 @@
 // exact no-op (beta = 0, k = 0, G constant), so no kernel special-cases it except on stores.
 //
 // Workspace (per batch x head; Tp = NS * C rows, NS = ceil(len / C) sub-chunks):
-//   G   fp32 [Tp]           local cumsums                      (Pre)
-//   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre)
+//   G   fp32 [Tp]           local cumsums                      (Pre; or GdnCudaConfig::sweep_buffer)
+//   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre; W or sweep_buffer)
 //   Tm  bf16 [NS][C][C]     T = (I + A)^-1                     (Pre; or GdnCudaConfig::T_buffer)
-//   Vn  bf16 [Tp][dv]       V_new                              (ST; or GdnCudaConfig::sweep_buffer)
-//   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST; or sweep_buffer, after Vn)
+//   Vn  bf16 [Tp][dv]       V_new                              (ST; or sweep_buffer)
+//   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST; or sweep_buffer)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
 //   dHs bf16 [NS][dv][dk]   gradient of the state leaving each sub-chunk (B3)
 #include "mixers/gdn/gdn_core_cuda.h"
@@ -1483,10 +1483,10 @@ struct WsLayout {
       off += (bytes + 255) / 256 * 256;
       return o;
     };
-    G = take(bh * tp * 4);
-    W = take(bh * tp * DK * 2);
+    const size_t kept = cfg.sweep_buffer ? 0 : 1;  // a caller's sweep buffer holds G, W, Vn and Hs instead
+    G = take(kept * bh * tp * 4);
+    W = take(kept * bh * tp * DK * 2);
     U = take(bh * tp * DV * 2);
-    const size_t kept = cfg.sweep_buffer ? 0 : 1;  // a caller's sweep buffer holds Vn and Hs instead
     Vn = take(kept * bh * tp * DV * 2);
     Hs = take(kept * bh * ns * DV * DK * 2);
     Tm = take(bh * ns * C * C * 2);
@@ -1500,11 +1500,19 @@ struct WsLayout {
   }
 };
 
-// Bytes of V_new in a kept sweep buffer, rounded up to 256 (the entering states follow).
-size_t kept_vn_bytes(const GdnDims& d) {
-  const size_t tp = size_t((d.len + C - 1) / C) * C;
-  return (size_t(d.batch) * d.heads * tp * DV * sizeof(bf16) + 255) / 256 * 256;
-}
+// Where a caller's sweep buffer (GdnCudaConfig::sweep_buffer) holds each part, in bytes, each at a
+// 256-byte boundary: G fp32 [Tp], W bf16 [Tp][dk], Vn bf16 [Tp][dv], Hs bf16 [NS][dv][dk].
+struct KeptSweepLayout {
+  size_t G = 0, W, Vn, Hs, total;
+  explicit KeptSweepLayout(const GdnDims& d) {
+    const size_t bh = size_t(d.batch) * d.heads, ns = size_t((d.len + C - 1) / C), tp = ns * C;
+    auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    W = rounded(bh * tp * 4);
+    Vn = W + rounded(bh * tp * DK * 2);
+    Hs = Vn + rounded(bh * tp * DV * 2);
+    total = Hs + rounded(bh * ns * DV * DK * 2);
+  }
+};
 
 void check_dims(const GdnDims& d) {
   SF_CHECK(d.dk == DK && d.dv == DV, "GDN CUDA core supports dk = dv = 128 only (got dk = ", d.dk, ", dv = ", d.dv,
@@ -1535,9 +1543,13 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   a.U = reinterpret_cast<bf16*>(w + L.U);
   a.Vn = reinterpret_cast<bf16*>(w + L.Vn);
   a.Hs = reinterpret_cast<bf16*>(w + L.Hs);
-  if (cfg.sweep_buffer) {  // Vn, then Hs at a 256-byte boundary (gdn_cuda_kept_sweep_bytes)
-    a.Vn = static_cast<bf16*>(cfg.sweep_buffer);
-    a.Hs = reinterpret_cast<bf16*>(static_cast<char*>(cfg.sweep_buffer) + kept_vn_bytes(d));
+  if (cfg.sweep_buffer) {
+    const KeptSweepLayout K(d);
+    char* kept = static_cast<char*>(cfg.sweep_buffer);
+    a.G = reinterpret_cast<float*>(kept + K.G);
+    a.W = reinterpret_cast<bf16*>(kept + K.W);
+    a.Vn = reinterpret_cast<bf16*>(kept + K.Vn);
+    a.Hs = reinterpret_cast<bf16*>(kept + K.Hs);
   }
   a.Tm = cfg.T_buffer ? cfg.T_buffer : reinterpret_cast<bf16*>(w + L.Tm);
   a.dVn = reinterpret_cast<bf16*>(w + L.dVn);
@@ -1830,7 +1842,7 @@ size_t gdn_cuda_kept_T_bytes(const GdnDims& d) {
 
 size_t gdn_cuda_kept_sweep_bytes(const GdnDims& d) {
   check_dims(d);
-  return kept_vn_bytes(d) + size_t(d.batch) * d.heads * size_t((d.len + C - 1) / C) * DV * DK * sizeof(bf16);
+  return KeptSweepLayout(d).total;
 }
 
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
@@ -1875,8 +1887,11 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
-  const bool sweep_kept = cfg.saved_forward || cfg.kept_sweep;  // V_new and Hs still where the forward put them
-  if (!cfg.saved_forward) pre(cfg.kept_T, tile_plans(cfg), subs, a, stream);
+  const bool sweep_kept = cfg.saved_forward || cfg.kept_sweep;  // G, W, V_new and Hs still where the forward put them
+  // B1 forms G, W, U (and T unless kept); nothing is missing once T and the sweep are kept, unless the
+  // split core re-runs its piece sweeps (they read U).
+  const bool b1_needed = !cfg.saved_forward && !(cfg.kept_sweep && cfg.kept_T && !is_split(cfg));
+  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), subs, a, stream);
   timer.mark();
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);

@@ -573,18 +573,19 @@ TEST(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
   }
 }
 
-// A kept sweep buffer holds V_new (2 dv bytes per token) and the entering states (2 dv dk per
-// sub-chunk), 768 bytes per token and head at 64-token multiples, and the workspace has that
-// much less room. Host code: runs without a GPU.
+// A kept sweep buffer holds G (4 bytes per token), W (2 dk), V_new (2 dv) and the entering states
+// (2 dv dk per sub-chunk), 1028 bytes per token and head at 64-token multiples, and the workspace
+// has that much less room. Host code: runs without a GPU.
 TEST(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
   GdnDims d;
   d.batch = 2, d.heads = 3, d.len = 4096, d.dk = DK, d.dv = DV, d.block = C;
-  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(768) * 2 * 3 * 4096);
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(1028) * 2 * 3 * 4096);
   GdnCudaConfig kept;
   kept.sweep_buffer = &kept;  // only its presence matters to the sizes
   EXPECT_EQ(gdn_cuda_workspace_bytes(d) - gdn_cuda_workspace_bytes(d, kept), gdn_cuda_kept_sweep_bytes(d));
   d.len = 100;  // two sub-chunks, the second short: sized for whole sub-chunks
-  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(2) * 3 * (128 * 128 * 2 + 2 * 128 * 128 * 2));  // V_new, 2 states
+  // G, W and V_new of 128 token rows, 2 states
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(2) * 3 * (128 * 4 + 2 * 128 * 128 * 2 + 2 * 128 * 128 * 2));
 }
 
 // The row sweeps against the float64 recurrence with the layer's decays, decays near 1 and
