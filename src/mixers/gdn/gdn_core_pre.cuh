@@ -50,6 +50,8 @@ struct PreMmaSmem {
   static constexpr int Ad = Td_lo + inv * DiagTile::bytes;       // A's diagonal blocks, fp32
   static constexpr int vec = Ad + inv * 4 * ADS * 4;
   static constexpr int bytes = vec + 3 * C * 4;
+  // What shared memory allows (63 KiB; from a kept T 45 KiB), so registers are held to it too.
+  static constexpr int blocks_per_sm = kFromT ? 4 : 3;
 };
 
 // A 16 x 16 operand as the two bf16 halves of fp32 values, in A-fragment registers.
@@ -131,37 +133,37 @@ __device__ void scaled_row_frags(uint32_t (&f)[I + 1][4], Tile<C, C> Ts, const f
 }
 
 // Block rows I0 < I1 of W (kW, X = K) or U (X = V), columns [n0, n0 + 64), to out (row stride
-// 128): the products over K steps 0..I of each row, a B fragment read once for both rows.
+// 128): the products over K steps 0..I of each row, a B fragment read once for both rows; 16
+// columns at a time, so that the A fragments stay in registers for all of them.
 template <int I0, int I1, bool kW>
 __device__ void triangular_rows(Tile<C, C> Ts, Tile<C, DK> X, const float* beta, const float* gam, int n0,
                                 bf16* out) {
   uint32_t a0[I0 + 1][4], a1[I1 + 1][4];
   scaled_row_frags<I0, kW>(a0, Ts, beta, gam);
   scaled_row_frags<I1, kW>(a1, Ts, beta, gam);
-#pragma unroll
-  for (int nq = 0; nq < 64; nq += 32) {
-    Frag<16, 32> f0, f1;
+#pragma unroll 1
+  for (int nq = n0; nq < n0 + 64; nq += 16) {
+    Frag<16, 16> f0, f1;
     f0.fill(0.f), f1.fill(0.f);
 #pragma unroll
     for (int kb = 0; kb <= I1; ++kb) {
-      uint32_t b[2][4];
-      load_b2<Lay::Row>(b[0], X, n0 + nq, PB * kb);
-      load_b2<Lay::Row>(b[1], X, n0 + nq + 16, PB * kb);
+      uint32_t b[4];
+      load_b2<Lay::Row>(b, X, nq, PB * kb);
 #pragma unroll
-      for (int j = 0; j < 4; ++j) {
-        if (kb <= I0) mma_bf16(f0.x[0][j], a0[kb], b[j >> 1][2 * (j & 1)], b[j >> 1][2 * (j & 1) + 1]);
-        mma_bf16(f1.x[0][j], a1[kb], b[j >> 1][2 * (j & 1)], b[j >> 1][2 * (j & 1) + 1]);
+      for (int j = 0; j < 2; ++j) {
+        if (kb <= I0) mma_bf16(f0.x[0][j], a0[kb], b[2 * j], b[2 * j + 1]);
+        mma_bf16(f1.x[0][j], a1[kb], b[2 * j], b[2 * j + 1]);
       }
     }
-    store_rows(f0, out, DK, PB * I0, n0 + nq, C);
-    store_rows(f1, out, DK, PB * I1, n0 + nq, C);
+    store_rows(f0, out, DK, PB * I0, nq, C);
+    store_rows(f1, out, DK, PB * I1, nq, C);
   }
 }
 
 // Pre with the inversion on tensor cores (and B1 from a kept T, kFromT): one block per
 // (sub-chunk, head, batch), 8 warps, the same outputs as pre_kernel (W, U bitwise from the same T).
 template <bool kFromT, bool kPlans>
-__global__ void __launch_bounds__(256) pre_mma_kernel(Args a) {
+__global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mma_kernel(Args a) {
   using S = PreMmaSmem<kFromT>;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, warp = tid >> 5;
