@@ -82,7 +82,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
 // yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "pre_mma"};
+inline const char* const kUntriedLevers[] = {"graphs"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
