@@ -14,8 +14,8 @@
 //   G   fp32 [Tp]           local cumsums                      (Pre)
 //   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre)
 //   Tm  bf16 [NS][C][C]     T = (I + A)^-1                     (Pre; or GdnCudaConfig::T_buffer)
-//   Vn  bf16 [Tp][dv]       V_new                              (ST)
-//   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST)
+//   Vn  bf16 [Tp][dv]       V_new                              (ST; or GdnCudaConfig::sweep_buffer)
+//   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST; or sweep_buffer, after Vn)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
 //   dHs bf16 [NS][dv][dk]   gradient of the state leaving each sub-chunk (B3)
 #include "mixers/gdn/gdn_core_cuda.h"
@@ -1486,8 +1486,9 @@ struct WsLayout {
     G = take(bh * tp * 4);
     W = take(bh * tp * DK * 2);
     U = take(bh * tp * DV * 2);
-    Vn = take(bh * tp * DV * 2);
-    Hs = take(bh * ns * DV * DK * 2);
+    const size_t kept = cfg.sweep_buffer ? 0 : 1;  // a caller's sweep buffer holds Vn and Hs instead
+    Vn = take(kept * bh * tp * DV * 2);
+    Hs = take(kept * bh * ns * DV * DK * 2);
     Tm = take(bh * ns * C * C * 2);
     dVn = take(bh * tp * DV * 2);
     dHs = take(bh * ns * DV * DK * 2);
@@ -1498,6 +1499,12 @@ struct WsLayout {
     total = off;
   }
 };
+
+// Bytes of V_new in a kept sweep buffer, rounded up to 256 (the entering states follow).
+size_t kept_vn_bytes(const GdnDims& d) {
+  const size_t tp = size_t((d.len + C - 1) / C) * C;
+  return (size_t(d.batch) * d.heads * tp * DV * sizeof(bf16) + 255) / 256 * 256;
+}
 
 void check_dims(const GdnDims& d) {
   SF_CHECK(d.dk == DK && d.dv == DV, "GDN CUDA core supports dk = dv = 128 only (got dk = ", d.dk, ", dv = ", d.dv,
@@ -1530,6 +1537,10 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   a.U = reinterpret_cast<bf16*>(w + L.U);
   a.Vn = reinterpret_cast<bf16*>(w + L.Vn);
   a.Hs = reinterpret_cast<bf16*>(w + L.Hs);
+  if (cfg.sweep_buffer) {  // Vn, then Hs at a 256-byte boundary (gdn_cuda_kept_sweep_bytes)
+    a.Vn = static_cast<bf16*>(cfg.sweep_buffer);
+    a.Hs = reinterpret_cast<bf16*>(static_cast<char*>(cfg.sweep_buffer) + kept_vn_bytes(d));
+  }
   a.Tm = cfg.T_buffer ? cfg.T_buffer : reinterpret_cast<bf16*>(w + L.Tm);
   a.dVn = reinterpret_cast<bf16*>(w + L.dVn);
   a.dHs = reinterpret_cast<bf16*>(w + L.dHs);
@@ -1798,6 +1809,11 @@ size_t gdn_cuda_kept_T_bytes(const GdnDims& d) {
   return size_t(d.batch) * d.heads * size_t((d.len + C - 1) / C) * C * C * sizeof(bf16);
 }
 
+size_t gdn_cuda_kept_sweep_bytes(const GdnDims& d) {
+  check_dims(d);
+  return kept_vn_bytes(d) + size_t(d.batch) * d.heads * size_t((d.len + C - 1) / C) * DV * DK * sizeof(bf16);
+}
+
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
   check_dims(d);
   return WsLayout(d, cfg).total;
@@ -1839,6 +1855,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
+  const bool sweep_kept = cfg.saved_forward || cfg.kept_sweep;  // V_new and Hs still where the forward put them
   if (!cfg.saved_forward) pre(cfg.kept_T, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
@@ -1853,8 +1870,8 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
     }
     split_sweeps(true, tile, a, stream);
   } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
-    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), true, !cfg.saved_forward, a, stream);
-  else if (cfg.saved_forward)
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), true, !sweep_kept, a, stream);
+  else if (sweep_kept)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);

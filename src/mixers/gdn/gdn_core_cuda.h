@@ -39,7 +39,9 @@
 // Forward leaves in the workspace, per sub-chunk: G (fp32), T, W, U, V_new and the entering
 // state (bf16). Backward either recomputes all of it (default: the workspace may have been
 // reused in between; only the inputs and S_in are needed, MATH.md 4.1) or, with
-// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'. In between, a caller can keep
+// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'. A caller can also keep the
+// forward sweep's V_new and entering states (GdnCudaConfig::sweep_buffer and kept_sweep,
+// gdn_cuda_kept_sweep_bytes(): 768 bytes per token and head), so B3 runs without B1'. In between, a caller can keep
 // only T (GdnCudaConfig::T_buffer and kept_T, gdn_cuda_kept_T_bytes(): 2 C = 128 bytes per token
 // and head), the one part of Pre that costs more to recompute than to keep (MATH.md 4.1). T is
 // rounded to bf16 before W and U are formed from it, so W and U formed from a kept T are
@@ -117,6 +119,18 @@ struct GdnCudaConfig {
   // Backward only: T_buffer (or the workspace) still holds the T the forward wrote for these
   // same inputs, so B1 forms G, W and U from it instead of recomputing it. Same results, bitwise.
   bool kept_T = false;
+  // Where the forward sweep's per-sub-chunk results live, V_new and the state entering each
+  // sub-chunk (bf16, gdn_cuda_kept_sweep_bytes(): 768 bytes per token and head): nullptr = in
+  // the workspace, which then holds them; else in this buffer, and the workspace has no room for
+  // them (gdn_cuda_workspace_bytes(d, cfg) is smaller by that much). A caller that keeps them
+  // between the forward and the backward points both calls at the same buffer.
+  void* sweep_buffer = nullptr;
+  // Backward only: sweep_buffer (or the workspace) still holds what the forward sweep wrote for
+  // these same inputs and S_in, so B3 runs without the forward sweep beside it (B1 still runs:
+  // B3 reads W, B4 reads G; from a kept T when kept_T). The unsplit core only: the split core
+  // recomputes its pieces' transitions, and its forward piece sweeps with them. Same results,
+  // bitwise.
+  bool kept_sweep = false;
   // Split core: tokens per piece, a multiple of 64; 0 takes gdn_cuda_default_piece_len();
   // kUnsplit runs the sequential sweeps. Splits of a sequence are bitwise neutral at multiples
   // of the piece length (of 64 when unsplit), so keep it fixed across a model's calls.
@@ -159,6 +173,9 @@ GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward);
 
 // Bytes of GdnCudaConfig::T_buffer for dims d: 2 C^2 per sub-chunk, head and sequence.
 size_t gdn_cuda_kept_T_bytes(const GdnDims& d);
+// Bytes of GdnCudaConfig::sweep_buffer for dims d: V_new (2 dv per token) and the entering
+// state (2 dv dk per sub-chunk), per head and sequence: 768 per token and head at dk = dv = 128.
+size_t gdn_cuda_kept_sweep_bytes(const GdnDims& d);
 
 // The piece length a call with these dims and config uses (0 when not split).
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});

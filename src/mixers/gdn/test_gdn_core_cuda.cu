@@ -91,6 +91,9 @@ struct RunOptions {
   // T kept in a buffer of its own from the forward to the backward (GdnCudaConfig::T_buffer,
   // kept_T), the workspace filled with NaN in between (the layer's workspace is scratch).
   bool keep_T = false;
+  // V_new and the entering states kept in a buffer of their own likewise (sweep_buffer,
+  // kept_sweep; the workspace then has no room for them).
+  bool keep_sweep = false;
   // With keep_T, >= 0: the backward's GdnCudaConfig::pre (the forward runs cfg's).
   int backward_pre = -1;
   GdnCudaConfig cfg;
@@ -133,15 +136,17 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   Dev<float> S_out(p.S_in.size()), dbeta(p.beta.size()), dg(p.g.size()), dS_in(p.S_in.size());
   for (auto* x : {&o, &dq, &dk, &dv}) x->poison();
   for (auto* x : {&S_out, &dbeta, &dg, &dS_in}) x->poison();
-  Dev<char> ws(gdn_cuda_workspace_bytes(d, opt.cfg));
   Dev<bf16> kept_T(opt.keep_T ? gdn_cuda_kept_T_bytes(d) / sizeof(bf16) : 0);
+  Dev<char> kept_sweep(opt.keep_sweep ? gdn_cuda_kept_sweep_bytes(d) : 0);
   GdnCudaConfig cfg = opt.cfg;
   if (opt.keep_T) cfg.T_buffer = kept_T.p;
+  if (opt.keep_sweep) cfg.sweep_buffer = kept_sweep.p;
+  Dev<char> ws(gdn_cuda_workspace_bytes(d, cfg));
   const float* s_in = opt.with_S_in ? S_in.p : nullptr;
   gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, cfg);
-  if (opt.keep_T) {
+  if (opt.keep_T || opt.keep_sweep) {
     EXPECT_EQ(cudaMemset(ws.p, 0xff, ws.n), cudaSuccess);  // NaN in every fp32 and bf16 slot
-    cfg.kept_T = true;
+    cfg.kept_T = opt.keep_T, cfg.kept_sweep = opt.keep_sweep;
     if (opt.backward_pre >= 0) cfg.pre = opt.backward_pre;
   }
   gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, dO.p, opt.with_dS_out ? dS_out.p : nullptr, dq.p, dk.p,
@@ -507,6 +512,51 @@ TEST(GdnCoreCuda, BackwardFromKeptTEqualsRecomputeBitwise) {
     expect_bitwise_equal(b, run_gpu(p, opt));
     for (auto [err_name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(err_name)) << err_name << ", kept T";
   }
+}
+
+// The forward sweep's V_new and entering states kept in a buffer of their own (the layer's
+// gdn.keep_sweep), with T kept as the layer keeps it: outputs and every gradient bitwise those
+// of the backward that re-runs the forward sweep, for each unsplit sweep and the split core
+// (which re-runs its piece sweeps anyway), with a short last sub-chunk and the workspace
+// poisoned between the calls; and calls cut at multiples of C, each chunk keeping its own,
+// bitwise the one call.
+TEST(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  std::vector<std::pair<std::string, RunOptions>> cases;
+  for (const SweepCase& sc : kSweeps) cases.push_back({sc.name, unsplit(sc.sweep, sc.key_split)});
+  cases.push_back({"quarter sweeps, 8 warps", unsplit(GdnCudaConfig::kRowSweeps, 4, 8)});
+  cases.push_back({"pieces of 128", pieces_of(128)});
+  for (auto [name, opt] : cases) {
+    SCOPED_TRACE(name);
+    RunOptions kept = opt;
+    kept.keep_T = kept.keep_sweep = true;
+    const Gpu b = run_gpu(p, kept);
+    expect_bitwise_equal(b, run_gpu(p, opt));
+    for (auto [err_name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(err_name)) << err_name << ", kept sweep";
+    if (opt.cfg.piece_len == GdnCudaConfig::kUnsplit) {
+      SCOPED_TRACE("cut at 64 and 192");
+      expect_bitwise_equal(run_split(p, {64, 192}, kept), b);
+    }
+  }
+}
+
+// A kept sweep buffer holds V_new (2 dv bytes per token) and the entering states (2 dv dk per
+// sub-chunk), 768 bytes per token and head at 64-token multiples, and the workspace has that
+// much less room. Host code: runs without a GPU.
+TEST(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
+  GdnDims d;
+  d.batch = 2, d.heads = 3, d.len = 4096, d.dk = DK, d.dv = DV, d.block = C;
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(768) * 2 * 3 * 4096);
+  GdnCudaConfig kept;
+  kept.sweep_buffer = &kept;  // only its presence matters to the sizes
+  EXPECT_EQ(gdn_cuda_workspace_bytes(d) - gdn_cuda_workspace_bytes(d, kept), gdn_cuda_kept_sweep_bytes(d));
+  d.len = 100;  // two sub-chunks, the second short: sized for whole sub-chunks
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(2) * 3 * (128 * 128 * 2 + 2 * 128 * 128 * 2));  // V_new, 2 states
 }
 
 // T = (I + A)^-1 of every sub-chunk as the forward keeps it (bf16 [batch][heads][sub-chunks][C][C]),
