@@ -2,7 +2,7 @@
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
-//                      tile_copies,graphs,pre_mma,pre_stages
+//                      tile_copies,graphs,pre_mma
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -54,9 +54,6 @@
 //                 on tensor cores, each fp32 operand split into two bf16 halves:
 //                 mixers/gdn/gdn_core_pre.cuh; T within ~2^-16 relative before its bf16 rounding;
 //                 GdnCudaConfig::pre)
-//   pre_stages    GDN core Pre on tensor cores: a block per sub-chunk (instead of a block per 2-8
-//                 sub-chunks, the next one's inputs loading while one is worked on, where that still
-//                 leaves four waves of blocks; same bits; GdnCudaConfig::pre_per_block)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -80,12 +77,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
-                                           "pre_mma", "pre_stages"};
+                                           "pre_mma"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
 // yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "pre_stages"};
+inline const char* const kUntriedLevers[] = {"graphs"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

@@ -1526,8 +1526,6 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
            "GDN CUDA core: tile_copies must be kDefaultCopies, kCopyLoops or kCopyPlans, got ", cfg.tile_copies);
   SF_CHECK(cfg.pre >= GdnCudaConfig::kDefaultPre && cfg.pre <= GdnCudaConfig::kPreMma,
            "GDN CUDA core: pre must be kDefaultPre, kPreScalar or kPreMma, got ", cfg.pre);
-  SF_CHECK(cfg.pre_per_block >= 0 && cfg.pre_per_block <= 64,
-           "GDN CUDA core: pre_per_block must be 1 to 64 sub-chunks (or 0 for automatic), got ", cfg.pre_per_block);
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1681,40 +1679,21 @@ bool tile_plans(const GdnCudaConfig& cfg) {
                                                           : cfg.tile_copies == GdnCudaConfig::kCopyPlans;
 }
 
-// Sub-chunks per block of Pre on tensor cores (GdnCudaConfig::pre_per_block), or 0 for the scalar
-// Pre (GdnCudaConfig::pre). Where unset, the lever pre_stages picks the most of 8, 4, 2 that still
-// leaves four waves of two blocks per SM (a block then loads a sub-chunk while it works on the one
-// before), else 1.
-int pre_mma_per_block(const GdnCudaConfig& cfg, const Args& a) {
-  if (!(cfg.pre == GdnCudaConfig::kDefaultPre ? !lever_off("pre_mma") : cfg.pre == GdnCudaConfig::kPreMma)) return 0;
-  if (cfg.pre_per_block || lever_off("pre_stages")) return std::max(cfg.pre_per_block, 1);
-  int dev = 0, sms = 0;
-  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
-  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-  const int64_t subs = int64_t(a.NS) * a.H * a.B;
-  for (int per : {8, 4, 2})
-    if (subs / per >= 4 * 2 * int64_t(sms)) return per;
-  return 1;
+// Whether Pre inverts on tensor cores (GdnCudaConfig::pre).
+bool pre_on_tensor_cores(const GdnCudaConfig& cfg) {
+  return cfg.pre == GdnCudaConfig::kDefaultPre ? !lever_off("pre_mma") : cfg.pre == GdnCudaConfig::kPreMma;
 }
 
-// Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel, per_block
-// sub-chunks a block (more than one: two in flight).
+// Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel.
 template <bool kPlans>
-void pre_mma(bool from_T, int per_block, const Args& a, cudaStream_t stream) {
-  const dim3 grid((a.NS + per_block - 1) / per_block, a.H, a.B);
-  if (per_block == 1 && from_T)
-    return launch(pre_mma_kernel<true, kPlans, 1>, grid, 256, PreMmaSmem<true, 1>::bytes, stream, a, 1);
-  if (per_block == 1) return launch(pre_mma_kernel<false, kPlans, 1>, grid, 256, PreMmaSmem<false, 1>::bytes, stream, a, 1);
-  if (from_T)
-    return launch(pre_mma_kernel<true, kPlans, 2>, grid, 256, PreMmaSmem<true, 2>::bytes, stream, a, per_block);
-  launch(pre_mma_kernel<false, kPlans, 2>, grid, 256, PreMmaSmem<false, 2>::bytes, stream, a, per_block);
+void pre_mma(bool from_T, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (from_T) return launch(pre_mma_kernel<true, kPlans>, grid, 256, PreMmaSmem<true>::bytes, stream, a);
+  launch(pre_mma_kernel<false, kPlans>, grid, 256, PreMmaSmem<false>::bytes, stream, a);
 }
 
-// Pre, or B1 from a kept T (from_T), copying tiles through plans or not; on tensor cores with
-// mma_per_block sub-chunks a block (pre_mma_per_block), or scalar (0).
-void pre(bool from_T, bool plans, int mma_per_block, dim3 grid, const Args& a, cudaStream_t stream) {
-  if (mma_per_block)
-    return plans ? pre_mma<true>(from_T, mma_per_block, a, stream) : pre_mma<false>(from_T, mma_per_block, a, stream);
+// Pre, or B1 from a kept T (from_T), copying tiles through plans or not, on tensor cores or not.
+void pre(bool from_T, bool plans, bool mma, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (mma) return plans ? pre_mma<true>(from_T, grid, a, stream) : pre_mma<false>(from_T, grid, a, stream);
   if (from_T && plans) return launch(pre_kernel<true, true>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (from_T) return launch(pre_kernel<true, false>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (plans) return launch(pre_kernel<false, true>, grid, 256, PreSmem<false>::bytes, stream, a);
@@ -1849,7 +1828,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  pre(false, tile_plans(cfg), pre_mma_per_block(cfg, a), subs, a, stream);
+  pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), false, false, a, stream);
@@ -1877,7 +1856,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
   const bool sweep_kept = cfg.saved_forward || cfg.kept_sweep;  // V_new and Hs still where the forward put them
-  if (!cfg.saved_forward) pre(cfg.kept_T, tile_plans(cfg), pre_mma_per_block(cfg, a), subs, a, stream);
+  if (!cfg.saved_forward) pre(cfg.kept_T, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);

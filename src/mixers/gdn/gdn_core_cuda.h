@@ -109,11 +109,6 @@ struct GdnCudaConfig {
   // the same bits either way, so a T kept by one serves the other's backward.
   enum Pre { kDefaultPre = 0, kPreScalar = 1, kPreMma = 2 };
   int pre = kDefaultPre;
-  // Pre on tensor cores: sub-chunks per block (1 to 64). 1: a block per sub-chunk, three per SM;
-  // more: each block loads a sub-chunk's inputs while it works on the one before (two blocks per
-  // SM). 0: the lever pre_stages (untried: 1 unless STATEFLOW_LEVERS_ON names it; on, the most of
-  // 8, 4, 2 that leaves four waves of blocks). Same results, bitwise.
-  int pre_per_block = 0;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;

@@ -37,27 +37,21 @@ using DiagTile = Tile<C, PB>;        // T's four diagonal blocks, stacked
 // Rows of block (i, k), k < i, in a LowerTile.
 __device__ constexpr int lower_rows(int i, int k) { return PB * (i * (i - 1) / 2 + k); }
 
-// Shared memory of pre_mma_kernel with kStages sub-chunks' inputs in flight: per stage K, V, the
-// kept T (kFromT) and the raw g and beta; then what one sub-chunk's work needs.
-template <bool kFromT, int kStages>
+template <bool kFromT>
 struct PreMmaSmem {
   static constexpr int inv = kFromT ? 0 : 1;  // the inversion's buffers only when it runs
   static constexpr int k = 0;
   static constexpr int v = k + Tile<C, DK>::bytes;
-  static constexpr int T_in = v + Tile<C, DV>::bytes;             // kFromT: the kept T
-  static constexpr int g = T_in + (1 - inv) * Tile<C, C>::bytes;  // raw g, then beta
-  static constexpr int stage = g + 2 * C * 4;
-  static constexpr int T = kStages * stage;                       // bf16(T), all C x C (not kFromT)
-  static constexpr int A_hi = T + inv * Tile<C, C>::bytes;        // A below the diagonal, hi and lo
+  static constexpr int T = v + Tile<C, DV>::bytes;               // bf16(T), all C x C
+  static constexpr int A_hi = T + Tile<C, C>::bytes;             // A below the diagonal, hi and lo
   static constexpr int A_lo = A_hi + inv * LowerTile::bytes;
-  static constexpr int Td_hi = A_lo + inv * LowerTile::bytes;     // T's diagonal blocks, hi and lo
+  static constexpr int Td_hi = A_lo + inv * LowerTile::bytes;    // T's diagonal blocks, hi and lo
   static constexpr int Td_lo = Td_hi + inv * DiagTile::bytes;
-  static constexpr int Ad = Td_lo + inv * DiagTile::bytes;        // A's diagonal blocks, fp32
-  static constexpr int vec = Ad + inv * 4 * ADS * 4;              // G, gamma, beta
+  static constexpr int Ad = Td_lo + inv * DiagTile::bytes;       // A's diagonal blocks, fp32
+  static constexpr int vec = Ad + inv * 4 * ADS * 4;
   static constexpr int bytes = vec + 3 * C * 4;
-  // What shared memory allows (one stage: 63 KiB, from a kept T 45 KiB; two: 98 / 88 KiB), so
-  // registers are held to it too.
-  static constexpr int blocks_per_sm = kStages > 1 ? 2 : kFromT ? 4 : 3;
+  // What shared memory allows (63 KiB; from a kept T 45 KiB), so registers are held to it too.
+  static constexpr int blocks_per_sm = kFromT ? 4 : 3;
 };
 
 // A 16 x 16 operand as the two bf16 halves of fp32 values, in A-fragment registers.
@@ -166,13 +160,33 @@ __device__ void triangular_rows(Tile<C, C> Ts, Tile<C, DK> X, const float* beta,
   }
 }
 
-// One sub-chunk's Pre (kFromT: B1 from a kept T) on tensor cores, its inputs in shared memory
-// (Ks, Vs; kFromT: Ts; G, gam, beta): T to Tg (not kFromT), W and U to the workspace rows ws0.
-template <bool kFromT, int kStages>
-__device__ void pre_mma_sub_chunk(const Args& a, char* sm, Tile<C, DK> Ks, Tile<C, DV> Vs, Tile<C, C> Ts,
-                                  const float* G, const float* gam, const float* beta, bf16* Tg, int64_t ws0) {
-  using S = PreMmaSmem<kFromT, kStages>;
-  const int tid = threadIdx.x, warp = tid >> 5;
+// Pre with the inversion on tensor cores (and B1 from a kept T, kFromT): one block per
+// (sub-chunk, head, batch), 8 warps, the same outputs as pre_kernel (W, U bitwise from the same T).
+template <bool kFromT, bool kPlans>
+__global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mma_kernel(Args a) {
+  using S = PreMmaSmem<kFromT>;
+  extern __shared__ __align__(128) char sm[];
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, warp = tid >> 5;
+  const int t0 = n * C, nv = min(C, a.T - t0);
+  const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
+  bf16* Tg = a.Tm + a.ws_sub(b, h, n) * C * C;
+  auto Ks = tile_at<Tile<C, DK>>(sm, S::k);
+  auto Vs = tile_at<Tile<C, DV>>(sm, S::v);
+  auto Ts = tile_at<Tile<C, C>>(sm, S::T);
+  float *G = reinterpret_cast<float*>(sm + S::vec), *gam = G + C, *beta = gam + C;
+
+  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);  // DV = DK: one plan for k and v
+  copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
+  copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
+  if constexpr (kFromT) {
+    const BlockCopy<Tile<C, C>, kPlans> copy_T(tid);
+    copy_T(Ts, Tg, C);
+  }
+  cuda::cp_async_commit();
+  load_decays(a, r0, nv, G, gam, beta, tid);
+  if (tid < C) a.G[ws0 + tid] = G[tid];
+  cuda::cp_async_wait_all();
+  __syncthreads();
   if constexpr (!kFromT) {
     auto A_hi = tile_at<LowerTile>(sm, S::A_hi), A_lo = tile_at<LowerTile>(sm, S::A_lo);
     auto Td_hi = tile_at<DiagTile>(sm, S::Td_hi), Td_lo = tile_at<DiagTile>(sm, S::Td_lo);
@@ -255,66 +269,5 @@ __device__ void pre_mma_sub_chunk(const Args& a, char* sm, Tile<C, DK> Ks, Tile<
     bf16* out = a.W + ws0 * DK;
     if (outer) triangular_rows<0, 3, true>(Ts, Ks, beta, gam, n0, out);
     else triangular_rows<1, 2, true>(Ts, Ks, beta, gam, n0, out);
-  }
-}
-
-// Pre with the inversion on tensor cores (and B1 from a kept T, kFromT): a block per per_block
-// consecutive sub-chunks of one (head, batch), 8 warps, the same outputs as pre_kernel (W, U
-// bitwise from the same T). With kStages = 2 the next sub-chunk's inputs load while one is worked
-// on (kStages = 1: per_block must be 1).
-template <bool kFromT, bool kPlans, int kStages>
-__global__ void __launch_bounds__(256, PreMmaSmem<kFromT, kStages>::blocks_per_sm)
-    pre_mma_kernel(Args a, int per_block) {
-  using S = PreMmaSmem<kFromT, kStages>;
-  extern __shared__ __align__(128) char sm[];
-  const int h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
-  const int n_begin = blockIdx.x * per_block, n_end = min(a.NS, n_begin + per_block);
-  float *G = reinterpret_cast<float*>(sm + S::vec), *gam = G + C, *beta = gam + C;
-  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);  // DV = DK: one plan for k and v
-  const BlockCopy<Tile<C, C>, kPlans> copy_T(tid);
-  auto stage = [&](int n) { return sm + (n - n_begin) % kStages * S::stage; };
-  // Sub-chunk n's inputs into its stage (raw g and beta by 4-byte copies, zeros past the end).
-  auto issue = [&](int n) {
-    char* st = stage(n);
-    const int nv = min(C, a.T - n * C);
-    const int64_t r0 = a.tok(b, n * C, h);
-    copy_rows(tile_at<Tile<C, DK>>(st, S::k), a.k + r0 * DK, int64_t(a.H) * DK, nv);
-    copy_rows(tile_at<Tile<C, DV>>(st, S::v), a.v + r0 * DV, int64_t(a.H) * DV, nv);
-    if constexpr (kFromT) copy_T(tile_at<Tile<C, C>>(st, S::T_in), a.Tm + a.ws_sub(b, h, n) * C * C, C);
-    if (tid < 2 * C) {
-      float* dst = reinterpret_cast<float*>(st + S::g) + tid;
-      const int t = tid % C;
-      if (t < nv) cuda::cp_async4(dst, (tid < C ? a.g : a.beta) + r0 + int64_t(t) * a.H);
-      else *dst = 0.f;
-    }
-    cuda::cp_async_commit();
-  };
-  issue(n_begin);
-  for (int n = n_begin; n < n_end; ++n) {
-    if (kStages > 1 && n + 1 < n_end) {
-      issue(n + 1);
-      cuda::cp_async_wait<1>();
-    } else {
-      cuda::cp_async_wait_all();
-    }
-    __syncthreads();
-    char* st = stage(n);
-    const float* raw = reinterpret_cast<const float*>(st + S::g);
-    const int64_t ws0 = a.ws_row(b, h, n);
-    if (tid == 0) {  // the local cumsum, added in load_decays' order
-      float s = 0.f;
-#pragma unroll
-      for (int r = 0; r < C; ++r) G[r] = s += raw[r];
-    }
-    __syncthreads();
-    if (tid < C) {
-      gam[tid] = expf(G[tid]), beta[tid] = raw[C + tid];
-      a.G[ws0 + tid] = G[tid];
-    }
-    __syncthreads();
-    auto Ts = tile_at<Tile<C, C>>(kFromT ? st : sm, kFromT ? S::T_in : S::T);
-    pre_mma_sub_chunk<kFromT, kStages>(a, sm, tile_at<Tile<C, DK>>(st, S::k), tile_at<Tile<C, DV>>(st, S::v), Ts,
-                                       G, gam, beta, a.Tm + a.ws_sub(b, h, n) * C * C, ws0);
-    __syncthreads();  // the stage and the shared buffers are free for the next sub-chunks
   }
 }

@@ -682,30 +682,6 @@ TEST(GdnCoreCuda, PreOnTensorCoresFormsWAndUFromAKeptTAsTheScalarPreDoes) {
   expect_bitwise_equal(run_gpu(p, kept), run_gpu(p, recompute));
 }
 
-// Pre on tensor cores with several sub-chunks per block (GdnCudaConfig::pre_per_block, the lever
-// pre_stages) loads one sub-chunk while it works on the one before: every output and gradient the
-// same bits as a block per sub-chunk, recomputing T and from a kept T, over 15 sub-chunks (the last
-// block short, the last sub-chunk too).
-TEST(GdnCoreCuda, PreOnTensorCoresGivesTheSameBitsForEverySubChunksPerBlock) {
-  SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const Problem p = make_problem(rng, 2, 933, 2);  // 14 sub-chunks + 37 tokens
-  for (bool keep_T : {false, true}) {
-    RunOptions one = unsplit();
-    one.keep_T = keep_T;
-    one.cfg.pre = GdnCudaConfig::kPreMma, one.cfg.pre_per_block = 1;
-    const Gpu want = run_gpu(p, one);
-    for (int per : {2, 4, 8}) {
-      SCOPED_TRACE(std::to_string(per) + " sub-chunks per block" + (keep_T ? ", T kept" : ""));
-      RunOptions staged = one;
-      staged.cfg.pre_per_block = per;
-      expect_bitwise_equal(run_gpu(p, staged), want);
-    }
-  }
-}
-
 // Pre on tensor cores keeps the unsplit core's chunk rule: splits at multiples of C are bitwise neutral.
 TEST(GdnCoreCuda, PreOnTensorCoresSplitAtMultiplesOfCIsBitwiseNeutral) {
   SKIP_WITHOUT_GPU();
@@ -784,11 +760,6 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("pre must be"), std::string::npos) << e.what();
   }
-  GdnCudaConfig bad_per_block;
-  bad_per_block.pre_per_block = -1;
-  EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                                      &bad_per_block, nullptr, bad_per_block),
-               Error);
   GdnCudaConfig bad_slab;
   bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
   try {
