@@ -191,9 +191,9 @@ TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUn
 }
 
 // What the planner prices a kept sweep with: a unit's stash as the stage executor (and the cost
-// profile, layer by layer) counts it, the tracker's activations. gdn.keep_sweep adds exactly V_new
-// and the entering states, 768 bytes per token and value head and GDN layer (a chunk of 64-token
-// multiples: no padded sub-chunk).
+// profile, layer by layer) counts it, the tracker's activations. gdn.keep_sweep adds exactly G, W,
+// V_new and the entering states, 1028 bytes per token and value head and GDN layer (a chunk of
+// 64-token multiples: no padded sub-chunk).
 TEST(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
   SKIP_WITHOUT_GPU();
   init_cuda_backend();
@@ -217,7 +217,7 @@ TEST(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
   const int64_t plain = stash_bytes(false), kept = stash_bytes(true);
   std::printf("[ stash of a unit, 2 GDN blocks, %lld x %lld tokens ] %lld bytes, %lld with the sweep kept\n",
               (long long)B, (long long)T, (long long)plain, (long long)kept);
-  EXPECT_EQ(kept - plain, 768 * heads * B * T * 2);
+  EXPECT_EQ(kept - plain, 1028 * heads * B * T * 2);
 }
 
 // The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step

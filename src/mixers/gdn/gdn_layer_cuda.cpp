@@ -33,9 +33,9 @@ struct GdnCudaStash : Stash {
   // The core's per-sub-chunk T = (I + A)^-1 (bf16, 128 bytes per token and value head), kept so the
   // backward need not invert again (GdnCudaConfig::kept_T); empty with the keep_t lever off.
   Tensor T;
-  // The core's forward sweep results, V_new and each sub-chunk's entering state (bf16, 768 bytes
-  // per token and value head; GdnCudaConfig::sweep_buffer), kept so the backward need not sweep
-  // forward again (kept_sweep); empty unless gdn.keep_sweep.
+  // The core's forward sweep, G, W, V_new and each sub-chunk's entering state (1028 bytes per token
+  // and value head; GdnCudaConfig::sweep_buffer), kept so the backward neither sweeps forward again
+  // nor re-runs Pre (kept_sweep with kept_T); empty unless gdn.keep_sweep.
   Tensor sweep;
 };
 

@@ -50,10 +50,12 @@ MixerFlops gdn_flops(const ModelConfig& cfg) {
 }
 
 // q~, k~, v~ and their convolved, normalised forms dominate; the depth predictions scale by it.
-// A kept sweep adds V_new and the entering states (dv + dv dk / C values per token and value head).
+// A kept sweep adds G, W, V_new and the entering states (2 + dk + dv + dv dk / C bf16-sized values
+// per token and value head).
 double gdn_activation_width(const ModelConfig& cfg) {
   const GdnConfig g = gdn_config(cfg);
-  const double sweep = g.keep_sweep ? double(g.value_heads * g.head_dv) * (1.0 + double(g.head_dk) / double(g.block_size)) : 0.0;
+  const double dk = double(g.head_dk), dv = double(g.head_dv), C = double(g.block_size);
+  const double sweep = g.keep_sweep ? double(g.value_heads) * (2 + dk + dv + dv * dk / C) : 0.0;
   return double(2 * g.heads * g.head_dk + 2 * g.value_heads * g.head_dv + 2 * g.value_heads) + sweep;
 }
 

@@ -429,6 +429,36 @@ TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
   }
 }
 
+// B4 with a deep ring (four slots of state slabs, 16 or 32 rows a step, dV_new loaded for the
+// second pass) against the two-slot B4: the same products and epilogue expressions, so every
+// output and gradient is the same bits, recomputing T and from a kept T; and a short last
+// sub-chunk stays in the float64 band.
+TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  for (bool keep_T : {false, true}) {
+    SCOPED_TRACE(keep_T ? "T kept" : "T recomputed");
+    RunOptions two = unsplit(), deep = unsplit();
+    two.keep_T = deep.keep_T = keep_T;
+    two.cfg.b4_mma = deep.cfg.b4_mma = GdnCudaConfig::kMmaSync;
+    two.cfg.tile_copies = deep.cfg.tile_copies = GdnCudaConfig::kCopyPlans;
+    two.cfg.b4_kernel = GdnCudaConfig::kB4TwoSlots;
+    deep.cfg.b4_kernel = GdnCudaConfig::kB4DeepRing;
+    const Gpu old_b4 = run_gpu(p, two);
+    for (int rows : {16, 32}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows a step");
+      deep.cfg.b4_slab = rows;
+      const Gpu new_b4 = run_gpu(p, deep);
+      expect_bitwise_equal(new_b4, old_b4);
+      for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
+    }
+  }
+}
+
 // Tile copies through each thread's precomputed plan (the lever tile_copies) land the same bytes
 // as the generic loop: every output and gradient the same bits, recomputing T and from a kept T,
 // with either of B4's products where wgmma can run.
@@ -559,18 +589,19 @@ TEST(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
   }
 }
 
-// A kept sweep buffer holds V_new (2 dv bytes per token) and the entering states (2 dv dk per
-// sub-chunk), 768 bytes per token and head at 64-token multiples, and the workspace has that
-// much less room. Host code: runs without a GPU.
+// A kept sweep buffer holds G (4 bytes per token), W (2 dk), V_new (2 dv) and the entering states
+// (2 dv dk per sub-chunk), 1028 bytes per token and head at 64-token multiples, and the workspace
+// has that much less room. Host code: runs without a GPU.
 TEST(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
   GdnDims d;
   d.batch = 2, d.heads = 3, d.len = 4096, d.dk = DK, d.dv = DV, d.block = C;
-  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(768) * 2 * 3 * 4096);
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(1028) * 2 * 3 * 4096);
   GdnCudaConfig kept;
   kept.sweep_buffer = &kept;  // only its presence matters to the sizes
   EXPECT_EQ(gdn_cuda_workspace_bytes(d) - gdn_cuda_workspace_bytes(d, kept), gdn_cuda_kept_sweep_bytes(d));
   d.len = 100;  // two sub-chunks, the second short: sized for whole sub-chunks
-  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(2) * 3 * (128 * 128 * 2 + 2 * 128 * 128 * 2));  // V_new, 2 states
+  // G, W and V_new of 128 token rows, 2 states
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(2) * 3 * (128 * 4 + 2 * 128 * 128 * 2 + 2 * 128 * 128 * 2));
 }
 
 // T = (I + A)^-1 of every sub-chunk as the forward keeps it (bf16 [batch][heads][sub-chunks][C][C]),
@@ -767,6 +798,16 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
     ADD_FAILURE() << "b4_slab 8 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("b4_slab"), std::string::npos) << e.what();
+  }
+  GdnCudaConfig bad_ring;
+  bad_ring.b4_kernel = GdnCudaConfig::kB4DeepRing;
+  bad_ring.b4_slab = 64;  // the deep ring's steps are 16 or 32 rows
+  try {
+    gdn_chunk_backward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, nullptr, nullptr, nullptr, &bad_ring, nullptr, bad_ring);
+    ADD_FAILURE() << "the deep-ring B4 with 64-row steps was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kB4TwoSlots"), std::string::npos) << e.what();
   }
 }
 
