@@ -1,8 +1,8 @@
-// B4 with a deep ring (GdnCudaConfig::b4_kernel = kB4DeepRing, lever b4_ring): the same
-// gradients as b4_kernel, bitwise, from the same products and the same epilogue expressions,
-// with its loads issued further ahead. Included by gdn_core.cu after b4_kernel, inside its
-// anonymous namespace (it uses that file's Args, constants and helpers); mma.sync products and
-// tile copies by plans.
+// B4 with a deep ring (GdnCudaConfig::b4_kernel = kB4DeepRing or kB4EarlySlabs, levers b4_ring
+// and b4_ring_early): the same gradients as b4_kernel, bitwise, from the same products and the
+// same epilogue expressions, with its loads issued further ahead. Included by gdn_core.cu after
+// b4_kernel, inside its anonymous namespace (it uses that file's Args, constants and helpers);
+// mma.sync products and tile copies by plans.
 //
 // Why: b4_kernel's two-slot ring issues slab j + 1 only while slab j is used, so each of its 16
 // slab steps waits for one load round trip (DRAM in the first pass, L2 in the second) behind a
@@ -12,7 +12,8 @@
 //     (16 rows: one slab used, three in flight; 32 rows: two used, two in flight, half the
 //     barriers), the first in flight issued with the other tiles;
 //   - dV_new is issued as soon as the first pass ends (its latency under the Out terms), and the
-//     second pass streams S alone through four S-only slots the same way;
+//     second pass streams S alone through four S-only slots the same way; with the early slabs
+//     (kEarly) its first slabs are issued then too, and v after the Out terms' product;
 //   - the epilogues read their per-row and per-column factors once per lane (two rows, eight
 //     columns) and store bf16 pairs; the exps stay per element where b4_kernel has them (same
 //     inputs, same bits);
