@@ -20,6 +20,14 @@ int use_gpu_sm_partition(int part, int parts);
 // Waits for the GPU work the calling thread queued (not the whole GPU's).
 void synchronize_gpu_thread();
 
+// Gives each group of params (Param::bf16_group > 0, all of one row count) one bf16 copy, their
+// columns side by side, cast from their fp32 values; the separate copies are freed. Nothing
+// unless shared_bf16_copies_for_thread() (default: the fused_proj lever, kernels/cuda/levers.h).
+void share_bf16_copies(const std::vector<Param*>& params);
+bool& shared_bf16_copies_for_thread();
+// Casts p.value (on the device) into p's bf16 copy, wherever that lives (after a load).
+void refresh_bf16_copy(Param& p);
+
 // AdamW on an fp32 device parameter (bitwise the CPU update), refreshing p.value_bf16 if any.
 void adamw_update_device(Param& p, Tensor& m, Tensor& v, double lr, double decay, const AdamWConfig& cfg,
                          int64_t step);

@@ -56,6 +56,8 @@ GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, const
   // Residual branch output starts small so the stack is near identity at init.
   fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(Hv_ * dv_)) / std::sqrt(2.0 * cfg.num_blocks()));
   for (Param* w : {&Wq_, &Wk_, &Wv_, &Wa_, &Wb_, &Wg_, &Wo_}) w->gemm_operand = true;
+  // q, k, v and the output gate project the same x: on the GPU one GEMM (gdn_layer_cuda.cpp)
+  for (Param* w : {&Wq_, &Wk_, &Wv_, &Wg_}) w->bf16_group = 1;
 }
 
 std::vector<Param*> GatedDeltaNet::params() {
