@@ -72,7 +72,7 @@ TEST(AdamWCuda, ABf16CopyInColumnsOfAWiderMatrixGetsTheSameBits) {
   const Vec p = normal_vec(rng, size_t(n)), g = normal_vec(rng, size_t(n), 0.1);
   const Vec zeros(size_t(n), 0.0);
   Dev<float> p1(p), p2(p), g1(g), m1(zeros), v1(zeros), m2(zeros), v2(zeros);
-  Dev<bf16> own(size_t(n)), wide(size_t(rows * ld));
+  Dev<bf16> own(static_cast<size_t>(n)), wide(static_cast<size_t>(rows * ld));
   own.poison(), wide.poison();
   const AdamWConfig cfg{};
   adamw_update_cuda(p1.p, g1.p, m1.p, v1.p, n, 1e-2, 0.1, cfg, 1, own.p, nullptr);

@@ -26,7 +26,8 @@ TYPED_TEST(SwigluCuda, ColumnBlocksGiveTheContiguousBits) {
   Rng rng(seed);
   const int64_t rows = 37, F = 136, ld = 2 * F + 8, n = rows * F;  // a, then b, then 8 columns of neither
   const Vec a = normal_vec(rng, n), b = normal_vec(rng, n), dh = normal_vec(rng, n);
-  Dev<A> d_a(a), d_b(b), d_dh(dh), h(size_t(n)), da(size_t(n)), db(size_t(n));
+  const size_t values = static_cast<size_t>(n);
+  Dev<A> d_a(a), d_b(b), d_dh(dh), h(values), da(values), db(values);
   h.poison(), da.poison(), db.poison();
   swiglu_forward_cuda<A>(d_a.p, d_b.p, h.p, n, nullptr);
   swiglu_backward_cuda<A>(d_a.p, d_b.p, d_dh.p, da.p, db.p, n, nullptr);
@@ -34,7 +35,7 @@ TYPED_TEST(SwigluCuda, ColumnBlocksGiveTheContiguousBits) {
   Vec ab(size_t(rows * ld), 0.0);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < F; ++c) ab[r * ld + c] = a[r * F + c], ab[r * ld + F + c] = b[r * F + c];
-  Dev<A> d_ab(ab), h_wide(size_t(n)), dab(ab.size());
+  Dev<A> d_ab(ab), h_wide(values), dab(ab.size());
   h_wide.poison(), dab.poison();
   swiglu_forward_cuda<A>(d_ab.p, d_ab.p + F, h_wide.p, n, nullptr, F, ld);
   swiglu_backward_cuda<A>(d_ab.p, d_ab.p + F, d_dh.p, dab.p, dab.p + F, n, nullptr, F, ld);
