@@ -300,7 +300,7 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
 // (loss; mean gradient error), and its chunks at multiples of kWeightGradTokens stay bitwise.
 TEST_P(MixerConformanceCuda, FusedProjectionsStayWithinTwiceTheSeparateError) {
   auto model_with = [&](bool fused) {
-    FlagScope scope(shared_bf16_copies_for_thread(), fused);
+    testing::FlagScope scope(shared_bf16_copies_for_thread(), fused);
     return gpu_model();
   };
   Model separate = model_with(false), fused = model_with(true);
