@@ -13,7 +13,7 @@ int use_gpu_sm_partition(int, int) { no_cuda(); }
 void synchronize_gpu_thread() { no_cuda(); }
 // Without CUDA nothing is shared (a host-backed test device keeps separate bf16 copies).
 void share_bf16_copies(const std::vector<Param*>&) {}
-bool& shared_bf16_copies_for_thread() {
+bool& bf16_group_shared_for_thread(int) {
   thread_local bool shared = false;
   return shared;
 }

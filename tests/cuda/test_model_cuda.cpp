@@ -293,14 +293,15 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
   }
 }
 
-// Fused projections (lever fused_proj: the GDN's q, k, v and output-gate projections, and the
-// MLP's x W1 and x W3, as one GEMM over weights side by side, and each group's dx as one GEMM over
+// Fused projections (levers fused_proj and fused_mlp: the GDN's q, k, v and output-gate
+// projections, and the MLP's x W1 and x W3, as one GEMM over weights side by side, and each group's dx as one GEMM over
 // their gradients side by side; model/param.h's shared bf16 copies) against the separate GEMMs,
 // both against the fp64 CPU model: the fused step's error is at most twice the separate one's
 // (loss; mean gradient error), and its chunks at multiples of kWeightGradTokens stay bitwise.
 TEST_P(MixerConformanceCuda, FusedProjectionsStayWithinTwiceTheSeparateError) {
   auto model_with = [&](bool fused) {
-    testing::FlagScope scope(shared_bf16_copies_for_thread(), fused);
+    testing::FlagScope gdn(bf16_group_shared_for_thread(kGdnInProj), fused),
+        mlp(bf16_group_shared_for_thread(kMlpUpProj), fused);
     return gpu_model();
   };
   Model separate = model_with(false), fused = model_with(true);

@@ -2,7 +2,7 @@
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
-//                      tile_copies,graphs,fused_proj
+//                      tile_copies,graphs,fused_proj,fused_mlp
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -50,11 +50,13 @@
 //   graphs        stage executor: every kernel of a unit's blocks launched on its own (instead of
 //                 each run of consecutive blocks recorded as one CUDA graph and launched as one:
 //                 kernels/cuda/device_graph_cuda.h; the same kernels, so the same bits)
-//   fused_proj    GDN and MLP: one GEMM per projection (instead of the GDN's q, k, v and output
-//                 gate, and the MLP's W1 and W3, as one GEMM each of the same input against their
-//                 bf16 weights side by side, and each group's input gradient as one GEMM over the
-//                 concatenated output gradients: model/param.h's shared bf16 copies; another
-//                 rounding of dx, exact and chunk-invariant either way)
+//   fused_proj    GDN: one GEMM per input projection (instead of q, k, v and the output gate as
+//                 one GEMM of x against their bf16 weights side by side, and their input gradient
+//                 as one GEMM over their output gradients side by side: model/param.h's shared
+//                 bf16 copies; another rounding of dx, exact and chunk-invariant either way)
+//   fused_mlp     MLP: x W1 and x W3 as two GEMMs, x W3 on the side stream (instead of one GEMM
+//                 against W1 and W3 side by side, and dx as one GEMM over da and db side by side;
+//                 as fused_proj)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -78,12 +80,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
-                                           "fused_proj"};
+                                           "fused_proj",  "fused_mlp"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
 // yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_proj"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_proj", "fused_mlp"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

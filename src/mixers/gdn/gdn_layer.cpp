@@ -9,6 +9,7 @@
 #include "mixers/gdn/gdn_core.h"
 #include "mixers/gdn/gdn_gates.h"
 #include "mixers/gdn/gdn_groups.h"
+#include "model/device_ops.h"
 
 namespace stateflow {
 
@@ -57,7 +58,7 @@ GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, const
   fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(Hv_ * dv_)) / std::sqrt(2.0 * cfg.num_blocks()));
   for (Param* w : {&Wq_, &Wk_, &Wv_, &Wa_, &Wb_, &Wg_, &Wo_}) w->gemm_operand = true;
   // q, k, v and the output gate project the same x: on the GPU one GEMM (gdn_layer_cuda.cpp)
-  for (Param* w : {&Wq_, &Wk_, &Wv_, &Wg_}) w->bf16_group = 1;
+  for (Param* w : {&Wq_, &Wk_, &Wv_, &Wg_}) w->bf16_group = kGdnInProj;
 }
 
 std::vector<Param*> GatedDeltaNet::params() {

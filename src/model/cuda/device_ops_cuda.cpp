@@ -27,18 +27,18 @@ Bf16Copy bf16_copy_of(Param& p) {
 }
 }  // namespace
 
-bool& shared_bf16_copies_for_thread() {
-  thread_local bool shared = !lever_off("fused_proj");
-  return shared;
+bool& bf16_group_shared_for_thread(int group) {
+  thread_local bool gdn_in_proj = !lever_off("fused_proj"), mlp_up_proj = !lever_off("fused_mlp");
+  SF_CHECK(group == kGdnInProj || group == kMlpUpProj, "bf16 group ", group, " is none of model/device_ops.h's");
+  return group == kGdnInProj ? gdn_in_proj : mlp_up_proj;
 }
 
 void share_bf16_copies(const std::vector<Param*>& params) {
-  if (!shared_bf16_copies_for_thread()) return;
   std::map<int, std::vector<Param*>> groups;
   for (Param* p : params)
     if (p->bf16_group > 0 && p->value_bf16.defined()) groups[p->bf16_group].push_back(p);
   for (auto& [group, members] : groups) {
-    if (members.size() < 2) continue;
+    if (members.size() < 2 || !bf16_group_shared_for_thread(group)) continue;
     const int64_t rows = members[0]->value.dim(0);
     int64_t width = 0;
     for (const Param* p : members) {
