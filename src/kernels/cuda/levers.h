@@ -53,10 +53,11 @@
 //   fused_proj    GDN: one GEMM per input projection (instead of q, k, v and the output gate as
 //                 one GEMM of x against their bf16 weights side by side, and their input gradient
 //                 as one GEMM over their output gradients side by side: model/param.h's shared
-//                 bf16 copies; another rounding of dx, exact and chunk-invariant either way)
+//                 bf16 copies; another rounding of dx, exact and chunk-invariant either way;
+//                 default since its H200 run in the sixth session)
 //   fused_mlp     MLP: x W1 and x W3 as two GEMMs, x W3 on the side stream (instead of one GEMM
 //                 against W1 and W3 side by side, and dx as one GEMM over da and db side by side;
-//                 as fused_proj)
+//                 as fused_proj; untried: its one GEMM is slower than the two at 32K rows)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -85,7 +86,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
 // yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_proj", "fused_mlp"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
