@@ -1,8 +1,9 @@
 // Benchmark of the CUDA GDN chunk core: forward and forward+backward time (CUDA events,
 // warm-up, median of repeats), TFLOP/s with MATH.md section 9's FLOP counts, per-stage
-// times and device memory. bf16, dk = dv = 128, C = 64. Backward is timed three ways: the
+// times and device memory. bf16, dk = dv = 128, C = 64. Backward is timed four ways: the
 // default (recomputes Pre and the forward sweep), with GdnCudaConfig::kept_T (B1 forms W and U
-// from the forward's T, as the layer runs it) and with GdnCudaConfig::saved_forward.
+// from the forward's T, as the layer runs it), with kept_T and kept_sweep (also no forward sweep
+// beside B3, as the layer runs it with gdn.keep_sweep: "kS") and with GdnCudaConfig::saved_forward.
 // Shapes, inputs, FLOPs and the timed launches are the gdn_core op's (mixers/gdn/gdn_core_op.cpp),
 // the definition the kernel's CUDA test checks (tests/cuda/test_op_defs_cuda.cpp).
 //
@@ -25,8 +26,9 @@
 // --chunk-len (batch 1): also runs each length cut into chunks of these many tokens, the way
 // the pipeline calls the core (state S and its gradient carried from chunk to chunk, backward
 // last chunk first), one row per chunk length: the whole sequence's time, also with each chunk's
-// T kept from its forward to its backward (as the layer does), and whether the outputs are
-// bitwise those of the unchunked call in both (they must be at multiples of C = 64).
+// T kept from its forward to its backward (as the layer does), and with its T and forward sweep
+// kept (gdn.keep_sweep), and whether the outputs are bitwise those of the unchunked call in all
+// three (they must be at multiples of C = 64).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -63,12 +65,13 @@ struct Result {
   int sweep;               // GdnCudaConfig::Sweep as resolved (meaningful when unsplit)
   int b4_slab;             // GdnCudaConfig::b4_slab as asked (0: the core's)
   stateflow::GdnStageCost cost;  // of the default (recomputing) backward
-  float chunked_fwd_ms, chunked_fwdbwd_ms, chunked_fwdbwd_kept_ms;
-  // in o, dq, dk, dv, dbeta, dg, S_out, dS_in; recomputing T, and with T kept
-  unsigned long long chunked_bytes_differing, chunked_kept_bytes_differing;
-  // Pre ST Out | B1 B2 B3 B4 | same, saved | same, kept T
-  float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, fwdbwd_kept_ms, stage_ms[15];
-  double fwd_tflops, fwdbwd_tflops, fwdbwd_saved_tflops, fwdbwd_kept_tflops, workspace_gib, total_gib, meminfo_gib;
+  float chunked_fwd_ms, chunked_fwdbwd_ms, chunked_fwdbwd_kept_ms, chunked_fwdbwd_sweep_ms;
+  // in o, dq, dk, dv, dbeta, dg, S_out, dS_in; recomputing T, with T kept, with T and the sweep kept
+  unsigned long long chunked_bytes_differing, chunked_kept_bytes_differing, chunked_sweep_bytes_differing;
+  // Pre ST Out | B1 B2 B3 B4 | same, saved | same, kept T | same, kept T and sweep
+  float fwd_ms, fwdbwd_ms, fwdbwd_saved_ms, fwdbwd_kept_ms, fwdbwd_sweep_ms, stage_ms[19];
+  double fwd_tflops, fwdbwd_tflops, fwdbwd_saved_tflops, fwdbwd_kept_tflops, fwdbwd_sweep_tflops, workspace_gib,
+      total_gib, meminfo_gib;
   unsigned long long nonfinite;
 };
 
@@ -113,6 +116,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   auto bwd = [&] { buf.run(op.pass("bwd")); };
   auto bwd_saved = [&] { buf.run(op.pass("bwd saved")); };
   auto bwd_kept = [&] { buf.run(op.pass("bwd kept T")); };
+  auto bwd_sweep = [&] { buf.run(op.pass("bwd kept sweep")); };
   auto time_it = [&](auto&& f) { return median_ms(f, reps); };
   Result r{};
   r.len = T;
@@ -124,6 +128,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
   r.fwdbwd_saved_ms = time_it([&] { fwd(), bwd_saved(); });
   r.fwdbwd_kept_ms = time_it([&] { fwd(), bwd_kept(); });
+  r.fwdbwd_sweep_ms = time_it([&] { fwd(), bwd_sweep(); });
   // Per-stage times: one synchronised run of each (GdnCudaConfig::stage_ms, a benchmark-only setting).
   stateflow::GdnCudaConfig timed = cfg;
   auto bwd_timed = [&] {
@@ -139,6 +144,9 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   bwd_timed();
   timed.stage_ms = r.stage_ms + 11;
   timed.saved_forward = false, timed.kept_T = true;
+  bwd_timed();
+  timed.stage_ms = r.stage_ms + 15;
+  timed.kept_sweep = true;
   bwd_timed();
   CK(cudaMemset(bad, 0, sizeof(*bad)));
   for (bf16* x : {o, dq, dk, dv}) count_nonfinite<<<blocks(nk, 256), 256>>>(x, nk, bad);
@@ -158,27 +166,33 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
     // Each chunk's T, kept from its forward to its backward (the last chunk's slot may be longer than it).
     const size_t T_elems = stateflow::gdn_cuda_kept_T_bytes(chunk(0)) / sizeof(bf16);
     bf16* T_kept = dalloc<bf16>(size_t(n) * T_elems, chain_bytes);
+    // And each chunk's forward sweep (V_new and entering states), likewise.
+    const size_t sweep_bytes = stateflow::gdn_cuda_kept_sweep_bytes(chunk(0));
+    char* sweep_kept = dalloc<char>(size_t(n) * sweep_bytes, chain_bytes);
     auto S_of = [&](int64_t c) { return c == 0 ? S_in : c == n ? S_out : S_at + c * ns; };
     auto dS_of = [&](int64_t c) { return c == 0 ? dS_in : c == n ? dS_out : dS_at + c * ns; };
-    // keep_T: chunk c's forward writes its T to its slot and its backward reads it from there.
-    auto with_T = [&](int64_t c, bool keep_T, bool backward) {
+    // keep_T (keep_sweep): chunk c's forward writes its T (forward sweep) to its slot and its
+    // backward reads it from there.
+    auto with_T = [&](int64_t c, bool keep_T, bool keep_sweep, bool backward) {
       stateflow::GdnCudaConfig at = cfg;
       if (keep_T) at.T_buffer = T_kept + size_t(c) * T_elems, at.kept_T = backward;
+      if (keep_sweep) at.sweep_buffer = sweep_kept + size_t(c) * sweep_bytes, at.kept_sweep = backward;
       return at;
     };
-    auto fwd_chunked = [&](bool keep_T) {
+    auto fwd_chunked = [&](bool keep_T, bool keep_sweep) {
       for (int64_t c = 0; c < n; ++c) {
         const int64_t t = c * chunk_len * H;
         stateflow::gdn_chunk_forward_cuda(chunk(c), q + t * 128, k + t * 128, v + t * 128, beta + t, g + t, S_of(c),
-                                          o + t * 128, S_of(c + 1), ws, nullptr, with_T(c, keep_T, false));
+                                          o + t * 128, S_of(c + 1), ws, nullptr, with_T(c, keep_T, keep_sweep, false));
       }
     };
-    auto bwd_chunked = [&](bool keep_T) {
+    auto bwd_chunked = [&](bool keep_T, bool keep_sweep) {
       for (int64_t c = n; c-- > 0;) {
         const int64_t t = c * chunk_len * H;
         stateflow::gdn_chunk_backward_cuda(chunk(c), q + t * 128, k + t * 128, v + t * 128, beta + t, g + t, S_of(c),
                                            dO + t * 128, dS_of(c + 1), dq + t * 128, dk + t * 128, dv + t * 128,
-                                           dbeta + t, dg + t, dS_of(c), ws, nullptr, with_T(c, keep_T, true));
+                                           dbeta + t, dg + t, dS_of(c), ws, nullptr,
+                                           with_T(c, keep_T, keep_sweep, true));
       }
     };
     // The unchunked outputs, kept to compare with the chunked ones byte for byte.
@@ -204,12 +218,15 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
       CK(cudaMemcpy(&differing, bad, sizeof(*bad), cudaMemcpyDeviceToHost));
       return differing;
     };
-    r.chunked_fwd_ms = time_it([&] { fwd_chunked(false); });
-    r.chunked_fwdbwd_ms = time_it([&] { fwd_chunked(false), bwd_chunked(false); });
+    r.chunked_fwd_ms = time_it([&] { fwd_chunked(false, false); });
+    r.chunked_fwdbwd_ms = time_it([&] { fwd_chunked(false, false), bwd_chunked(false, false); });
     r.chunked_bytes_differing = bytes_differing();
-    r.chunked_fwdbwd_kept_ms = time_it([&] { fwd_chunked(true), bwd_chunked(true); });
+    r.chunked_fwdbwd_kept_ms = time_it([&] { fwd_chunked(true, false), bwd_chunked(true, false); });
     r.chunked_kept_bytes_differing = bytes_differing();
+    r.chunked_fwdbwd_sweep_ms = time_it([&] { fwd_chunked(true, true), bwd_chunked(true, true); });
+    r.chunked_sweep_bytes_differing = bytes_differing();
     CK(cudaFree(T_kept));
+    CK(cudaFree(sweep_kept));
     for (unsigned char* p : ref) CK(cudaFree(p));
     CK(cudaFree(S_at));
     CK(cudaFree(dS_at));
@@ -217,10 +234,12 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
 
   const double f_fwd = op.pass("fwd").flops(shape), f_bwd = op.pass("bwd").flops(shape);
   const double f_bwd_saved = op.pass("bwd saved").flops(shape), f_bwd_kept = op.pass("bwd kept T").flops(shape);
+  const double f_bwd_sweep = op.pass("bwd kept sweep").flops(shape);
   r.fwd_tflops = f_fwd / (r.fwd_ms * 1e-3) / 1e12;
   r.fwdbwd_tflops = (f_fwd + f_bwd) / (r.fwdbwd_ms * 1e-3) / 1e12;
   r.fwdbwd_saved_tflops = (f_fwd + f_bwd_saved) / (r.fwdbwd_saved_ms * 1e-3) / 1e12;
   r.fwdbwd_kept_tflops = (f_fwd + f_bwd_kept) / (r.fwdbwd_kept_ms * 1e-3) / 1e12;
+  r.fwdbwd_sweep_tflops = (f_fwd + f_bwd_sweep) / (r.fwdbwd_sweep_ms * 1e-3) / 1e12;
   r.workspace_gib = ws_bytes / double(1 << 30);
   r.total_gib = bytes / double(1 << 30);
   r.meminfo_gib = (free0 - free1) / double(1 << 30);
@@ -338,19 +357,22 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "gdn_core_bench: %s\n", e.what());
     return 1;
   }
-  std::printf("\n%8s %6s %6s %4s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %5s | %6s %6s %6s | %s\n",
-              "T", "sweep", "piece", "b4sl", "fwd ms", "TFLOP/s", "f+b ms", "TFLOP/s", "f+b kT", "TFLOP/s", "f+b sv",
-              "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4", "sv B2 B3    B4", "kT B1", "wsGiB", "allGiB",
-              "memGiB", "nonfinite");
+  std::printf("\n%8s %6s %6s %4s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %5s | %11s "
+              "| %6s %6s %6s | %s\n",
+              "T", "sweep", "piece", "b4sl", "fwd ms", "TFLOP/s", "f+b ms", "TFLOP/s", "f+b kT", "TFLOP/s", "f+b kS",
+              "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4", "sv B2 B3    B4", "kT B1",
+              "kS B1 B3", "wsGiB", "allGiB", "memGiB", "nonfinite");
   for (const Result& r : res) {
     if (r.chunk_len) continue;
-    std::printf("%8lld %6s %6s %4s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %5.3f %5.3f %5.3f | "
-                "%5.3f %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f | %5.3f | %6.2f %6.2f %6.2f | %llu\n",
+    std::printf("%8lld %6s %6s %4s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | "
+                "%5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f | %5.3f | %5.3f %5.3f | "
+                "%6.2f %6.2f %6.2f | %llu\n",
                 (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), slab_name(r).c_str(), r.fwd_ms,
-                r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_kept_ms, r.fwdbwd_kept_tflops, r.fwdbwd_saved_ms,
-                r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3], r.stage_ms[4],
-                r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10], r.stage_ms[11],
-                r.workspace_gib, r.total_gib, r.meminfo_gib, r.nonfinite);
+                r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_kept_ms, r.fwdbwd_kept_tflops, r.fwdbwd_sweep_ms,
+                r.fwdbwd_sweep_tflops, r.fwdbwd_saved_ms, r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1],
+                r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9],
+                r.stage_ms[10], r.stage_ms[11], r.stage_ms[15], r.stage_ms[17], r.workspace_gib, r.total_gib,
+                r.meminfo_gib, r.nonfinite);
   }
   std::printf("\nPer stage, unsplit one-call rows, default backward: ms, GB/s of the bytes the stage must move, "
               "tensor-core TFLOP/s\n%8s %6s %4s |", "T", "sweep", "b4sl");
@@ -369,21 +391,24 @@ int main(int argc, char** argv) {
   }
   if (!chunk_lens.empty()) {
     std::printf("\nIn chunks (state carried; backward last chunk first), against one call on the same inputs:\n");
-    std::printf("%8s %6s %6s %4s %8s | %8s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "sweep", "piece", "b4sl", "chunk",
-                "fwd ms", "x 1 call", "f+b ms", "x 1 call", "f+b kT", "x 1 call", "chunks",
-                "bytes differing from one call (recomputing T / T kept)");
+    std::printf("%8s %6s %6s %4s %8s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "sweep", "piece",
+                "b4sl", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call", "f+b kT", "x 1 call", "f+b kS", "x 1 call",
+                "chunks", "bytes differing from one call (recomputing T / T kept / T and sweep kept)");
     const Result* whole = nullptr;
     for (const Result& r : res) {
       if (!r.chunk_len) {
         whole = &r;
         continue;
       }
-      std::printf("%8lld %6s %6s %4s %8lld | %8.3f %8.2f | %8.3f %8.2f | %8.3f %8.2f | %6lld | %llu / %llu\n",
+      std::printf("%8lld %6s %6s %4s %8lld | %8.3f %8.2f | %8.3f %8.2f | %8.3f %8.2f | %8.3f %8.2f | %6lld | "
+                  "%llu / %llu / %llu\n",
                   (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), slab_name(r).c_str(),
                   (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwd_ms / whole->fwd_ms, r.chunked_fwdbwd_ms,
                   r.chunked_fwdbwd_ms / whole->fwdbwd_ms, r.chunked_fwdbwd_kept_ms,
-                  r.chunked_fwdbwd_kept_ms / whole->fwdbwd_kept_ms, (long long)((r.len + r.chunk_len - 1) / r.chunk_len),
-                  r.chunked_bytes_differing, r.chunked_kept_bytes_differing);
+                  r.chunked_fwdbwd_kept_ms / whole->fwdbwd_kept_ms, r.chunked_fwdbwd_sweep_ms,
+                  r.chunked_fwdbwd_sweep_ms / whole->fwdbwd_sweep_ms,
+                  (long long)((r.len + r.chunk_len - 1) / r.chunk_len), r.chunked_bytes_differing,
+                  r.chunked_kept_bytes_differing, r.chunked_sweep_bytes_differing);
     }
   }
   if (json) {
@@ -398,18 +423,21 @@ int main(int argc, char** argv) {
       const Result& r = res[i];
       std::fprintf(f,
                    "  {\"len\": %lld, \"sweep\": \"%s\", \"b4_slab\": %d, \"piece_len\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
-                   "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, \"fwdbwd_kept_T_ms\": %.4f, "
+                   "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, \"fwdbwd_kept_T_ms\": %.4f, \"fwdbwd_kept_sweep_ms\": %.4f, "
                    "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
-                   "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f, \"kept_T_b1\": %.4f}, "
+                   "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f, \"kept_T_b1\": %.4f, "
+                   "\"kept_sweep_b1\": %.4f, \"kept_sweep_b3\": %.4f}, "
                    "\"workspace_gib\": %.3f, \"allocated_gib\": %.3f, \"nonfinite\": %llu, \"chunk_len\": %lld, "
                    "\"chunked_fwd_ms\": %.4f, \"chunked_fwdbwd_ms\": %.4f, \"chunked_bytes_differing\": %llu, "
-                   "\"chunked_fwdbwd_kept_T_ms\": %.4f, \"chunked_kept_T_bytes_differing\": %llu}%s\n",
+                   "\"chunked_fwdbwd_kept_T_ms\": %.4f, \"chunked_kept_T_bytes_differing\": %llu, "
+                   "\"chunked_fwdbwd_kept_sweep_ms\": %.4f, \"chunked_kept_sweep_bytes_differing\": %llu}%s\n",
                    (long long)r.len, sweep_name(r).c_str(), r.b4_slab, r.piece_len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
-                   r.fwdbwd_saved_tflops, r.fwdbwd_kept_ms, r.stage_ms[0], r.stage_ms[1], r.stage_ms[2], r.stage_ms[3],
-                   r.stage_ms[4], r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9], r.stage_ms[10],
-                   r.stage_ms[11], r.workspace_gib, r.total_gib, r.nonfinite, (long long)r.chunk_len, r.chunked_fwd_ms,
-                   r.chunked_fwdbwd_ms, r.chunked_bytes_differing, r.chunked_fwdbwd_kept_ms,
-                   r.chunked_kept_bytes_differing, i + 1 < res.size() ? "," : "");
+                   r.fwdbwd_saved_tflops, r.fwdbwd_kept_ms, r.fwdbwd_sweep_ms, r.stage_ms[0], r.stage_ms[1],
+                   r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5], r.stage_ms[6], r.stage_ms[8],
+                   r.stage_ms[9], r.stage_ms[10], r.stage_ms[11], r.stage_ms[15], r.stage_ms[17], r.workspace_gib,
+                   r.total_gib, r.nonfinite, (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwdbwd_ms,
+                   r.chunked_bytes_differing, r.chunked_fwdbwd_kept_ms, r.chunked_kept_bytes_differing,
+                   r.chunked_fwdbwd_sweep_ms, r.chunked_sweep_bytes_differing, i + 1 < res.size() ? "," : "");
     }
     std::fprintf(f, "]}\n");
     std::fclose(f);

@@ -2,11 +2,13 @@
 // through cuBLAS (the denominator of the model's MFU), and each fused kernel's time and
 // achieved bandwidth at T tokens x D model width, against a device-to-device copy.
 // CUDA events, warm-up, median of repeats; random data (never zeros). Then whole training
-// steps of a preset (gdn-1.3b unless --train-preset) on one sequence of T tokens (train/cuda/train_step_bench.h): tokens/s,
+// steps of a preset (gdn-1.3b unless --train-preset; or a model config file, --train-config, as stateflow's
+// --config: e.g. {"preset": "gdn-1.3b", "gdn": {"keep_sweep": true}}) on one sequence of T tokens
+// (train/cuda/train_step_bench.h): tokens/s,
 // model TFLOP/s and MFU against the GEMM ceiling measured above and the datasheet figure.
 //
 //   kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] [--train-warmup 1]
-//                 [--train-preset gdn-1.3b] [--train-chunks 1] [--train-recompute]
+//                 [--train-preset gdn-1.3b] [--train-config FILE] [--train-chunks 1] [--train-recompute]
 //
 // Every kernel op registered for this program (kernels/op_def.h: OpDef::bench ==
 // "kernels_bench"), in name order, at the shapes its definition makes from T, D and the
@@ -65,10 +67,10 @@ double gib(int64_t bytes) { return double(bytes) / 1073741824.0; }
 
 // Whole training steps of a preset on one sequence of T tokens; MFU against the best and the
 // mean of the GEMMs measured at T rows (gemm_tflops) and against the datasheet.
-void bench_training(const std::string& preset, int64_t chunks, bool recompute, int64_t T, int64_t D, int warmup,
+void bench_training(const std::string& preset, const std::string& config, int64_t chunks, bool recompute, int64_t T, int64_t D, int warmup,
                     int steps, const std::vector<double>& gemm_tflops) {
   TrainStepBenchOptions o;
-  o.model = model_preset(preset);
+  o.model = config.empty() ? model_preset(preset) : load_model_config(config);
   o.seq_len = T, o.chunks = chunks, o.recompute = recompute, o.warmup_steps = warmup, o.steps = steps;
   const ModelConfig& m = o.model;
   const ModelFlops flops = model_flops_per_token(m, T);
@@ -148,7 +150,7 @@ void bench_training(const std::string& preset, int64_t chunks, bool recompute, i
 int main(int argc, char** argv) {
   int64_t T = 32768, D = 2048;
   int reps = 20, train_steps = 5, train_warmup = 1;
-  std::string train_preset = "gdn-1.3b";
+  std::string train_preset = "gdn-1.3b", train_config;
   int64_t train_chunks = 1;
   bool train_recompute = false;
   for (int i = 1; i < argc; ++i) {
@@ -163,11 +165,13 @@ int main(int argc, char** argv) {
     else if (a == "--train-steps") train_steps = int(next());
     else if (a == "--train-warmup") train_warmup = int(next());
     else if (a == "--train-preset" && i + 1 < argc) train_preset = argv[++i];
+    else if (a == "--train-config" && i + 1 < argc) train_config = argv[++i];
     else if (a == "--train-chunks") train_chunks = next();
     else if (a == "--train-recompute") train_recompute = true;
     else
       std::fprintf(stderr, "usage: kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] "
-                           "[--train-warmup 1] [--train-preset gdn-1.3b] [--train-chunks 1] [--train-recompute]\n"),
+                           "[--train-warmup 1] [--train-preset gdn-1.3b] [--train-config FILE] [--train-chunks 1] "
+                           "[--train-recompute]\n"),
           std::exit(2);
   }
   if (T < 1 || D < 1 || reps < 1 || train_steps < 0 || train_warmup < 0 || train_chunks < 1 || train_chunks > T)
@@ -231,7 +235,7 @@ int main(int argc, char** argv) {
   }
   if (train_steps > 0) {
     try {
-      bench_training(train_preset, train_chunks, train_recompute, T, D, train_warmup, train_steps, gemm_tflops_at_T);
+      bench_training(train_preset, train_config, train_chunks, train_recompute, T, D, train_warmup, train_steps, gemm_tflops_at_T);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "training step: %s\n", e.what());
       return 1;

@@ -71,6 +71,7 @@ TEST(OpDefs, GdnCoreFlopsAndBytesMatchAHandCount) {
   EXPECT_NEAR(op.pass("bwd").flops(kGdnOneBlock), 64 * 540672.0, 1e-6);
   EXPECT_EQ(op.pass("bwd saved").flops(kGdnOneBlock), op.pass("bwd").flops(kGdnOneBlock));
   EXPECT_EQ(op.pass("bwd kept T").flops(kGdnOneBlock), op.pass("bwd").flops(kGdnOneBlock));
+  EXPECT_EQ(op.pass("bwd kept sweep").flops(kGdnOneBlock), op.pass("bwd").flops(kGdnOneBlock));
   // fwd reads q, k, v (3 x 64 x 128 bf16) and beta, g (2 x 64 fp32) and S_in (128 x 128 fp32),
   // writes o (64 x 128 bf16) and S_out: 49152 + 512 + 65536 + 16384 + 65536.
   EXPECT_EQ(op.pass("fwd").bytes(kGdnOneBlock), 197120.0);

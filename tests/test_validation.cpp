@@ -100,6 +100,8 @@ TEST(Validation, ModelConfigJsonAndFiles) {
                "gdn.heads = -1 is out of range; accepted: 1..1024");
   expect_error([] { ModelConfig::from_json({{"gdn", {{"head", 4}}}}); },
                "model config: gdn.head is not a field of gdn; fields: block_size, conv_size, head_dk, head_dv, heads");
+  expect_error([] { ModelConfig::from_json({{"gdn", {{"keep_sweep", 1}}}}); },
+               "model config: field 'gdn.keep_sweep' has the wrong type: expected true or false, got number");
   expect_error([] { ModelConfig::from_json({{"n_layers", 4}}); }, "field 'n_layers' was replaced by 'pattern'");
   expect_error([] { ModelConfig::from_json({{"n_heads", 4}}); },
                "field 'n_heads' moved into the Gated DeltaNet section: {\"gdn\": {\"heads\": ...}}");

@@ -25,6 +25,8 @@
 #include "model/mixer.h"
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "pipeline/stage_executor.h"
+#include "pipeline/units.h"
 #include "test_util.h"
 #include "train/step.h"
 
@@ -43,17 +45,21 @@ const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
     // grouped values (mixers/gdn/gdn_groups_cuda.h): two value heads per q/k head
     {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
+    // the core's forward sweep kept in the stash (gdn.keep_sweep), grouped values
+    {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64},
+           {"keep_sweep", true}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}},
     {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}}},
     {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
-// The mixer's name, and its rank where a case has one above 1 (MIMO), or "_grouped" (GDN value heads).
+// The mixer's name, and its rank where a case has one above 1 (MIMO), or "_grouped" (GDN value heads)
+// and "_kept_sweep" (GDN's gdn.keep_sweep).
 std::string case_name(const ::testing::TestParamInfo<GpuMixerCase>& info) {
   const nlohmann::json& s = info.param.section;
   const bool mimo = s.contains("rank") && s["rank"].get<int64_t>() > 1;
   return mixer_for_letter(info.param.letter).name + (mimo ? "_rank" + std::to_string(s["rank"].get<int64_t>()) : "") +
-         (s.contains("value_heads") ? "_grouped" : "");
+         (s.contains("value_heads") ? "_grouped" : "") + (s.value("keep_sweep", false) ? "_kept_sweep" : "");
 }
 
 // Two blocks of the mixer (gpu_test_model's widths: multiples of 8).
@@ -183,6 +189,36 @@ TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUn
                 got.loss, whole.loss, diff.empty() ? "none (bitwise equal)" : diff.c_str());
     EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths);
   }
+}
+
+// What the planner prices a kept sweep with: a unit's stash as the stage executor (and the cost
+// profile, layer by layer) counts it, the tracker's activations. gdn.keep_sweep adds exactly G, W,
+// V_new and the entering states, 1028 bytes per token and value head and GDN layer (a chunk of
+// 64-token multiples: no padded sub-chunk).
+TEST(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  ModelConfig cfg = model_of(kGpuMixerCases[0], seed);
+  const int64_t B = 2, T = 512, heads = cfg.mixers["gdn"]["heads"].get<int64_t>();
+  const Batch b = random_batch(rng, B, T, cfg.vocab_size);
+  auto stash_bytes = [&](bool keep_sweep) {
+    cfg.mixers["gdn"]["keep_sweep"] = keep_sweep;
+    const int n = Model::num_layers_of(cfg);
+    Model model(cfg, DType::F32, 0, n, Device::CUDA);
+    StageExecutor stage(model.layers(0, n), 0);
+    LossStats stats;
+    const UnitPlan plan(b, 1, {T});
+    const Unit unit = plan.make_unit(0, 0, &stats);
+    stage.forward(unit.ctx, unit.tokens);
+    return stage.stash_bytes();
+  };
+  const int64_t plain = stash_bytes(false), kept = stash_bytes(true);
+  std::printf("[ stash of a unit, 2 GDN blocks, %lld x %lld tokens ] %lld bytes, %lld with the sweep kept\n",
+              (long long)B, (long long)T, (long long)plain, (long long)kept);
+  EXPECT_EQ(kept - plain, 1028 * heads * B * T * 2);
 }
 
 // The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step
@@ -337,6 +373,30 @@ TEST_P(MixerConformanceCuda, FusedProjectionsStayWithinTwiceTheSeparateError) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixers, MixerConformanceCuda, ::testing::ValuesIn(kGpuMixerCases), case_name);
+
+// gdn.keep_sweep keeps the core's forward sweep results from each layer's forward to its
+// backward instead of sweeping again: the loss statistics and every gradient bitwise those of
+// the step without it, unchunked and chunked (at the weight-gradient step and elsewhere).
+TEST(GdnKeptSweepCuda, GivesBitwiseTheStepWithoutIt) {
+  SKIP_WITHOUT_GPU();
+  init_cuda_backend();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  ModelConfig cfg = model_of(kGpuMixerCases[0], seed);
+  Model plain(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
+  cfg.mixers["gdn"]["keep_sweep"] = true;
+  cfg.validate();
+  Model kept(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);  // the same seed: the same weights
+  const int64_t S = kWeightGradTokens, T = S + 200;
+  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77}}) {
+    const std::string diff = first_difference(plain, run_step(kept, b, lengths), run_step(plain, b, lengths));
+    std::printf("[ chunks %s, sweep kept vs swept again ] first difference: %s\n", lengths_name(lengths).c_str(),
+                diff.empty() ? "none (bitwise equal)" : diff.c_str());
+    EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths);
+  }
+}
 
 TEST(MixerRegistryCuda, EveryMixerWithAGpuPathIsInTheGpuConformanceSuite) {
   for (const Mixer* m : all_mixers()) {

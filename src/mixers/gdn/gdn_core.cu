@@ -11,11 +11,11 @@
 // exact no-op (beta = 0, k = 0, G constant), so no kernel special-cases it except on stores.
 //
 // Workspace (per batch x head; Tp = NS * C rows, NS = ceil(len / C) sub-chunks):
-//   G   fp32 [Tp]           local cumsums                      (Pre)
-//   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre)
+//   G   fp32 [Tp]           local cumsums                      (Pre; or GdnCudaConfig::sweep_buffer)
+//   W   bf16 [Tp][dk]       U bf16 [Tp][dv]                    (Pre; W or sweep_buffer)
 //   Tm  bf16 [NS][C][C]     T = (I + A)^-1                     (Pre; or GdnCudaConfig::T_buffer)
-//   Vn  bf16 [Tp][dv]       V_new                              (ST)
-//   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST)
+//   Vn  bf16 [Tp][dv]       V_new                              (ST; or sweep_buffer)
+//   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST; or sweep_buffer)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
 //   dHs bf16 [NS][dv][dk]   gradient of the state leaving each sub-chunk (B3)
 #include "mixers/gdn/gdn_core_cuda.h"
@@ -1417,6 +1417,8 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   }
 }
 
+#include "mixers/gdn/gdn_core_b4_ring.cuh"
+
 // ---------------------------------------------------------------------------------------
 // Host side
 // ---------------------------------------------------------------------------------------
@@ -1481,11 +1483,12 @@ struct WsLayout {
       off += (bytes + 255) / 256 * 256;
       return o;
     };
-    G = take(bh * tp * 4);
-    W = take(bh * tp * DK * 2);
+    const size_t kept = cfg.sweep_buffer ? 0 : 1;  // a caller's sweep buffer holds G, W, Vn and Hs instead
+    G = take(kept * bh * tp * 4);
+    W = take(kept * bh * tp * DK * 2);
     U = take(bh * tp * DV * 2);
-    Vn = take(bh * tp * DV * 2);
-    Hs = take(bh * ns * DV * DK * 2);
+    Vn = take(kept * bh * tp * DV * 2);
+    Hs = take(kept * bh * ns * DV * DK * 2);
     Tm = take(bh * ns * C * C * 2);
     dVn = take(bh * tp * DV * 2);
     dHs = take(bh * ns * DV * DK * 2);
@@ -1494,6 +1497,20 @@ struct WsLayout {
     Up = take(bh * np * DV * DK * 4);
     Sp = take(bh * np * DV * DK * 4);
     total = off;
+  }
+};
+
+// Where a caller's sweep buffer (GdnCudaConfig::sweep_buffer) holds each part, in bytes, each at a
+// 256-byte boundary: G fp32 [Tp], W bf16 [Tp][dk], Vn bf16 [Tp][dv], Hs bf16 [NS][dv][dk].
+struct KeptSweepLayout {
+  size_t G = 0, W, Vn, Hs, total;
+  explicit KeptSweepLayout(const GdnDims& d) {
+    const size_t bh = size_t(d.batch) * d.heads, ns = size_t((d.len + C - 1) / C), tp = ns * C;
+    auto rounded = [](size_t bytes) { return (bytes + 255) / 256 * 256; };
+    W = rounded(bh * tp * 4);
+    Vn = W + rounded(bh * tp * DK * 2);
+    Hs = Vn + rounded(bh * tp * DV * 2);
+    total = Hs + rounded(bh * ns * DV * DK * 2);
   }
 };
 
@@ -1526,6 +1543,14 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
   a.U = reinterpret_cast<bf16*>(w + L.U);
   a.Vn = reinterpret_cast<bf16*>(w + L.Vn);
   a.Hs = reinterpret_cast<bf16*>(w + L.Hs);
+  if (cfg.sweep_buffer) {
+    const KeptSweepLayout K(d);
+    char* kept = static_cast<char*>(cfg.sweep_buffer);
+    a.G = reinterpret_cast<float*>(kept + K.G);
+    a.W = reinterpret_cast<bf16*>(kept + K.W);
+    a.Vn = reinterpret_cast<bf16*>(kept + K.Vn);
+    a.Hs = reinterpret_cast<bf16*>(kept + K.Hs);
+  }
   a.Tm = cfg.T_buffer ? cfg.T_buffer : reinterpret_cast<bf16*>(w + L.Tm);
   a.dVn = reinterpret_cast<bf16*>(w + L.dVn);
   a.dHs = reinterpret_cast<bf16*>(w + L.dHs);
@@ -1672,6 +1697,26 @@ void pre(bool from_T, bool plans, dim3 grid, const Args& a, cudaStream_t stream)
   launch(pre_kernel<false, false>, grid, 256, PreSmem<false>::bytes, stream, a);
 }
 
+// Whether B4 runs the deep-ring kernel (GdnCudaConfig::b4_kernel): asked for, or by default where
+// the config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring
+// is off.
+// Refuses a bad B4 setting (called before anything runs).
+bool b4_deep_ring(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
+           "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
+  const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
+  const bool plans = tile_plans(cfg);
+  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4DeepRing,
+           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots or kB4DeepRing, got ", cfg.b4_kernel);
+  const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
+  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing)
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing) runs mma.sync products on 16- or ",
+             "32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ", cfg.b4_slab, ", tile_copies ",
+             cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
+  return cfg.b4_kernel == GdnCudaConfig::kB4DeepRing ||
+         (cfg.b4_kernel == GdnCudaConfig::kDefaultB4Kernel && fits && !lever_off("b4_ring"));
+}
+
 // B4 with slabs of slab_rows value rows (GdnCudaConfig::b4_slab; 0 = 16), products P and
 // tile copies through per-thread plans (kPlans) or not.
 template <class P, bool kPlans>
@@ -1684,12 +1729,15 @@ void b4_with(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
   }
 }
 
-// B4's products as the config asks (GdnCudaConfig::b4_mma), the default resolved here.
+// B4's kernel and products as the config asks (GdnCudaConfig::b4_kernel, b4_mma), defaults resolved here.
 void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
+  if (b4_deep_ring(cfg))
+    return cfg.b4_slab == 32 ? launch(b4_ring_kernel<2>, grid, 256, B4RingSmem::bytes, stream, a)
+                             : launch(b4_ring_kernel<1>, grid, 256, B4RingSmem::bytes, stream, a);
   if (mma == GdnCudaConfig::kMmaSync)
     return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
                  : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);
@@ -1781,6 +1829,11 @@ size_t gdn_cuda_kept_T_bytes(const GdnDims& d) {
   return size_t(d.batch) * d.heads * size_t((d.len + C - 1) / C) * C * C * sizeof(bf16);
 }
 
+size_t gdn_cuda_kept_sweep_bytes(const GdnDims& d) {
+  check_dims(d);
+  return KeptSweepLayout(d).total;
+}
+
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
   check_dims(d);
   return WsLayout(d, cfg).total;
@@ -1819,10 +1872,15 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.dO = dO, a.dS_out = dS_out;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
+  b4_deep_ring(cfg);  // refuses a bad B4 setting before anything runs
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
-  if (!cfg.saved_forward) pre(cfg.kept_T, tile_plans(cfg), subs, a, stream);
+  const bool sweep_kept = cfg.saved_forward || cfg.kept_sweep;  // G, W, V_new and Hs still where the forward put them
+  // B1 forms G, W, U (and T unless kept); nothing is missing once T and the sweep are kept, unless the
+  // split core re-runs its piece sweeps (they read U).
+  const bool b1_needed = !cfg.saved_forward && !(cfg.kept_sweep && cfg.kept_T && !is_split(cfg));
+  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), subs, a, stream);
   timer.mark();
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);
@@ -1836,8 +1894,8 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
     }
     split_sweeps(true, tile, a, stream);
   } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
-    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), true, !cfg.saved_forward, a, stream);
-  else if (cfg.saved_forward)
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), true, !sweep_kept, a, stream);
+  else if (sweep_kept)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else
     launch(st_backward_kernel, tiles, 256, FwdSweepBoth::bytes + BwdSweepBoth::bytes, stream, a);

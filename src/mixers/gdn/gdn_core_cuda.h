@@ -39,7 +39,10 @@
 // Forward leaves in the workspace, per sub-chunk: G (fp32), T, W, U, V_new and the entering
 // state (bf16). Backward either recomputes all of it (default: the workspace may have been
 // reused in between; only the inputs and S_in are needed, MATH.md 4.1) or, with
-// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'. In between, a caller can keep
+// GdnCudaConfig::saved_forward, reads it back and skips B1 and B1'. A caller can also keep the
+// forward sweep's inputs G, W and results V_new and entering states (GdnCudaConfig::sweep_buffer
+// and kept_sweep, gdn_cuda_kept_sweep_bytes(): 1028 bytes per token and head), so B3 runs without
+// B1', and with T kept too B1 is skipped. In between, a caller can keep
 // only T (GdnCudaConfig::T_buffer and kept_T, gdn_cuda_kept_T_bytes(): 2 C = 128 bytes per token
 // and head), the one part of Pre that costs more to recompute than to keep (MATH.md 4.1). T is
 // rounded to bf16 before W and U are formed from it, so W and U formed from a kept T are
@@ -93,6 +96,15 @@ struct GdnCudaConfig {
   // ("mma_sync", also when unset, or "wgmma").
   enum B4Mma { kDefaultMma = 0, kMmaSync = 1, kWgmma = 2 };
   int b4_mma = kDefaultMma;
+  // Backward stage B4's kernel. kB4TwoSlots: the state slabs through a two-slot ring (every
+  // b4_slab and b4_mma); kB4DeepRing: the same gradients, bitwise, with four slots of 16 rows
+  // (b4_slab 16: three slabs in flight behind the one used; 32: two behind two) and dV_new loaded
+  // only when the second pass needs it (mma.sync, b4_slab 0, 16 or 32 and copies by plans only;
+  // anything else is an error); kDefaultB4Kernel: the deep ring where the config allows it,
+  // unless STATEFLOW_LEVERS_OFF names the lever b4_ring. Measured on the H200 (docs/benchmarks.md,
+  // "B4 with a deep ring"): 1.19 -> 0.99 ms at 32K x 16 heads with 16-row steps, 1.07 with 32.
+  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2 };
+  int b4_kernel = kDefaultB4Kernel;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
   // offsets computed once (cuda::TileCopy); kCopyLoops, the generic loop (the earlier code);
   // kDefaultCopies, plans unless STATEFLOW_LEVERS_OFF names the lever tile_copies
@@ -109,6 +121,18 @@ struct GdnCudaConfig {
   // Backward only: T_buffer (or the workspace) still holds the T the forward wrote for these
   // same inputs, so B1 forms G, W and U from it instead of recomputing it. Same results, bitwise.
   bool kept_T = false;
+  // Where the forward sweep's per-sub-chunk inputs and results that the backward reads live: G
+  // (fp32), W, V_new and the state entering each sub-chunk (bf16; gdn_cuda_kept_sweep_bytes():
+  // 1028 bytes per token and head): nullptr = in the workspace; else in this buffer, and the
+  // workspace has no room for them (gdn_cuda_workspace_bytes(d, cfg) is smaller by that much). A
+  // caller that keeps them between the forward and the backward points both calls at the same buffer.
+  void* sweep_buffer = nullptr;
+  // Backward only: sweep_buffer (or the workspace) still holds what the forward wrote there for
+  // these same inputs and S_in, so B3 runs without the forward sweep beside it, and with kept_T
+  // too B1 is skipped (the backward is then the saved_forward one). The unsplit core only: the
+  // split core recomputes its pieces' transitions and forward piece sweeps (and B1 for their U).
+  // Same results, bitwise.
+  bool kept_sweep = false;
   // Split core: tokens per piece, a multiple of 64; 0 takes gdn_cuda_default_piece_len();
   // kUnsplit runs the sequential sweeps. Splits of a sequence are bitwise neutral at multiples
   // of the piece length (of 64 when unsplit), so keep it fixed across a model's calls.
@@ -151,6 +175,10 @@ GdnStageCost gdn_cuda_stage_cost(const GdnDims& d, bool saved_forward);
 
 // Bytes of GdnCudaConfig::T_buffer for dims d: 2 C^2 per sub-chunk, head and sequence.
 size_t gdn_cuda_kept_T_bytes(const GdnDims& d);
+// Bytes of GdnCudaConfig::sweep_buffer for dims d, per head and sequence: G (4 per token), W (2 dk
+// per token), V_new (2 dv per token) and the entering state (2 dv dk per sub-chunk): 1028 per token
+// and head at dk = dv = 128.
+size_t gdn_cuda_kept_sweep_bytes(const GdnDims& d);
 
 // The piece length a call with these dims and config uses (0 when not split).
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});

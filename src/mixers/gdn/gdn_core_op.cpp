@@ -58,8 +58,9 @@ using bf16 = __nv_bfloat16;
 // The shape's kernel settings: sweep (0: STATEFLOW_GDN_SWEEP, default rows; 1 rows; 2 tiles),
 // sweep_key_split, sweep_warps, value_tile, piece_len / piece_tile of the split core (piece_len 0:
 // STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit) and B4's slab height b4_slab (0: the core's).
-// How the backward reuses the forward: not at all, T only (kept_T), or the whole workspace.
-enum class Reuse { kNothing, kT, kWorkspace };
+// How the backward reuses the forward: not at all, T only (kept_T), T and the forward sweep's
+// V_new and states (kept_T, kept_sweep), or the whole workspace (saved_forward).
+enum class Reuse { kNothing, kT, kTAndSweep, kWorkspace };
 
 GdnCudaConfig config_of(const OpShape& s, Reuse reuse = Reuse::kNothing) {
   GdnCudaConfig cfg;
@@ -70,7 +71,8 @@ GdnCudaConfig config_of(const OpShape& s, Reuse reuse = Reuse::kNothing) {
   cfg.piece_len = int(s["piece_len"]);
   cfg.piece_tile = int(s["piece_tile"]);
   cfg.b4_slab = int(s["b4_slab"]);
-  cfg.kept_T = reuse == Reuse::kT;
+  cfg.kept_T = reuse == Reuse::kT || reuse == Reuse::kTAndSweep;
+  cfg.kept_sweep = reuse == Reuse::kTAndSweep;
   cfg.saved_forward = reuse == Reuse::kWorkspace;
   return cfg;
 }
@@ -152,6 +154,9 @@ OpDef make_gdn_core_op() {
       // The backward reading only T from the workspace (GdnCudaConfig::kept_T; the layer keeps
       // it in a buffer of its own).
       {"bwd kept T", grads, reference_backward, backward_flops, backward_bytes},
+      // The backward reading T and the forward sweep's V_new and states from the workspace
+      // (GdnCudaConfig::kept_T and kept_sweep; the layer's gdn.keep_sweep keeps them in buffers).
+      {"bwd kept sweep", grads, reference_backward, backward_flops, backward_bytes},
   };
 #ifdef STATEFLOW_HAVE_CUDA
   op.workspace_bytes = [](const OpShape& s) {
@@ -161,6 +166,7 @@ OpDef make_gdn_core_op() {
   op.passes[1].run = [](const OpLaunch& l) { run_backward(l, Reuse::kNothing); };
   op.passes[2].run = [](const OpLaunch& l) { run_backward(l, Reuse::kWorkspace); };
   op.passes[3].run = [](const OpLaunch& l) { run_backward(l, Reuse::kT); };
+  op.passes[4].run = [](const OpLaunch& l) { run_backward(l, Reuse::kTAndSweep); };
 #endif
   return op;
 }

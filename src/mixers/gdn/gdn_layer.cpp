@@ -33,7 +33,7 @@ GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, DType
 
 GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, const GdnConfig& g, DType dt, Rng& rng)
     : D_(cfg.d_model), H_(g.heads), Hv_(g.value_heads), dk_(g.head_dk), dv_(g.head_dv), K_(g.conv_size),
-      C_(g.block_size), norm_eps_(cfg.norm_eps),
+      C_(g.block_size), norm_eps_(cfg.norm_eps), keep_sweep_(g.keep_sweep),
       Wq_(make_param(p + ".Wq", {D_, H_ * dk_}, dt)), Wk_(make_param(p + ".Wk", {D_, H_ * dk_}, dt)),
       Wv_(make_param(p + ".Wv", {D_, Hv_ * dv_}, dt)), Wa_(make_param(p + ".Wa", {D_, Hv_}, dt)),
       Wb_(make_param(p + ".Wb", {D_, Hv_}, dt)), Wg_(make_param(p + ".Wg", {D_, Hv_ * dv_}, dt)),

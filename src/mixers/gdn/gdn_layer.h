@@ -46,6 +46,7 @@ class GatedDeltaNet : public MixerLayer<GatedDeltaNet> {
 
   int64_t D_, H_, Hv_, dk_, dv_, K_, C_;  // H_ q/k heads, Hv_ value heads
   double norm_eps_;
+  bool keep_sweep_;  // gdn.keep_sweep: the GPU stash keeps the core's forward sweep (gdn_config.h)
   Param Wq_, Wk_, Wv_, Wa_, Wb_, Wg_;  // input projections [D, ...]
   Param conv_q_, conv_k_, conv_v_;     // depthwise conv weights [channels, K]
   Param A_log_, dt_bias_;              // gate parameters [value_heads]

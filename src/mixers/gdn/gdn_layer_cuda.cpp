@@ -60,6 +60,10 @@ struct GdnCudaStash : Stash {
   // The core's per-sub-chunk T = (I + A)^-1 (bf16, 128 bytes per token and value head), kept so the
   // backward need not invert again (GdnCudaConfig::kept_T); empty with the keep_t lever off.
   Tensor T;
+  // The core's forward sweep, G, W, V_new and each sub-chunk's entering state (1028 bytes per token
+  // and value head; GdnCudaConfig::sweep_buffer), kept so the backward neither sweeps forward again
+  // nor re-runs Pre (kept_sweep with kept_T); empty unless gdn.keep_sweep.
+  Tensor sweep;
 };
 
 // Grouped values (mixers/gdn/gdn_groups_cuda.h): the core runs per value head, so q and k go in
@@ -182,10 +186,15 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
     s->T = bf16_out({int64_t(gdn_cuda_kept_T_bytes(d) / 2)});
     core.T_buffer = bf16_ptr(s->T);
   }
+  if (keep_sweep_) {
+    CategoryScope kept(MemCategory::Activations);
+    s->sweep = bf16_out({int64_t(gdn_cuda_kept_sweep_bytes(d) / 2)});
+    core.sweep_buffer = bf16_ptr(s->sweep);
+  }
   {
     OpScope part("gdn.core");
     const Tensor q = per_value_head_cuda(s->q, H_, Hv_, dk_, st), k = per_value_head_cuda(s->k, H_, Hv_, dk_, st);
-    DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
+    DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d, core));  // less with the sweep kept
     gdn_chunk_forward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s->v), f32_ptr(s->beta), f32_ptr(s->g),
                            f32_or_null(state_at(state_in, kS)), bf16_ptr(s->o), f32_ptr(state_out[kS]), ws.get(), st,
                            core);
@@ -266,11 +275,12 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   Tensor dbeta = f32_out({rows, Hv_}), dg = f32_out({rows, Hv_});
   GdnCudaConfig core;
   if (s.T.defined()) core.T_buffer = bf16_ptr(s.T), core.kept_T = true;
+  if (s.sweep.defined()) core.sweep_buffer = bf16_ptr(s.sweep), core.kept_sweep = true;
   {
     OpScope part("gdn.core");
     const Tensor q = per_value_head_cuda(s.q, H_, Hv_, dk_, st), k = per_value_head_cuda(s.k, H_, Hv_, dk_, st);
     const Tensor dqv = bf16_out({rows, Hv_ * dk_}), dkv = bf16_out({rows, Hv_ * dk_});
-    DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d));
+    DeviceBuffer ws = cuda_scratch(gdn_cuda_workspace_bytes(d, core));
     gdn_chunk_backward_cuda(d, bf16_ptr(q), bf16_ptr(k), bf16_ptr(s.v), f32_ptr(s.beta), f32_ptr(s.g),
                             f32_or_null(state_at(s.state_in, kS)), bf16_ptr(do_), f32_or_null(state_at(dstate_out, kS)),
                             bf16_ptr(dqv), bf16_ptr(dkv), bf16_ptr(dv), f32_ptr(dbeta), f32_ptr(dg),

@@ -19,7 +19,8 @@ GdnConfig gdn_config(const ModelConfig& cfg) {
           section_int(cfg, "gdn", "head_dk", 1, 1024),
           section_int(cfg, "gdn", "head_dv", 1, 1024),
           section_int(cfg, "gdn", "conv_size", 1, 64),
-          section_int(cfg, "gdn", "block_size", 1, 1024)};
+          section_int(cfg, "gdn", "block_size", 1, 1024),
+          section_flag(cfg, "gdn", "keep_sweep")};
 }
 
 namespace {
@@ -49,9 +50,13 @@ MixerFlops gdn_flops(const ModelConfig& cfg) {
 }
 
 // q~, k~, v~ and their convolved, normalised forms dominate; the depth predictions scale by it.
+// A kept sweep adds G, W, V_new and the entering states (2 + dk + dv + dv dk / C bf16-sized values
+// per token and value head).
 double gdn_activation_width(const ModelConfig& cfg) {
   const GdnConfig g = gdn_config(cfg);
-  return double(2 * g.heads * g.head_dk + 2 * g.value_heads * g.head_dv + 2 * g.value_heads);
+  const double dk = double(g.head_dk), dv = double(g.head_dv), C = double(g.block_size);
+  const double sweep = g.keep_sweep ? double(g.value_heads) * (2 + dk + dv + dv * dk / C) : 0.0;
+  return double(2 * g.heads * g.head_dk + 2 * g.value_heads * g.head_dv + 2 * g.value_heads) + sweep;
 }
 
 std::vector<StateTensorSpec> gdn_state(const ModelConfig& cfg) {
@@ -83,7 +88,8 @@ Mixer make_gdn_mixer() {
   m.letter = 'G';
   m.name = "gdn";
   m.description = "Gated DeltaNet";
-  m.defaults = {{"heads", 2}, {"value_heads", 0}, {"head_dk", 8}, {"head_dv", 8}, {"conv_size", 4}, {"block_size", 8}};
+  m.defaults = {{"heads", 2},     {"value_heads", 0}, {"head_dk", 8},        {"head_dv", 8},
+                {"conv_size", 4}, {"block_size", 8},  {"keep_sweep", false}};
   m.validate = [](const ModelConfig& cfg) { gdn_config(cfg); };
   m.make_layer = [](const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng) -> std::unique_ptr<Layer> {
     return std::make_unique<GatedDeltaNet>(prefix, cfg, dtype, rng);

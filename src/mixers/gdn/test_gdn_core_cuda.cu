@@ -91,6 +91,9 @@ struct RunOptions {
   // T kept in a buffer of its own from the forward to the backward (GdnCudaConfig::T_buffer,
   // kept_T), the workspace filled with NaN in between (the layer's workspace is scratch).
   bool keep_T = false;
+  // V_new and the entering states kept in a buffer of their own likewise (sweep_buffer,
+  // kept_sweep; the workspace then has no room for them).
+  bool keep_sweep = false;
   GdnCudaConfig cfg;
 };
 
@@ -131,15 +134,17 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   Dev<float> S_out(p.S_in.size()), dbeta(p.beta.size()), dg(p.g.size()), dS_in(p.S_in.size());
   for (auto* x : {&o, &dq, &dk, &dv}) x->poison();
   for (auto* x : {&S_out, &dbeta, &dg, &dS_in}) x->poison();
-  Dev<char> ws(gdn_cuda_workspace_bytes(d, opt.cfg));
   Dev<bf16> kept_T(opt.keep_T ? gdn_cuda_kept_T_bytes(d) / sizeof(bf16) : 0);
+  Dev<char> kept_sweep(opt.keep_sweep ? gdn_cuda_kept_sweep_bytes(d) : 0);
   GdnCudaConfig cfg = opt.cfg;
   if (opt.keep_T) cfg.T_buffer = kept_T.p;
+  if (opt.keep_sweep) cfg.sweep_buffer = kept_sweep.p;
+  Dev<char> ws(gdn_cuda_workspace_bytes(d, cfg));
   const float* s_in = opt.with_S_in ? S_in.p : nullptr;
   gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, cfg);
-  if (opt.keep_T) {
+  if (opt.keep_T || opt.keep_sweep) {
     EXPECT_EQ(cudaMemset(ws.p, 0xff, ws.n), cudaSuccess);  // NaN in every fp32 and bf16 slot
-    cfg.kept_T = true;
+    cfg.kept_T = opt.keep_T, cfg.kept_sweep = opt.keep_sweep;
   }
   gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, dO.p, opt.with_dS_out ? dS_out.p : nullptr, dq.p, dk.p,
                           dv.p, dbeta.p, dg.p, dS_in.p, ws.p, nullptr, cfg);
@@ -407,6 +412,36 @@ TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
   }
 }
 
+// B4 with a deep ring (four slots of state slabs, 16 or 32 rows a step, dV_new loaded for the
+// second pass) against the two-slot B4: the same products and epilogue expressions, so every
+// output and gradient is the same bits, recomputing T and from a kept T; and a short last
+// sub-chunk stays in the float64 band.
+TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  for (bool keep_T : {false, true}) {
+    SCOPED_TRACE(keep_T ? "T kept" : "T recomputed");
+    RunOptions two = unsplit(), deep = unsplit();
+    two.keep_T = deep.keep_T = keep_T;
+    two.cfg.b4_mma = deep.cfg.b4_mma = GdnCudaConfig::kMmaSync;
+    two.cfg.tile_copies = deep.cfg.tile_copies = GdnCudaConfig::kCopyPlans;
+    two.cfg.b4_kernel = GdnCudaConfig::kB4TwoSlots;
+    deep.cfg.b4_kernel = GdnCudaConfig::kB4DeepRing;
+    const Gpu old_b4 = run_gpu(p, two);
+    for (int rows : {16, 32}) {
+      SCOPED_TRACE(std::to_string(rows) + " rows a step");
+      deep.cfg.b4_slab = rows;
+      const Gpu new_b4 = run_gpu(p, deep);
+      expect_bitwise_equal(new_b4, old_b4);
+      for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
+    }
+  }
+}
+
 // Tile copies through each thread's precomputed plan (the lever tile_copies) land the same bytes
 // as the generic loop: every output and gradient the same bits, recomputing T and from a kept T,
 // with either of B4's products where wgmma can run.
@@ -506,6 +541,52 @@ TEST(GdnCoreCuda, BackwardFromKeptTEqualsRecomputeBitwise) {
   }
 }
 
+// The forward sweep's V_new and entering states kept in a buffer of their own (the layer's
+// gdn.keep_sweep), with T kept as the layer keeps it: outputs and every gradient bitwise those
+// of the backward that re-runs the forward sweep, for each unsplit sweep and the split core
+// (which re-runs its piece sweeps anyway), with a short last sub-chunk and the workspace
+// poisoned between the calls; and calls cut at multiples of C, each chunk keeping its own,
+// bitwise the one call.
+TEST(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  const Ref ref = reference(p);
+  std::vector<std::pair<std::string, RunOptions>> cases;
+  for (const SweepCase& sc : kSweeps) cases.push_back({sc.name, unsplit(sc.sweep, sc.key_split)});
+  cases.push_back({"quarter sweeps, 8 warps", unsplit(GdnCudaConfig::kRowSweeps, 4, 8)});
+  cases.push_back({"pieces of 128", pieces_of(128)});
+  for (auto [name, opt] : cases) {
+    SCOPED_TRACE(name);
+    RunOptions kept = opt;
+    kept.keep_T = kept.keep_sweep = true;
+    const Gpu b = run_gpu(p, kept);
+    expect_bitwise_equal(b, run_gpu(p, opt));
+    for (auto [err_name, err] : errors(b, ref)) EXPECT_LE(err, tolerance(err_name)) << err_name << ", kept sweep";
+    if (opt.cfg.piece_len == GdnCudaConfig::kUnsplit) {
+      SCOPED_TRACE("cut at 64 and 192");
+      expect_bitwise_equal(run_split(p, {64, 192}, kept), b);
+    }
+  }
+}
+
+// A kept sweep buffer holds G (4 bytes per token), W (2 dk), V_new (2 dv) and the entering states
+// (2 dv dk per sub-chunk), 1028 bytes per token and head at 64-token multiples, and the workspace
+// has that much less room. Host code: runs without a GPU.
+TEST(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
+  GdnDims d;
+  d.batch = 2, d.heads = 3, d.len = 4096, d.dk = DK, d.dv = DV, d.block = C;
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(1028) * 2 * 3 * 4096);
+  GdnCudaConfig kept;
+  kept.sweep_buffer = &kept;  // only its presence matters to the sizes
+  EXPECT_EQ(gdn_cuda_workspace_bytes(d) - gdn_cuda_workspace_bytes(d, kept), gdn_cuda_kept_sweep_bytes(d));
+  d.len = 100;  // two sub-chunks, the second short: sized for whole sub-chunks
+  // G, W and V_new of 128 token rows, 2 states
+  EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(2) * 3 * (128 * 4 + 2 * 128 * 128 * 2 + 2 * 128 * 128 * 2));
+}
+
 // The row sweeps against the float64 recurrence with the layer's decays, decays near 1 and
 // near 0, batch 2 x 1 and x 3 heads: held to the band and to within 2x the tile sweeps'
 // whole-tensor error.
@@ -571,6 +652,16 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
     ADD_FAILURE() << "b4_slab 8 was accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("b4_slab"), std::string::npos) << e.what();
+  }
+  GdnCudaConfig bad_ring;
+  bad_ring.b4_kernel = GdnCudaConfig::kB4DeepRing;
+  bad_ring.b4_slab = 64;  // the deep ring's steps are 16 or 32 rows
+  try {
+    gdn_chunk_backward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                            nullptr, nullptr, nullptr, nullptr, nullptr, &bad_ring, nullptr, bad_ring);
+    ADD_FAILURE() << "the deep-ring B4 with 64-row steps was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("kB4TwoSlots"), std::string::npos) << e.what();
   }
 }
 
