@@ -229,3 +229,21 @@ TEST(MixerRegistry, EveryRegisteredMixerIsInTheConformanceSuite) {
     EXPECT_TRUE(listed) << "mixer " << m->name << " (" << m->letter << "): add it to kMixerCases";
   }
 }
+
+// A row's settings (fields that change how a device runs the mixer, not its results) are fields of
+// its section.
+TEST(MixerRegistry, SettingsAreFieldsOfTheSection) {
+  for (const Mixer* m : all_mixers())
+    for (const std::string& f : m->settings) EXPECT_TRUE(m->defaults.contains(f)) << m->name << "." << f;
+}
+
+// gdn.keep_sweep adds G, W, V_new and the entering states to a GDN block's stash, 1028 bytes per
+// token and value head at 128 / 64: the width the depth predictions scale a measured stash by grows
+// by that many bf16-sized values.
+TEST(MixerRegistry, GdnKeptSweepWidensTheActivations) {
+  ModelConfig m = model_preset("gdn-1.3b");
+  const Mixer& gdn = mixer_for_letter('G');
+  const double plain = gdn.activation_width(m);
+  m.mixers["gdn"]["keep_sweep"] = true;
+  EXPECT_DOUBLE_EQ(gdn.activation_width(m) - plain, 16 * 1028 / 2.0);
+}

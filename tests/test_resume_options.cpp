@@ -79,6 +79,9 @@ TEST(ResumeOptions, OptionsThatMustMatchAreRefusedNamingBothValuesAndWhy) {
   given = saved;
   given.model.name = "from-a-file";
   EXPECT_NO_THROW(resumed_options(saved, given, {"--config", "--data-seed", "--dtype"}, "/r/step-000001"));
+  // A mixer's settings (gdn.keep_sweep: memory for time) may change: the command line's is taken.
+  given.model.mixers["gdn"]["keep_sweep"] = true;
+  EXPECT_TRUE(resumed_options(saved, given, {"--config"}, "/r/step-000001").model.section("gdn").at("keep_sweep"));
 }
 
 TEST(ResumeOptions, ANewSequenceLengthKeepsTheNumberOfChunksUnlessANewChunkingIsGiven) {

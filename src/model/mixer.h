@@ -54,6 +54,10 @@ struct Mixer {
   std::vector<StateTensorSpec> (*boundary_state)(const ModelConfig& cfg);
   // Token multiple of the kernel's inner block (tests cut chunks that don't divide it); 1 if none.
   int64_t (*inner_block)(const ModelConfig& cfg);
+  // Fields of the section that choose how a device runs the mixer, not what it computes or which
+  // parameters it has (GDN's keep_sweep: memory for time, same results): a checkpoint resumes
+  // with other values of them (train/checkpoint.h, model_differences).
+  std::vector<std::string> settings;
   // Optional: throws Error naming the fields when the device's kernels cannot run the section's
   // sizes (e.g. the GDN CUDA core's heads of 128), before any weight is drawn. Host code, so a
   // CPU build tests the message too.

@@ -9,6 +9,7 @@
 #include "core/crc32.h"
 #include "core/safetensors.h"
 #include "model/device_ops.h"
+#include "model/mixer.h"
 #include "pipeline/launch.h"
 
 namespace stateflow {
@@ -61,6 +62,10 @@ std::string model_differences(const ModelConfig& a, const ModelConfig& b) {
   ModelConfig a_blocks = a, b_blocks = b;
   a_blocks.pattern = a.blocks(), b_blocks.pattern = b.blocks();
   json ja = a_blocks.to_json(), jb = b_blocks.to_json();
+  for (json* j : {&ja, &jb})  // a mixer's settings change how it runs, not the model
+    for (auto& [k, section] : j->items())
+      if (const Mixer* m = find_mixer(k); m && section.is_object())
+        for (const std::string& f : m->settings) section.erase(f);
   std::string out;
   for (auto it = ja.begin(); it != ja.end(); ++it) {
     if (it.key() == "name" || jb[it.key()] == *it) continue;

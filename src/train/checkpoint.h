@@ -51,8 +51,9 @@ std::string find_checkpoint(const std::string& path);
 // ("step-000400", "step-000400/") is in the current directory.
 std::string save_dir_of(const std::string& step_dir);
 
-// The fields in which two model configs differ, ignoring the name and the stage cuts of the
-// layer pattern (neither changes the math): "d_model 24 vs 32, ..."; empty when they agree.
+// The fields in which two model configs differ, ignoring the name, the stage cuts of the layer
+// pattern and the mixers' settings (Mixer::settings; none changes the math or the parameters):
+// "d_model 24 vs 32, ..."; empty when they agree.
 std::string model_differences(const ModelConfig& a, const ModelConfig& b);
 
 // The manifest of a step directory, checked for form (not yet against the files).

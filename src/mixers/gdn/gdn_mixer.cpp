@@ -90,6 +90,7 @@ Mixer make_gdn_mixer() {
   m.description = "Gated DeltaNet";
   m.defaults = {{"heads", 2},     {"value_heads", 0}, {"head_dk", 8},        {"head_dv", 8},
                 {"conv_size", 4}, {"block_size", 8},  {"keep_sweep", false}};
+  m.settings = {"keep_sweep"};
   m.validate = [](const ModelConfig& cfg) { gdn_config(cfg); };
   m.make_layer = [](const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng) -> std::unique_ptr<Layer> {
     return std::make_unique<GatedDeltaNet>(prefix, cfg, dtype, rng);
