@@ -115,7 +115,7 @@ struct GdnCudaConfig {
   // memory (pre_kernel); kPreMma, on tensor cores with each fp32 operand split into two bf16
   // halves (mixers/gdn/gdn_core_pre.cuh: T within ~2^-16 relative of the scalar one before both
   // round it to bf16); kDefaultPre, the lever pre_mma (tensor cores unless STATEFLOW_LEVERS_OFF
-  // names it; measured 0.349 -> 0.278 ms at 32K x 16 heads on the H200). W and U from a given T are
+  // names it; measured 0.349 -> 0.268 ms at 32K x 16 heads on the H200). W and U from a given T are
   // the same bits either way, so a T kept by one serves the other's backward.
   enum Pre { kDefaultPre = 0, kPreScalar = 1, kPreMma = 2 };
   int pre = kDefaultPre;

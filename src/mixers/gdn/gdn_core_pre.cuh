@@ -49,8 +49,9 @@ struct PreMmaSmem {
   static constexpr int Td_lo = Td_hi + inv * DiagTile::bytes;
   static constexpr int Ad = Td_lo + inv * DiagTile::bytes;       // A's diagonal blocks, fp32
   static constexpr int vec = Ad + inv * 4 * ADS * 4;
-  static constexpr int bytes = vec + 3 * C * 4;
-  // What shared memory allows (63 KiB; from a kept T 45 KiB), so registers are held to it too.
+  static constexpr int stage = vec + 3 * C * 4;                  // each warp's 16 x 16 store tile
+  static constexpr int bytes = stage + 8 * Tile<PB, PB>::bytes;
+  // What shared memory allows (69 KiB; from a kept T 50 KiB), so registers are held to it too.
   static constexpr int blocks_per_sm = kFromT ? 4 : 3;
 };
 
@@ -114,6 +115,45 @@ __device__ void solve_column(Tile<C, C> Ts, LowerTile A_hi, LowerTile A_lo, Diag
   }
 }
 
+// A's blocks (i, k0 .. k0 + NB - 1), the part on or below the diagonal, by one warp: pre_kernel's
+// values (the same products and factors), blocks below the diagonal split into A_hi / A_lo, the
+// diagonal block fp32 into Ad.
+template <int NB>
+__device__ void lower_blocks_of_A(Tile<C, DK> Ks, int i, int k0, const float* G, const float* beta, LowerTile A_hi,
+                                  LowerTile A_lo, float* Ad) {
+  Frag<16, PB * NB> kk;
+  kk.fill(0.f);
+  mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, PB * i, Ks, PB * k0);
+  kk.each_pair([&](int r, int c, float& x0, float& x1) {
+    r += PB * i, c += PB * k0;
+    const float y0 = c < r ? beta[r] * x0 * expf(G[r] - G[c]) : 0.f;
+    const float y1 = c + 1 < r ? beta[r] * x1 * expf(G[r] - G[c + 1]) : 0.f;
+    const int kb = c / PB, rr = r % PB, cc = c % PB;
+    if (kb == i) {
+      *reinterpret_cast<float2*>(Ad + i * ADS + rr * PB + cc) = make_float2(y0, y1);
+    } else if (kb < i) {
+      uint32_t hi, lo;
+      split2(y0, y1, hi, lo);
+      *reinterpret_cast<uint32_t*>(A_hi.at(lower_rows(i, kb) + rr, cc)) = hi;
+      *reinterpret_cast<uint32_t*>(A_lo.at(lower_rows(i, kb) + rr, cc)) = lo;
+    }
+  });
+}
+
+// A warp's 16 x 16 accumulator rounded to bf16 (as put2 rounds) to rows m0.., columns n0.. of out
+// (row stride DK) through its staging tile: a 16-byte store per lane, whole 32-byte row pieces.
+__device__ void store_block(const Frag<16, 16>& f, Tile<PB, PB> stage, bf16* out, int m0, int n0) {
+  uint32_t r[4];
+#pragma unroll
+  for (int h = 0; h < 4; ++h) r[h] = pack2(f.x[0][h >> 1][2 * (h & 1)], f.x[0][h >> 1][2 * (h & 1) + 1]);
+  store_a<Lay::Row>(r, stage, 0, 0);
+  __syncwarp();
+  const int l = threadIdx.x & 31;
+  *reinterpret_cast<uint4*>(out + (m0 + l / 2) * DK + n0 + (l % 2) * 8) =
+      *reinterpret_cast<const uint4*>(stage.at(l / 2, (l % 2) * 8));
+  __syncwarp();  // the tile is free again
+}
+
 // The A fragments of Ts's block row I, K steps 0..I, scaled per column c as pre_kernel scales
 // T into Tw and Tu: bf16(T[r][c] * beta[c] * gam[c]) (W), bf16(T[r][c] * beta[c]) (U).
 template <int I, bool kW>
@@ -134,10 +174,11 @@ __device__ void scaled_row_frags(uint32_t (&f)[I + 1][4], Tile<C, C> Ts, const f
 
 // Block rows I0 < I1 of W (kW, X = K) or U (X = V), columns [n0, n0 + 64), to out (row stride
 // 128): the products over K steps 0..I of each row, a B fragment read once for both rows; 16
-// columns at a time, so that the A fragments stay in registers for all of them.
+// columns at a time, so that the A fragments stay in registers for all of them (stores staged
+// through the warp's tile).
 template <int I0, int I1, bool kW>
 __device__ void triangular_rows(Tile<C, C> Ts, Tile<C, DK> X, const float* beta, const float* gam, int n0,
-                                bf16* out) {
+                                bf16* out, Tile<PB, PB> stage) {
   uint32_t a0[I0 + 1][4], a1[I1 + 1][4];
   scaled_row_frags<I0, kW>(a0, Ts, beta, gam);
   scaled_row_frags<I1, kW>(a1, Ts, beta, gam);
@@ -155,8 +196,8 @@ __device__ void triangular_rows(Tile<C, C> Ts, Tile<C, DK> X, const float* beta,
         mma_bf16(f1.x[0][j], a1[kb], b[2 * j], b[2 * j + 1]);
       }
     }
-    store_rows(f0, out, DK, PB * I0, nq, C);
-    store_rows(f1, out, DK, PB * I1, nq, C);
+    store_block(f0, stage, out, PB * I0, nq);
+    store_block(f1, stage, out, PB * I1, nq);
   }
 }
 
@@ -191,59 +232,46 @@ __global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mm
     auto A_hi = tile_at<LowerTile>(sm, S::A_hi), A_lo = tile_at<LowerTile>(sm, S::A_lo);
     auto Td_hi = tile_at<DiagTile>(sm, S::Td_hi), Td_lo = tile_at<DiagTile>(sm, S::Td_lo);
     float* Ad = reinterpret_cast<float*>(sm + S::Ad);
-    // 1. A's ten blocks on or below the diagonal, pre_kernel's values: warps 0-5 each a 16 x 32
-    //    piece (block row i, block columns k0, k0 + 1; what lies above the diagonal is dropped);
-    //    warps 6-7 zero T above the diagonal.
-    if (warp < 6) {
-      const int i = warp < 2 ? 3 : warp < 4 ? 2 : 5 - warp, k0 = warp < 4 ? (warp & 1) * 2 : 0;
-      Frag<16, 32> kk;
-      kk.fill(0.f);
-      mma_acc<DK, Lay::Row, Lay::Col>(kk, Ks, PB * i, Ks, PB * k0);
-      kk.each_pair([&](int r, int c, float& x0, float& x1) {
-        r += PB * i, c += PB * k0;
-        const float y0 = c < r ? beta[r] * x0 * expf(G[r] - G[c]) : 0.f;
-        const float y1 = c + 1 < r ? beta[r] * x1 * expf(G[r] - G[c + 1]) : 0.f;
-        const int kb = c / PB, rr = r % PB, cc = c % PB;
-        if (kb == i) {
-          *reinterpret_cast<float2*>(Ad + i * ADS + rr * PB + cc) = make_float2(y0, y1);
-        } else if (kb < i) {
-          uint32_t hi, lo;
-          split2(y0, y1, hi, lo);
-          *reinterpret_cast<uint32_t*>(A_hi.at(lower_rows(i, kb) + rr, cc)) = hi;
-          *reinterpret_cast<uint32_t*>(A_lo.at(lower_rows(i, kb) + rr, cc)) = lo;
-        }
-      });
-    } else {
-      for (int e = tid - 192; e < C * C / 8; e += 64) {
+    // 1. A's ten blocks on or below the diagonal, pre_kernel's values: warps 0-1 block row 3 / 2,
+    //    block columns 0-1; warps 2-3 blocks (3, 2) and (1, 0), then zero T above the diagonal;
+    //    warps 4-7 the diagonal blocks (i, i), i = warp - 4, each then its T_ii (2.): nothing
+    //    waits for the substitution but the column solves.
+    if (warp < 2) {
+      lower_blocks_of_A<2>(Ks, 3 - warp, 0, G, beta, A_hi, A_lo, Ad);
+    } else if (warp < 4) {
+      lower_blocks_of_A<1>(Ks, warp == 2 ? 3 : 1, warp == 2 ? 2 : 0, G, beta, A_hi, A_lo, Ad);
+      for (int e = tid - 64; e < C * C / 8; e += 64) {
         const int r = e / 8, c = (e % 8) * 8;
         if (c >= PB * (r / PB + 1)) *reinterpret_cast<uint4*>(Ts.at(r, c)) = make_uint4(0, 0, 0, 0);
       }
-    }
-    __syncthreads();
-    // 2. The diagonal blocks T_ii by forward substitution as invert_unit_lower does it (thread
-    //    per column j of block i): to Ts rounded, to Td_hi / Td_lo split.
-    if (tid < C) {
-      const int i = tid / PB, j = tid % PB;
-      const float* Ai = Ad + i * ADS;
-      float x[PB];
+    } else {
+      const int i = warp - 4, j = tid & 31;
+      lower_blocks_of_A<1>(Ks, i, i, G, beta, A_hi, A_lo, Ad);
+      __syncwarp();
+      // 2. T_ii by forward substitution as invert_unit_lower does it (a lane per column j): to
+      //    Ts rounded, to Td_hi / Td_lo split.
+      if (j < PB) {
+        const float* Ai = Ad + i * ADS;
+        float x[PB];
 #pragma unroll
-      for (int r = 0; r < PB; ++r) x[r] = r == j ? 1.f : 0.f;
+        for (int r = 0; r < PB; ++r) x[r] = r == j ? 1.f : 0.f;
 #pragma unroll
-      for (int r = 1; r < PB; ++r) {
-        float s = 0.f;  // row r of the block is zero from column r on, so whole float4s are safe
+        for (int r = 1; r < PB; ++r) {
+          float s = 0.f;  // row r of the block is zero from column r on, so whole float4s are safe
 #pragma unroll
-        for (int c = 0; c < r; c += 4) {
-          const float4 v = *reinterpret_cast<const float4*>(Ai + r * PB + c);
-          s += v.x * x[c] + v.y * x[c + 1] + v.z * x[c + 2] + v.w * x[c + 3];
+          for (int c = 0; c < r; c += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(Ai + r * PB + c);
+            s += v.x * x[c] + v.y * x[c + 1] + v.z * x[c + 2] + v.w * x[c + 3];
+          }
+          if (r > j) x[r] = -s;
         }
-        if (r > j) x[r] = -s;
-      }
 #pragma unroll
-      for (int r = 0; r < PB; ++r) {
-        const bf16 hi = __float2bfloat16_rn(x[r]);
-        *Td_hi.at(tid - j + r, j) = hi;
-        *Td_lo.at(tid - j + r, j) = __float2bfloat16_rn(x[r] - __bfloat162float(hi));
-        *Ts.at(PB * i + r, PB * i + j) = hi;
+        for (int r = 0; r < PB; ++r) {
+          const bf16 hi = __float2bfloat16_rn(x[r]);
+          *Td_hi.at(PB * i + r, j) = hi;
+          *Td_lo.at(PB * i + r, j) = __float2bfloat16_rn(x[r] - __bfloat162float(hi));
+          *Ts.at(PB * i + r, PB * i + j) = hi;
+        }
       }
     }
     __syncthreads();
@@ -261,13 +289,14 @@ __global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mm
   //    of the columns.
   const int n0 = (warp >> 1 & 1) * (DK / 2);
   const bool outer = warp < 4;
+  const auto stage = tile_at<Tile<PB, PB>>(sm, S::stage + warp * Tile<PB, PB>::bytes);
   if (warp & 1) {
     bf16* out = a.U + ws0 * DV;
-    if (outer) triangular_rows<0, 3, false>(Ts, Vs, beta, gam, n0, out);
-    else triangular_rows<1, 2, false>(Ts, Vs, beta, gam, n0, out);
+    if (outer) triangular_rows<0, 3, false>(Ts, Vs, beta, gam, n0, out, stage);
+    else triangular_rows<1, 2, false>(Ts, Vs, beta, gam, n0, out, stage);
   } else {
     bf16* out = a.W + ws0 * DK;
-    if (outer) triangular_rows<0, 3, true>(Ts, Ks, beta, gam, n0, out);
-    else triangular_rows<1, 2, true>(Ts, Ks, beta, gam, n0, out);
+    if (outer) triangular_rows<0, 3, true>(Ts, Ks, beta, gam, n0, out, stage);
+    else triangular_rows<1, 2, true>(Ts, Ks, beta, gam, n0, out, stage);
   }
 }
