@@ -518,6 +518,34 @@ TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   }
 }
 
+// The copy warp multicasting the shared tiles to clusters of 4 or 8 blocks
+// (GdnCudaConfig::sweep_multicast) puts the same bytes where each block loading them puts them:
+// outputs and every gradient bitwise the copy warp's without it, for the forward, the backward
+// that re-runs the forward beside its own (forward and reverse clusters in one grid) and the
+// saved-forward backward, with a short last sub-chunk (its K and Q rows zero-filled), two
+// sequences and carried states in and out.
+TEST(GdnCoreCuda, QuarterSweepMulticastGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  for (bool saved : {false, true}) {
+    SCOPED_TRACE(saved ? "saved forward" : "recomputing backward");
+    RunOptions own = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);  // one row group per block
+    own.cfg.saved_forward = saved;
+    own.cfg.sweep_copy_warp = 1;
+    own.cfg.sweep_multicast = -1;
+    const Gpu base = run_gpu(p, own);
+    for (int blocks : {4, 8}) {
+      SCOPED_TRACE("clusters of " + std::to_string(blocks));
+      RunOptions multicast = own;
+      multicast.cfg.sweep_multicast = blocks;
+      expect_bitwise_equal(run_gpu(p, multicast), base);
+    }
+  }
+}
+
 // B1 from a kept T (the layer's default): outputs and every gradient bitwise those of the
 // backward that recomputes T, for each unsplit sweep and the split core, with a short last
 // sub-chunk and the workspace poisoned between the calls (nothing but T may survive).
@@ -644,6 +672,17 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                       &bad_copy, nullptr, bad_copy),
                Error);
+  for (auto [multicast, copy_warp] : {std::pair{3, 0}, {8, -1}}) {  // 4 or 8 blocks, and only with the copy warp
+    GdnCudaConfig bad_multicast;
+    bad_multicast.sweep_multicast = multicast, bad_multicast.sweep_copy_warp = copy_warp;
+    try {
+      gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                             &bad_multicast, nullptr, bad_multicast);
+      ADD_FAILURE() << "sweep_multicast " << multicast << " with sweep_copy_warp " << copy_warp << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sweep_multicast"), std::string::npos) << e.what();
+    }
+  }
   GdnCudaConfig bad_slab;
   bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
   try {
