@@ -498,9 +498,11 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
 }
 
 // The quarter sweeps' copy warp (GdnCudaConfig::sweep_copy_warp) only changes which warp issues
-// the tile copies: outputs and every gradient bitwise those of the sweep warps issuing them, for
-// the forward, the backward that re-runs the forward beside its own and the saved-forward backward,
-// with a short last sub-chunk.
+// the tile copies, and its multicast to clusters of 4 or 8 blocks (sweep_multicast) only where
+// the shared tiles' bytes come from: outputs and every gradient bitwise those of the sweep warps
+// issuing the copies, for the forward, the backward that re-runs the forward beside its own
+// (forward and reverse clusters in one grid) and the saved-forward backward, with a short last
+// sub-chunk (its K and Q rows zero-filled), two sequences and carried states.
 TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
@@ -512,36 +514,13 @@ TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
     RunOptions own = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);  // one row group per block
     own.cfg.saved_forward = saved;
     own.cfg.sweep_copy_warp = -1;
-    RunOptions copy_warp = own;
-    copy_warp.cfg.sweep_copy_warp = 1;
-    expect_bitwise_equal(run_gpu(p, copy_warp), run_gpu(p, own));
-  }
-}
-
-// The copy warp multicasting the shared tiles to clusters of 4 or 8 blocks
-// (GdnCudaConfig::sweep_multicast) puts the same bytes where each block loading them puts them:
-// outputs and every gradient bitwise the copy warp's without it, for the forward, the backward
-// that re-runs the forward beside its own (forward and reverse clusters in one grid) and the
-// saved-forward backward, with a short last sub-chunk (its K and Q rows zero-filled), two
-// sequences and carried states in and out.
-TEST(GdnCoreCuda, QuarterSweepMulticastGivesTheSameBits) {
-  SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  const Problem p = make_problem(rng, 2, 333, 3);
-  for (bool saved : {false, true}) {
-    SCOPED_TRACE(saved ? "saved forward" : "recomputing backward");
-    RunOptions own = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);  // one row group per block
-    own.cfg.saved_forward = saved;
-    own.cfg.sweep_copy_warp = 1;
-    own.cfg.sweep_multicast = -1;
     const Gpu base = run_gpu(p, own);
-    for (int blocks : {4, 8}) {
-      SCOPED_TRACE("clusters of " + std::to_string(blocks));
-      RunOptions multicast = own;
-      multicast.cfg.sweep_multicast = blocks;
-      expect_bitwise_equal(run_gpu(p, multicast), base);
+    for (int multicast : {-1, 4, 8}) {
+      SCOPED_TRACE("copy warp, sweep_multicast " + std::to_string(multicast));
+      RunOptions copy_warp = own;
+      copy_warp.cfg.sweep_copy_warp = 1;
+      copy_warp.cfg.sweep_multicast = multicast;
+      expect_bitwise_equal(run_gpu(p, copy_warp), base);
     }
   }
 }
