@@ -53,6 +53,9 @@ __device__ inline void mbar_wait(uint64_t* bar, int parity) {
   } while (!done);
 }
 
+// Orders this thread's earlier shared-memory stores before later bulk copies (the async proxy).
+__device__ inline void fence_proxy_async() { asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory"); }
+
 // bytes (a multiple of 16, both ends 16-byte aligned) from global memory to dst in the shared
 // memory of every block of the cluster in mask, each block's barrier at bar's offset counting them.
 __device__ inline void bulk_copy_multicast(void* dst, const void* src, int bytes, uint64_t* bar, uint32_t mask) {

@@ -1450,14 +1450,19 @@ int key_split_of(const GdnCudaConfig& cfg) {
 // Who issues the copies of the quarter sweeps with one row group per block: 0 = the sweep warps,
 // 1 = a copy warp (the config's sweep_copy_warp, else the lever sweep_copy_warp), 4 or 8 = a
 // copy warp that multicasts the shared tiles to clusters of that many blocks (the config's
-// sweep_multicast, else 8 with the untried lever sweep_multicast on).
+// sweep_multicast, else, with the untried lever sweep_multicast on, STATEFLOW_GDN_CLUSTER: 4 or
+// 8, default 8).
 bool copy_warp_on(const GdnCudaConfig& cfg) {
   return cfg.sweep_copy_warp ? cfg.sweep_copy_warp > 0 : !lever_off("sweep_copy_warp");
 }
 int copies_of(const GdnCudaConfig& cfg) {
   if (!copy_warp_on(cfg)) return 0;
-  const int cb = cfg.sweep_multicast ? cfg.sweep_multicast : lever_off("sweep_multicast") ? -1 : 8;
-  return cb > 0 ? cb : 1;
+  if (cfg.sweep_multicast) return cfg.sweep_multicast > 0 ? cfg.sweep_multicast : 1;
+  if (lever_off("sweep_multicast")) return 1;
+  const char* env = std::getenv("STATEFLOW_GDN_CLUSTER");
+  if (env == nullptr || std::strcmp(env, "8") == 0) return 8;
+  SF_CHECK(std::strcmp(env, "4") == 0, "STATEFLOW_GDN_CLUSTER must be 4 or 8 (blocks per cluster), got '", env, "'");
+  return 4;
 }
 
 // The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.

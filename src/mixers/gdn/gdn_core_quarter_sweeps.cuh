@@ -135,9 +135,9 @@ __device__ void quarter_copies(int steps, Issue&& issue) {
 // block. Block r of the cluster fetches rows [r C / CB, (r + 1) C / CB) of each with bulk copies
 // multicast to all CB (cp.async.bulk ... multicast::cluster, one 256-byte row each, into the
 // padded rows of every block's tile); a full barrier per stage counts the bytes in, an empty
-// barrier per stage the CB blocks done with it, before any block refills it. The block's own tiles (U, or dO and
-// dV_new_local) and G go on with cp.async. The same bytes land where the copy warp's cp.async
-// put them, so the sweeps compute the same bits.
+// barrier per stage the CB blocks done with it, before any block refills it. The block's own
+// tiles (U, or dO and dV_new_local) and G go on with cp.async. The same bytes land where the
+// copy warp's cp.async put them, so the sweeps compute the same bits.
 constexpr int kMulticastBarrierBytes = 2 * 4 * 8;  // full and empty mbarriers of up to 4 stages
 
 // A tile all blocks of the cluster read: rows [0, valid) from src (row r at src + r * stride),
@@ -185,6 +185,7 @@ __device__ void multicast_copies(int steps, StageBarriers bars, Shared&& shared,
         cuda::bulk_copy_multicast(x.tile.at(row, 0), x.src + row * x.stride, DK * 2, bars.full(s), (1u << CB) - 1);
       for (int z = x.valid * (DK / 8) + l; z < C * (DK / 8); z += 32)  // rows past the end: zeros, in every block
         *reinterpret_cast<uint4*>(x.tile.at(z / (DK / 8), z % (DK / 8) * 8)) = make_uint4(0, 0, 0, 0);
+      if (x.valid < C) cuda::fence_proxy_async();  // ordered before later bulk copies into those rows
     }
     own(m, s);
   };
