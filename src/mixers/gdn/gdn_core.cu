@@ -1668,7 +1668,7 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
   constexpr int bars = CB > 0 ? kMulticastBarrierBytes : 0;
   constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes + bars;
   constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes + bars;
-  static_assert(CB == 0 || (CW && RG == 1 && tiles % CB == 0), "multicast: the copy warp's one row group per block");
+  static_assert(CB == 0 || (CW && RG == 1 && tiles % (CB > 0 ? CB : 1) == 0), "multicast: the copy warp's one row group per block");
   const dim3 fwd_grid(tiles, a.H, a.B), bwd_grid(tiles * (recompute ? 2 : 1), a.H, a.B);
   const int bwd_bytes = recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem;
   if constexpr (CB > 0) {

@@ -258,18 +258,21 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   if constexpr (CB > 0) bars = multicast_begin<CB>(sm + S::bytes, STAGES);
   if constexpr (CW) {
     if (w.warp == S::NWB) {
-      if constexpr (CB == 0) return quarter_copies<STAGES>(a.NS, issue);
-      auto shared = [&](int n, int s) {
-        const int t0 = n * C;
-        return SharedTiles<2>{{{Wt(s), a.W + a.ws_row(b, h, n) * DK, DK, C},
-                               {Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0)}}};
-      };
-      auto own = [&](int n, int s) {
-        const int64_t ws0 = a.ws_row(b, h, n);
-        copy_u(Ut(s), a.U + ws0 * DV + row0, DV, C);
-        copy_g_async(Gt(s), a.G + ws0, tid, true);
-      };
-      return multicast_copies<CB, STAGES, 2>(a.NS, bars, shared, own);
+      if constexpr (CB == 0) {
+        return quarter_copies<STAGES>(a.NS, issue);
+      } else {
+        auto shared = [&](int n, int s) {
+          const int t0 = n * C;
+          return SharedTiles<2>{{{Wt(s), a.W + a.ws_row(b, h, n) * DK, DK, C},
+                                 {Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0)}}};
+        };
+        auto own = [&](int n, int s) {
+          const int64_t ws0 = a.ws_row(b, h, n);
+          copy_u(Ut(s), a.U + ws0 * DV + row0, DV, C);
+          copy_g_async(Gt(s), a.G + ws0, tid, true);
+        };
+        return multicast_copies<CB, STAGES, 2>(a.NS, bars, shared, own);
+      }
     }
   }
   Frag<RW, KWQ> st;  // state rows row0 + v0.., key columns k0..
@@ -361,22 +364,25 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
   if constexpr (CB > 0) bars = multicast_begin<CB>(sm + S::bytes, STAGES);
   if constexpr (CW) {
     if (w.warp == S::NWB) {
-      if constexpr (CB == 0) return quarter_copies<STAGES>(a.NS, [&](int i, int s) { issue(a.NS - 1 - i, s); });
-      auto shared = [&](int i, int s) {  // step i works on sub-chunk NS - 1 - i
-        const int n = a.NS - 1 - i, t0 = n * C, nv = min(C, a.T - t0);
-        const int64_t r0 = a.tok(b, t0, h);
-        return SharedTiles<3>{{{Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv},
-                               {Wt(s), a.W + a.ws_row(b, h, n) * DK, DK, C},
-                               {Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv}}};
-      };
-      auto own = [&](int i, int s) {
-        const int n = a.NS - 1 - i, t0 = n * C, nv = min(C, a.T - t0);
-        const int64_t ws0 = a.ws_row(b, h, n);
-        copy_v(dOt(s), a.dO + a.tok(b, t0, h) * DV + row0, int64_t(a.H) * DV, nv);
-        copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, C);
-        copy_g_async(Gt(s), a.G + ws0, tid, true);
-      };
-      return multicast_copies<CB, STAGES, 3>(a.NS, bars, shared, own);
+      if constexpr (CB == 0) {
+        return quarter_copies<STAGES>(a.NS, [&](int i, int s) { issue(a.NS - 1 - i, s); });
+      } else {
+        auto shared = [&](int i, int s) {  // step i works on sub-chunk NS - 1 - i
+          const int n = a.NS - 1 - i, t0 = n * C, nv = min(C, a.T - t0);
+          const int64_t r0 = a.tok(b, t0, h);
+          return SharedTiles<3>{{{Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv},
+                                 {Wt(s), a.W + a.ws_row(b, h, n) * DK, DK, C},
+                                 {Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv}}};
+        };
+        auto own = [&](int i, int s) {
+          const int n = a.NS - 1 - i, t0 = n * C, nv = min(C, a.T - t0);
+          const int64_t ws0 = a.ws_row(b, h, n);
+          copy_v(dOt(s), a.dO + a.tok(b, t0, h) * DV + row0, int64_t(a.H) * DV, nv);
+          copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, C);
+          copy_g_async(Gt(s), a.G + ws0, tid, true);
+        };
+        return multicast_copies<CB, STAGES, 3>(a.NS, bars, shared, own);
+      }
     }
   }
   Frag<RW, KWQ> ds;
