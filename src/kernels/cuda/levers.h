@@ -2,7 +2,7 @@
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
-//                      tile_copies,graphs,b4_ring,sweep_multicast
+//                      tile_copies,graphs,b4_ring,pre_mma,sweep_multicast
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -53,6 +53,10 @@
 //   b4_ring       GDN core B4: the state slabs through a two-slot ring, dV_new loaded at the start
 //                 (instead of four slots, three slabs in flight, dV_new loaded for the second pass:
 //                 mixers/gdn/gdn_core_b4_ring.cuh; GdnCudaConfig::b4_kernel; same bits)
+//   pre_mma       GDN core Pre: T = (I + A)^-1 by fp32 block products in shared memory (instead of
+//                 on tensor cores, each fp32 operand split into two bf16 halves:
+//                 mixers/gdn/gdn_core_pre.cuh; T within ~2^-16 relative before its bf16 rounding;
+//                 GdnCudaConfig::pre)
 //   sweep_multicast  GDN core: each quarter-sweep block loads the W, K (Q) tiles from L2 itself
 //                 (instead of the copy warps of a head's 8 blocks, one thread-block cluster,
 //                 each fetching 8 rows of them multicast to all 8: mixers/gdn/
@@ -80,7 +84,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
-                                           "b4_ring", "sweep_multicast"};
+                                           "b4_ring", "pre_mma", "sweep_multicast"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
 // yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).

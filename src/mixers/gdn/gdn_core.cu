@@ -270,6 +270,8 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
   }
 }
 
+#include "mixers/gdn/gdn_core_pre.cuh"
+
 // ---------------------------------------------------------------------------------------
 // B2: dV_new_local = P^T dO with P = s (Q K^T) ⊙ Gam (MATH.md 4.3); one block per
 // (sub-chunk, head, batch), 8 warps. Reads G from the workspace.
@@ -1552,6 +1554,8 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
            "GDN CUDA core: b4_slab must be 16, 32 or 64 (or 0 for automatic), got ", cfg.b4_slab);
   SF_CHECK(cfg.tile_copies >= GdnCudaConfig::kDefaultCopies && cfg.tile_copies <= GdnCudaConfig::kCopyPlans,
            "GDN CUDA core: tile_copies must be kDefaultCopies, kCopyLoops or kCopyPlans, got ", cfg.tile_copies);
+  SF_CHECK(cfg.pre >= GdnCudaConfig::kDefaultPre && cfg.pre <= GdnCudaConfig::kPreMma,
+           "GDN CUDA core: pre must be kDefaultPre, kPreScalar or kPreMma, got ", cfg.pre);
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1741,8 +1745,21 @@ bool tile_plans(const GdnCudaConfig& cfg) {
                                                           : cfg.tile_copies == GdnCudaConfig::kCopyPlans;
 }
 
-// Pre, or B1 from a kept T (from_T), copying tiles through plans or not.
-void pre(bool from_T, bool plans, dim3 grid, const Args& a, cudaStream_t stream) {
+// Whether Pre inverts on tensor cores (GdnCudaConfig::pre).
+bool pre_on_tensor_cores(const GdnCudaConfig& cfg) {
+  return cfg.pre == GdnCudaConfig::kDefaultPre ? !lever_off("pre_mma") : cfg.pre == GdnCudaConfig::kPreMma;
+}
+
+// Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel.
+template <bool kPlans>
+void pre_mma(bool from_T, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (from_T) return launch(pre_mma_kernel<true, kPlans>, grid, 256, PreMmaSmem<true>::bytes, stream, a);
+  launch(pre_mma_kernel<false, kPlans>, grid, 256, PreMmaSmem<false>::bytes, stream, a);
+}
+
+// Pre, or B1 from a kept T (from_T), copying tiles through plans or not, on tensor cores or not.
+void pre(bool from_T, bool plans, bool mma, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (mma) return plans ? pre_mma<true>(from_T, grid, a, stream) : pre_mma<false>(from_T, grid, a, stream);
   if (from_T && plans) return launch(pre_kernel<true, true>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (from_T) return launch(pre_kernel<true, false>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (plans) return launch(pre_kernel<false, true>, grid, 256, PreSmem<false>::bytes, stream, a);
@@ -1900,7 +1917,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  pre(false, tile_plans(cfg), subs, a, stream);
+  pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
@@ -1932,7 +1949,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   // B1 forms G, W, U (and T unless kept); nothing is missing once T and the sweep are kept, unless the
   // split core re-runs its piece sweeps (they read U).
   const bool b1_needed = !cfg.saved_forward && !(cfg.kept_sweep && cfg.kept_T && !is_split(cfg));
-  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), subs, a, stream);
+  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);

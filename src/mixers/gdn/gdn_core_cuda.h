@@ -116,6 +116,14 @@ struct GdnCudaConfig {
   // (kernels/cuda/levers.h). The same bytes either way, so the same results, bitwise.
   enum TileCopies { kDefaultCopies = 0, kCopyLoops = 1, kCopyPlans = 2 };
   int tile_copies = kDefaultCopies;
+  // How Pre (and B1 when T was not kept) inverts I + A: kPreScalar, fp32 block products in shared
+  // memory (pre_kernel); kPreMma, on tensor cores with each fp32 operand split into two bf16
+  // halves (mixers/gdn/gdn_core_pre.cuh: T within ~2^-16 relative of the scalar one before both
+  // round it to bf16); kDefaultPre, the lever pre_mma (tensor cores unless STATEFLOW_LEVERS_OFF
+  // names it; measured 0.349 -> 0.268 ms at 32K x 16 heads on the H200). W and U from a given T are
+  // the same bits either way, so a T kept by one serves the other's backward.
+  enum Pre { kDefaultPre = 0, kPreScalar = 1, kPreMma = 2 };
+  int pre = kDefaultPre;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;

@@ -94,6 +94,8 @@ struct RunOptions {
   // V_new and the entering states kept in a buffer of their own likewise (sweep_buffer,
   // kept_sweep; the workspace then has no room for them).
   bool keep_sweep = false;
+  // With keep_T, >= 0: the backward's GdnCudaConfig::pre (the forward runs cfg's).
+  int backward_pre = -1;
   GdnCudaConfig cfg;
 };
 
@@ -145,6 +147,7 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   if (opt.keep_T || opt.keep_sweep) {
     EXPECT_EQ(cudaMemset(ws.p, 0xff, ws.n), cudaSuccess);  // NaN in every fp32 and bf16 slot
     cfg.kept_T = opt.keep_T, cfg.kept_sweep = opt.keep_sweep;
+    if (opt.backward_pre >= 0) cfg.pre = opt.backward_pre;
   }
   gdn_chunk_backward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, dO.p, opt.with_dS_out ? dS_out.p : nullptr, dq.p, dk.p,
                           dv.p, dbeta.p, dg.p, dS_in.p, ws.p, nullptr, cfg);
@@ -166,6 +169,20 @@ std::vector<std::pair<const char*, double>> errors(const Gpu& x, const Ref& r, E
 // The gdn_core op's band for each output (bf16 operands; the per-token gate gradients looser).
 double tolerance(const std::string& name) {
   return op_named("gdn_core").array(shape_of({}), name).tolerance.at(DType::BF16);
+}
+
+// Every output of x in the float64 band (with g ~ -20, dg only to the 2x rule: see the split
+// core's test) and its whole-tensor error within 2x the baseline's (e_base: rms errors of the
+// path x is compared with).
+void expect_band_and_twice(const Gpu& x, const Ref& ref, const std::vector<std::pair<const char*, double>>& e_base,
+                           bool decays_near_0) {
+  const auto e_max = errors(x, ref), e = errors(x, ref, rms_rel_err<double, double>);
+  for (size_t i = 0; i < e.size(); ++i) {
+    const std::string name = e[i].first;
+    SCOPED_TRACE("output " + name);
+    if (!(decays_near_0 && name == "dg")) EXPECT_LE(e_max[i].second, tolerance(name));
+    EXPECT_LE(e[i].second, 2 * e_base[i].second + 1e-6);
+  }
 }
 
 // Null states mean zero; the tile sweeps give the same bits for every value tile and the row
@@ -594,6 +611,134 @@ TEST(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
   EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(2) * 3 * (128 * 4 + 2 * 128 * 128 * 2 + 2 * 128 * 128 * 2));
 }
 
+// T = (I + A)^-1 of every sub-chunk as the forward keeps it (bf16 [batch][heads][sub-chunks][C][C]),
+// with Pre inverting the way `pre` asks (GdnCudaConfig::pre).
+std::vector<bf16> kept_T_of(const Problem& p, int pre) {
+  const GdnDims& d = p.d;
+  Dev<bf16> q(p.q), k(p.k), v(p.v), o(p.v.size()), T(gdn_cuda_kept_T_bytes(d) / sizeof(bf16));
+  Dev<float> beta(p.beta), g(p.g);
+  Dev<char> ws(gdn_cuda_workspace_bytes(d));
+  GdnCudaConfig cfg;
+  cfg.T_buffer = T.p, cfg.pre = pre;
+  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, nullptr, o.p, nullptr, ws.p, nullptr, cfg);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return T.raw();
+}
+
+// The same T in float64 from the same rounded inputs (MATH.md section 3): per sub-chunk, A[r][c] =
+// beta_r (k_r . k_c) exp(G_r - G_c) for c < r with G the sub-chunk's cumsum of g, then forward
+// substitution; padded rows of a short last sub-chunk are rows of the identity, as on the GPU.
+Vec float64_T(const Problem& p) {
+  const GdnDims& d = p.d;
+  const int64_t NS = (d.len + C - 1) / C;
+  Vec out;
+  for (int64_t b = 0; b < d.batch; ++b)
+    for (int64_t h = 0; h < d.heads; ++h)
+      for (int64_t n = 0; n < NS; ++n) {
+        const int64_t nv = std::min(C, d.len - n * C);
+        auto row = [&](int64_t r) { return ((b * d.len + n * C + r) * d.heads + h); };
+        std::vector<double> G(C, 0.0), A(C * C, 0.0), T(C * C, 0.0);
+        for (int64_t r = 0; r < nv; ++r) G[r] = (r ? G[r - 1] : 0.0) + p.g[row(r)];
+        for (int64_t r = 0; r < nv; ++r)
+          for (int64_t c = 0; c < r; ++c) {
+            double kk = 0;
+            for (int64_t e = 0; e < DK; ++e) kk += p.k[row(r) * DK + e] * p.k[row(c) * DK + e];
+            A[r * C + c] = p.beta[row(r)] * kk * std::exp(G[r] - G[c]);
+          }
+        for (int64_t j = 0; j < C; ++j)  // column j of T: (I + A) x = e_j
+          for (int64_t r = j; r < C; ++r) {
+            double s = r == j ? 1.0 : 0.0;
+            for (int64_t c = j; c < r; ++c) s -= A[r * C + c] * T[c * C + j];
+            T[r * C + j] = s;
+          }
+        out.insert(out.end(), T.begin(), T.end());
+      }
+  return out;
+}
+
+// Pre on tensor cores (GdnCudaConfig::kPreMma, the lever pre_mma) against the scalar Pre and the
+// float64 inverse: T's diagonal blocks are the same bits (the same substitution), the whole T
+// as close to float64 as the scalar T (both are the exact inverse rounded to bf16, up to the
+// split products' ~2^-16), and every output and gradient in the float64 band and within 2x the
+// scalar Pre's whole-tensor error, with the layer's decays and decays near 1 and near 0, a
+// short last sub-chunk, recomputing T and from a kept T.
+TEST(GdnCoreCuda, PreOnTensorCoresMatchesFloat64AsTheScalarPreDoes) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (const std::string decay : {"layer", "near 1", "near 0"}) {
+    SCOPED_TRACE("decay " + decay);
+    Problem p = make_problem(rng, 2, 331, 3);  // 5 sub-chunks + 11 tokens
+    for (double& g : p.g) {
+      if (decay == "near 1") g = double(float(-1e-3 * rng.uniform(0, 1)));
+      if (decay == "near 0") g = double(float(-20 * rng.uniform(0.5, 1)));
+    }
+    const std::vector<bf16> T_mma = kept_T_of(p, GdnCudaConfig::kPreMma);
+    const std::vector<bf16> T_scalar = kept_T_of(p, GdnCudaConfig::kPreScalar);
+    const Vec T64 = float64_T(p);
+    Vec t_mma, t_scalar;
+    bool diagonal_same = true;
+    for (size_t e = 0; e < T64.size(); ++e) {
+      t_mma.push_back(double(float(T_mma[e]))), t_scalar.push_back(double(float(T_scalar[e])));
+      const size_t r = e / C % C, c = e % C;
+      if (r / 16 == c / 16) diagonal_same &= std::memcmp(&T_mma[e], &T_scalar[e], sizeof(bf16)) == 0;
+    }
+    EXPECT_TRUE(diagonal_same) << "T's diagonal blocks";
+    EXPECT_LE(rms_rel_err(t_mma, T64), 1.1 * rms_rel_err(t_scalar, T64) + 1e-7);
+    EXPECT_LE(rel_err(t_mma, T64), 2 * rel_err(t_scalar, T64) + 1e-7);
+    EXPECT_LE(rel_err(t_mma, T64), 1.0 / 256) << "bf16 rounding of T";
+
+    const Ref ref = reference(p);
+    for (bool keep_T : {false, true}) {
+      SCOPED_TRACE(keep_T ? "T kept" : "T recomputed");
+      RunOptions mma = unsplit(), scalar = unsplit();
+      mma.keep_T = scalar.keep_T = keep_T;
+      mma.cfg.pre = GdnCudaConfig::kPreMma, scalar.cfg.pre = GdnCudaConfig::kPreScalar;
+      expect_band_and_twice(run_gpu(p, mma), ref, errors(run_gpu(p, scalar), ref, rms_rel_err<double, double>),
+                            decay == "near 0");
+    }
+  }
+}
+
+// W and U from a given T are the same arithmetic in both Pre kernels: a backward from a T the
+// scalar Pre kept gives the same bits with B1 on the tensor-core kernel, and a backward from a T
+// the tensor-core Pre kept the same bits with B1 on the scalar kernel (batch 2 x 3 heads, a short
+// last sub-chunk); and the tensor-core Pre's backward from its kept T equals its recompute.
+TEST(GdnCoreCuda, PreOnTensorCoresFormsWAndUFromAKeptTAsTheScalarPreDoes) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 333, 3);
+  for (int forward : {GdnCudaConfig::kPreScalar, GdnCudaConfig::kPreMma}) {
+    SCOPED_TRACE(forward == GdnCudaConfig::kPreMma ? "T from the tensor-core Pre" : "T from the scalar Pre");
+    RunOptions opt = unsplit();
+    opt.keep_T = true;
+    opt.cfg.pre = forward;
+    opt.backward_pre = GdnCudaConfig::kPreScalar;
+    const Gpu scalar_b1 = run_gpu(p, opt);
+    opt.backward_pre = GdnCudaConfig::kPreMma;
+    expect_bitwise_equal(run_gpu(p, opt), scalar_b1);
+  }
+  RunOptions recompute = unsplit(), kept = unsplit();
+  recompute.cfg.pre = kept.cfg.pre = GdnCudaConfig::kPreMma;
+  kept.keep_T = true;
+  expect_bitwise_equal(run_gpu(p, kept), run_gpu(p, recompute));
+}
+
+// Pre on tensor cores keeps the unsplit core's chunk rule: splits at multiples of C are bitwise neutral.
+TEST(GdnCoreCuda, PreOnTensorCoresSplitAtMultiplesOfCIsBitwiseNeutral) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem p = make_problem(rng, 2, 300, 2);
+  RunOptions opt = unsplit();
+  opt.cfg.pre = GdnCudaConfig::kPreMma;
+  expect_bitwise_equal(run_split(p, {128, 192}, opt), run_gpu(p, opt));
+}
+
 // The row sweeps against the float64 recurrence with the layer's decays, decays near 1 and
 // near 0, batch 2 x 1 and x 3 heads: held to the band and to within 2x the tile sweeps'
 // whole-tensor error.
@@ -612,16 +757,8 @@ TEST(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
       const Ref ref = reference(p);
       const auto e_tiles = errors(run_gpu(p, unsplit(GdnCudaConfig::kTileSweeps)), ref, rms_rel_err<double, double>);
       for (int key_split : {1, 2, 4}) {
-        const Gpu rows = run_gpu(p, unsplit(GdnCudaConfig::kRowSweeps, key_split));
-        const auto e_max = errors(rows, ref), e = errors(rows, ref, rms_rel_err<double, double>);
-        for (size_t i = 0; i < e.size(); ++i) {
-          const std::string name = e[i].first;
-          SCOPED_TRACE("decay " + decay + ", heads " + std::to_string(heads) + ", key split " +
-                       std::to_string(key_split) + ", output " + name);
-          // As in the split core's test: with g ~ -20 dg is held to the 2x rule only.
-          if (!(decay == "near 0" && name == "dg")) EXPECT_LE(e_max[i].second, tolerance(name));
-          EXPECT_LE(e[i].second, 2 * e_tiles[i].second + 1e-6);
-        }
+        SCOPED_TRACE("decay " + decay + ", heads " + std::to_string(heads) + ", key split " + std::to_string(key_split));
+        expect_band_and_twice(run_gpu(p, unsplit(GdnCudaConfig::kRowSweeps, key_split)), ref, e_tiles, decay == "near 0");
       }
     }
 }
@@ -661,6 +798,15 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("sweep_multicast"), std::string::npos) << e.what();
     }
+  }
+  GdnCudaConfig bad_pre;
+  bad_pre.pre = 3;  // kDefaultPre, kPreScalar or kPreMma
+  try {
+    gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad_pre,
+                           nullptr, bad_pre);
+    ADD_FAILURE() << "pre 3 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("pre must be"), std::string::npos) << e.what();
   }
   GdnCudaConfig bad_slab;
   bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
