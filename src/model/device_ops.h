@@ -20,6 +20,18 @@ int use_gpu_sm_partition(int part, int parts);
 // Waits for the GPU work the calling thread queued (not the whole GPU's).
 void synchronize_gpu_thread();
 
+// The groups of params a layer may mark to share one bf16 copy (Param::bf16_group), each behind
+// its own lever (kernels/cuda/levers.h): the GDN's Wq, Wk, Wv, Wg (fused_proj) and the MLP's W1,
+// W3 (fused_mlp).
+enum Bf16Group : int { kGdnInProj = 1, kMlpUpProj = 2 };
+// Gives each group of params (Param::bf16_group, all of one row count) one bf16 copy, their
+// columns side by side, cast from their fp32 values; the separate copies are freed. Only the
+// groups whose bf16_group_shared_for_thread() is set (default: the group's lever).
+void share_bf16_copies(const std::vector<Param*>& params);
+bool& bf16_group_shared_for_thread(int group);
+// Casts p.value (on the device) into p's bf16 copy, wherever that lives (after a load).
+void refresh_bf16_copy(Param& p);
+
 // AdamW on an fp32 device parameter (bitwise the CPU update), refreshing p.value_bf16 if any.
 void adamw_update_device(Param& p, Tensor& m, Tensor& v, double lr, double decay, const AdamWConfig& cfg,
                          int64_t step);

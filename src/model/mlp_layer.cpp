@@ -4,6 +4,7 @@
 
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/swiglu.h"
+#include "model/device_ops.h"
 #include "model/device_path.h"
 
 namespace stateflow {
@@ -23,6 +24,7 @@ SwiGluMlp::SwiGluMlp(const std::string& prefix, const ModelConfig& cfg, DType dt
   // Residual branch output starts small so the stack is near identity at init.
   fill_normal(w2_.value, rng, 1.0 / std::sqrt(double(cfg.mlp_hidden)) / std::sqrt(2.0 * cfg.num_blocks()));
   for (Param* w : params()) w->gemm_operand = true;
+  w1_.bf16_group = w3_.bf16_group = kMlpUpProj;  // x W1 and x W3: on the GPU one GEMM (mlp_layer_cuda.cpp)
 }
 
 template <class T>

@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "core/rng.h"
+#include "model/device_ops.h"
 #include "model/embedding_layer.h"
 #include "model/lm_head.h"
 #include "model/mixer.h"
@@ -76,6 +77,8 @@ Model::Model(const ModelConfig& cfg, DType dtype, int begin, int end, Device dev
   for (std::thread& h : helpers) h.join();
   if (error) std::rethrow_exception(error);
   for (Param* p : params()) move_param_to(*p, device);
+  if (device != Device::CPU)
+    for (Layer* l : layers()) share_bf16_copies(l->params());
 }
 
 std::vector<Layer*> Model::layers(int begin, int end) {

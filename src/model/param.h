@@ -18,6 +18,12 @@ struct Param {
   // bias in table form (e.g. Mamba-3's per-head B/C biases), which the reference leaves undecayed.
   bool weight_decay = true;
   Tensor value_bf16{};  // (braces: aggregate initialisers may leave it out without a warning)
+  // Params of one layer with the same bf16_group > 0 (set by the layer) may share one bf16 copy
+  // on the GPU, their columns side by side in params() order, so that one GEMM reads them all
+  // (share_bf16_copies, model/device_ops.h). Then value_bf16 is the shared [rows, bf16_ld]
+  // matrix and this param's copy is its columns from bf16_col; bf16_ld is 0 for a copy of its own.
+  int bf16_group = 0;
+  int64_t bf16_col = 0, bf16_ld = 0;
 };
 
 // Creates value (zeros, filled by the caller) and a zero grad of the same shape on the host;

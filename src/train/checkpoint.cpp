@@ -8,6 +8,7 @@
 
 #include "core/crc32.h"
 #include "core/safetensors.h"
+#include "model/device_ops.h"
 #include "model/mixer.h"
 #include "pipeline/launch.h"
 
@@ -382,9 +383,9 @@ CheckpointState load_checkpoint(Pipeline& pipeline, const std::string& step_dir)
       SF_CHECK(it != owner.end(), "checkpoint ", step_dir, " has no parameter ", p.name, " (stage ", s->rank(),
                " of this run needs it)");
       const SafetensorsFile& f = parts[it->second].file;
-      const Tensor master = load_tensor(f, p.name, p.value);
+      load_tensor(f, p.name, p.value);
       // The GEMMs' bf16 copy, from the loaded master, rounded as the GPU's AdamW rounds it.
-      if (p.value_bf16.defined()) p.value_bf16.copy_from(master.cast(DType::BF16));
+      if (p.value_bf16.defined()) refresh_bf16_copy(p);
       load_tensor(f, kMomentPrefix + p.name, opt.exp_avg(i));
       load_tensor(f, kSquarePrefix + p.name, opt.exp_avg_sq(i));
       ++loaded;
@@ -427,8 +428,8 @@ LoadedModel load_model_from_checkpoint(const std::string& path, Device device) {
   for (Param* p : params) {
     auto it = checked.owner.find(p->name);
     SF_CHECK(it != checked.owner.end(), "checkpoint ", step_dir, " has no parameter ", p->name);
-    const Tensor master = load_tensor(checked.parts[it->second].file, p->name, p->value);
-    if (p->value_bf16.defined()) p->value_bf16.copy_from(master.cast(DType::BF16));  // as load_checkpoint
+    load_tensor(checked.parts[it->second].file, p->name, p->value);
+    if (p->value_bf16.defined()) refresh_bf16_copy(*p);  // as load_checkpoint
   }
   SF_CHECK(params.size() == checked.owner.size(), "checkpoint ", step_dir, " holds ", checked.owner.size(),
            " parameters but its model has ", params.size(), ": it has tensors this model does not know");

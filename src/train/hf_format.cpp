@@ -12,6 +12,7 @@
 #include "core/file_io.h"
 #include "core/safetensors.h"
 #include "mixers/gdn/gdn_config.h"
+#include "model/device_ops.h"
 #include "model/mixer.h"
 
 namespace stateflow {
@@ -322,7 +323,7 @@ void load_hf_weights(Model& model, const std::string& dir) {
       }
     });
     p->value.copy_from(host);
-    if (p->value_bf16.defined()) p->value_bf16.copy_from(host.cast(DType::BF16));
+    if (p->value_bf16.defined()) refresh_bf16_copy(*p);
     used.insert(theirs);
   }
   for (const auto& [name, file] : hf.where)

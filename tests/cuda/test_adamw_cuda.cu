@@ -61,6 +61,32 @@ TEST(AdamWCuda, BitwiseEqualToTheCpuOptimizer) {
   }
 }
 
+// A bf16 copy that is a column block of a wider matrix (model/param.h's shared copies): the same
+// bits in its columns, the other columns left alone.
+TEST(AdamWCuda, ABf16CopyInColumnsOfAWiderMatrixGetsTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t rows = 33, cols = 17, ld = 40, at = 8, n = rows * cols;
+  const Vec p = normal_vec(rng, size_t(n)), g = normal_vec(rng, size_t(n), 0.1);
+  const Vec zeros(size_t(n), 0.0);
+  Dev<float> p1(p), p2(p), g1(g), m1(zeros), v1(zeros), m2(zeros), v2(zeros);
+  Dev<bf16> own(static_cast<size_t>(n)), wide(static_cast<size_t>(rows * ld));
+  own.poison(), wide.poison();
+  const AdamWConfig cfg{};
+  adamw_update_cuda(p1.p, g1.p, m1.p, v1.p, n, 1e-2, 0.1, cfg, 1, own.p, nullptr);
+  adamw_update_cuda(p2.p, g1.p, m2.p, v2.p, n, 1e-2, 0.1, cfg, 1, wide.p + at, nullptr, cols, ld);
+  sync_ok();
+  const std::vector<bf16> o = own.raw(), w = wide.raw();
+  for (int64_t r = 0; r < rows; ++r) {
+    EXPECT_TRUE(bitwise_equal(std::vector<bf16>(w.begin() + r * ld + at, w.begin() + r * ld + at + cols),
+                              std::vector<bf16>(o.begin() + r * cols, o.begin() + (r + 1) * cols)))
+        << "row " << r;
+    EXPECT_TRUE(std::isnan(float(w[size_t(r * ld)])) && std::isnan(float(w[size_t(r * ld + at + cols)]))) << "row " << r;
+  }
+}
+
 TEST(AdamWCudaChecks, RejectsBadSettings) {
   AdamWConfig cfg;
   expect_error([&] { adamw_update_cuda(nullptr, nullptr, nullptr, nullptr, 4, -1.0, 0.0, cfg, 1, nullptr, nullptr); },

@@ -41,6 +41,18 @@ std::vector<double> losses_of(const std::vector<StepReport>& r) {
   return out;
 }
 
+// p's bf16 GEMM copy on the host, of p's own shape (its columns where the copy is shared with
+// its group's, model/param.h).
+Tensor bf16_copy_on_host(const Param& p) {
+  const Tensor all = p.value_bf16.to(Device::CPU);
+  if (p.bf16_ld == 0) return all;
+  Tensor own = Tensor::zeros(p.value.shape(), DType::BF16, MemCategory::Other);
+  const int64_t rows = p.value.dim(0), cols = p.value.dim(1);
+  for (int64_t r = 0; r < rows; ++r)
+    std::memcpy(own.data<BF16>() + r * cols, all.data<BF16>() + r * p.bf16_ld + p.bf16_col, size_t(cols) * sizeof(BF16));
+  return own;
+}
+
 // name -> host copies of (value, m, v, bf16 GEMM copy if any) of every parameter.
 std::map<std::string, std::vector<Tensor>> host_state(Trainer& t) {
   std::map<std::string, std::vector<Tensor>> out;
@@ -50,7 +62,7 @@ std::map<std::string, std::vector<Tensor>> host_state(Trainer& t) {
       const Param& p = *opt.params()[i];
       auto& v = out[p.name];
       v = {p.value.to(Device::CPU), opt.exp_avg(i).to(Device::CPU), opt.exp_avg_sq(i).to(Device::CPU)};
-      if (p.value_bf16.defined()) v.push_back(p.value_bf16.to(Device::CPU));
+      if (p.value_bf16.defined()) v.push_back(bf16_copy_on_host(p));
     }
   }
   return out;

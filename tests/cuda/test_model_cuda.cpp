@@ -20,6 +20,7 @@
 #include "kernels/cuda/side_stream_cuda.h"
 #include "kernels/cuda/weight_grad_cuda.h"
 #include "layer_testing.h"
+#include "model/device_ops.h"
 #include "model/device_path.h"
 #include "model/mixer.h"
 #include "model/model.h"
@@ -326,6 +327,49 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
     EXPECT_LE(loss_err, 2 * std::max(whole_loss_err, 1e-4)) << lengths_name(lengths);
     EXPECT_LE(grad_err, 2 * whole_grad_err) << lengths_name(lengths);
   }
+}
+
+// Fused projections (levers fused_proj and fused_mlp: the GDN's q, k, v and output-gate
+// projections, and the MLP's x W1 and x W3, as one GEMM over weights side by side, and each group's dx as one GEMM over
+// their gradients side by side; model/param.h's shared bf16 copies) against the separate GEMMs,
+// both against the fp64 CPU model: the fused step's error is at most twice the separate one's
+// (loss; mean gradient error), and its chunks at multiples of kWeightGradTokens stay bitwise.
+TEST_P(MixerConformanceCuda, FusedProjectionsStayWithinTwiceTheSeparateError) {
+  auto model_with = [&](bool fused) {
+    testing::FlagScope gdn(bf16_group_shared_for_thread(kGdnInProj), fused),
+        mlp(bf16_group_shared_for_thread(kMlpUpProj), fused);
+    return gpu_model();
+  };
+  Model separate = model_with(false), fused = model_with(true);
+  auto shared_copies = [](Model& m) {
+    int64_t n = 0;
+    for (Param* p : m.params()) n += p->bf16_ld > 0;
+    return n;
+  };
+  EXPECT_EQ(shared_copies(separate), 0);
+  // two blocks: W1 and W3 of each MLP, and for a GDN Wq, Wk, Wv and Wg
+  EXPECT_EQ(shared_copies(fused), 2 * (2 + (GetParam().letter == 'G' ? 4 : 0)));
+  Model cpu(cfg, DType::F64);
+  const int64_t T = 200;
+  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  const StepResult ref = run_step(cpu, b, {T});
+  double loss_err[2], grad_err[2];
+  for (const bool fuse : {false, true}) {
+    const StepResult got = run_step(fuse ? fused : separate, b, {T});
+    loss_err[fuse] = std::abs(got.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
+    grad_err[fuse] = mean_grad_error(fused, got, ref);
+  }
+  std::printf("[ fused vs separate projections, against fp64 CPU ] loss rel error %.2e vs %.2e, mean gradient error "
+              "%.2e vs %.2e\n",
+              loss_err[1], loss_err[0], grad_err[1], grad_err[0]);
+  EXPECT_LE(loss_err[1], 2 * std::max(loss_err[0], 1e-4));
+  EXPECT_LE(grad_err[1], 2 * grad_err[0]);
+
+  const int64_t S = kWeightGradTokens, TL = S + 128;
+  const Batch long_batch = random_batch(rng, 1, TL, cfg.vocab_size);
+  const std::string diff = first_difference(fused, run_step(fused, long_batch, {S, TL - S}),
+                                            run_step(fused, long_batch, {TL}));
+  EXPECT_EQ(diff, "") << "fused, chunks " << S << "+" << TL - S;
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixers, MixerConformanceCuda, ::testing::ValuesIn(kGpuMixerCases), case_name);

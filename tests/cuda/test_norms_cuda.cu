@@ -166,6 +166,44 @@ TYPED_TEST(NormsCuda, StagedRowsGiveTheBitsOfLoadsAsTheyGo) {
   }
 }
 
+// The gated norm's z and dz as a column block of a wider matrix (GateRows: the GDN's output gate
+// beside q, k and v in one GEMM's output): the bits of contiguous ones, columns outside left alone.
+TYPED_TEST(NormsCuda, GateColumnBlocksGiveTheContiguousBits) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t tokens = 150, heads = 3, dim = 128, rows = tokens * heads, at = 64, ld = at + heads * dim + 40;
+  const Vec x = normal_vec(rng, rows * dim), z = normal_vec(rng, rows * dim), dy = normal_vec(rng, rows * dim);
+  const Vec w = normal_vec(rng, dim), dw0 = normal_vec(rng, dim);
+  const TokenRows per_head{1, heads};
+  const Outputs contiguous = run_gpu<A>(Kind::Gated, x, z, w, dy, dw0, rows, dim, 1e-5, per_head);
+
+  Vec z_wide(size_t(tokens * ld), 0.0);
+  for (int64_t t = 0; t < tokens; ++t)
+    std::copy(z.begin() + t * heads * dim, z.begin() + (t + 1) * heads * dim, z_wide.begin() + t * ld + at);
+  Dev<A> d_x(x), d_z(z_wide), d_dy(dy), d_y(x.size()), d_dx(x.size()), d_dz(z_wide.size());
+  Dev<float> d_w(w), d_dw(dw0), d_rstd(static_cast<size_t>(rows));
+  d_y.poison(), d_dx.poison(), d_dz.poison();
+  Dev<char> ws(norm_backward_workspace_bytes(rows, dim, per_head));
+  const GateRows z_rows{heads, ld};
+  gated_rmsnorm_forward_cuda<A>(d_x.p, d_z.p + at, d_w.p, d_y.p, d_rstd.p, rows, dim, 1e-5, nullptr, z_rows);
+  gated_rmsnorm_backward_cuda<A>(d_x.p, d_z.p + at, d_w.p, d_rstd.p, d_dy.p, d_dx.p, d_dz.p + at, d_dw.p, rows, dim,
+                                 per_head, ws.p, nullptr, z_rows);
+  sync_ok();
+  const std::vector<float> dz_wide = raw_f32(d_dz);
+  std::vector<float> dz;
+  for (int64_t t = 0; t < tokens; ++t) {
+    dz.insert(dz.end(), dz_wide.begin() + t * ld + at, dz_wide.begin() + t * ld + at + heads * dim);
+    EXPECT_TRUE(std::isnan(dz_wide[size_t(t * ld)]) && std::isnan(dz_wide[size_t(t * ld + ld - 1)])) << "token " << t;
+  }
+  EXPECT_TRUE(bitwise_equal(raw_f32(d_y), std::vector<float>(contiguous.y.begin(), contiguous.y.end()))) << "y";
+  EXPECT_TRUE(bitwise_equal(raw_f32(d_dx), contiguous.raw_dx)) << "dx";
+  EXPECT_TRUE(bitwise_equal(dz, contiguous.raw_dz)) << "dz";
+  EXPECT_TRUE(bitwise_equal(d_dw.raw(), contiguous.raw_dw)) << "dw";
+}
+
 TEST(NormsCudaChecks, RejectsUnsupportedWidths) {
   EXPECT_THROW(rmsnorm_forward_cuda<float>(nullptr, nullptr, nullptr, nullptr, 4, 12, 1e-5, nullptr), Error);
   EXPECT_THROW(l2norm_forward_cuda<float>(nullptr, nullptr, nullptr, 4, 8192, 1e-5, nullptr), Error);

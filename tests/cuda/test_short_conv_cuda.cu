@@ -233,6 +233,60 @@ TYPED_TEST(ShortConvCuda, NarrowThreadsGiveTheWideBits) {
   }
 }
 
+// The GDN's q, k, v convs read x, and write dx, as column blocks of one [rows, ld] matrix (one
+// GEMM's output and its gradient; ld_x, ld_dx): the bits of the contiguous tensors.
+TYPED_TEST(ShortConvCuda, ColumnBlocksGiveTheContiguousBits) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const int64_t B = 2, len = 300, K = 4, rows = B * len;
+  const std::vector<int64_t> widths{32, 16, 48};
+  std::vector<GroupConv<A>> convs = draw_group<A>(rng, B, len, widths, K);
+  const std::vector<char> contiguous = run_group(convs, 0, convs.size(), B, len, K);
+
+  const int64_t ld = 32 + 16 + 48 + 8;  // and 8 columns no conv owns
+  std::vector<A> wide(size_t(rows * ld), A(std::numeric_limits<float>::quiet_NaN()));
+  std::vector<int64_t> col;
+  for (int64_t c = 0; GroupConv<A>& conv : convs) {
+    const std::vector<A> x = conv.x.raw();
+    for (int64_t r = 0; r < rows; ++r)
+      std::copy(x.begin() + r * conv.ch, x.begin() + (r + 1) * conv.ch, wide.begin() + r * ld + c);
+    col.push_back(c), c += conv.ch;
+  }
+  Dev<A> x_wide(wide.size()), dx_wide(wide.size());
+  x_wide.put(wide), dx_wide.poison();
+  std::vector<ShortConvForward<A>> fs;
+  std::vector<ShortConvBackward<A>> bs;
+  for (size_t i = 0; i < convs.size(); ++i) {
+    convs[i].reset();
+    fs.push_back(convs[i].forward()), bs.push_back(convs[i].backward());
+    fs[i].x = bs[i].x = x_wide.p + col[i];
+    bs[i].dx = dx_wide.p + col[i];
+    fs[i].ld_x = bs[i].ld_x = bs[i].ld_dx = ld;
+  }
+  short_conv_forward_group_cuda<A>(fs.data(), int(fs.size()), B, len, K, nullptr);
+  short_conv_backward_group_cuda<A>(bs.data(), int(bs.size()), B, len, K, nullptr);
+  sync_ok();
+  const std::vector<A> dx_all = dx_wide.raw();
+  std::vector<char> blocks;
+  auto add = [&](const auto& v) {
+    const char* b = reinterpret_cast<const char*>(v.data());
+    blocks.insert(blocks.end(), b, b + v.size() * sizeof(v[0]));
+  };
+  for (size_t i = 0; i < convs.size(); ++i) {
+    std::vector<A> dx;
+    for (int64_t r = 0; r < rows; ++r)
+      dx.insert(dx.end(), dx_all.begin() + r * ld + col[i], dx_all.begin() + r * ld + col[i] + convs[i].ch);
+    add(convs[i].y.raw()), add(convs[i].prefix_out.raw()), add(dx), add(convs[i].dprefix_in.raw()),
+        add(convs[i].dw.raw());
+  }
+  EXPECT_TRUE(blocks == contiguous);
+  for (int64_t r = 0; r < rows; ++r)  // the columns no conv owns are left alone
+    EXPECT_TRUE(std::isnan(float(dx_all[size_t(r * ld + ld - 1)]))) << "row " << r;
+}
+
 TEST(ShortConvCudaChecks, RejectsUnsupportedShapes) {
   expect_error([] { short_conv_forward_cuda<float>(nullptr, nullptr, nullptr, nullptr, nullptr, 1, 4, 8, 9, nullptr); },
                "K = 9");

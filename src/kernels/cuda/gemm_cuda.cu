@@ -98,9 +98,9 @@ bool algo_fits(const CublasGemm& g, const LtProblem& p, const cublasLtMatmulAlgo
          r.workspaceSize <= g.workspace_bytes();
 }
 
-__global__ void cast_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_t n) {
+__global__ void cast_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_t n, int64_t cols, int64_t ld) {
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    dst[i] = __float2bfloat16(src[i]);
+    dst[ld > cols ? i / cols * ld + i % cols : i] = __float2bfloat16(src[i]);
 }
 
 }  // namespace
@@ -169,18 +169,22 @@ void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, O
 
 template <class In>
 void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy, float* dW, int64_t rows,
-                                 int64_t in, int64_t out, int64_t batch) {
+                                 int64_t in, int64_t out, int64_t batch, int64_t ldy) {
   SF_CHECK(batch > 0 && rows % batch == 0, "linear_backward_weight_cuda: rows = ", rows, " is not batch = ", batch,
            " sequences of equal length");
-  const int64_t len = rows / batch;
-  const WeightGradOperands<In> ops{x, in, len * in, dy, out, len * out};
+  SF_CHECK(ldy == 0 || ldy >= out, "linear_backward_weight_cuda: ldy = ", ldy, " is narrower than out = ", out);
+  const int64_t len = rows / batch, ld = ldy > 0 ? ldy : out;
+  const WeightGradOperands<In> ops{x, in, len * in, dy, ld, len * ld};
   weight_grad_cuda<In>(g, ops, dW, batch, len, in, out);
 }
 
-void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream) {
+void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream, int64_t cols,
+                       int64_t ld) {
+  SF_CHECK(ld <= cols || (cols > 0 && n % cols == 0), "cast_to_bf16_cuda: rows of ", cols, " values in rows of ", ld,
+           " do not tile ", n, " values");
   if (n == 0) return;
   const int64_t blocks = std::min<int64_t>((n + 255) / 256, 4096);
-  cast_to_bf16_kernel<<<unsigned(blocks), 256, 0, stream>>>(src, dst, n);
+  cast_to_bf16_kernel<<<unsigned(blocks), 256, 0, stream>>>(src, dst, n, cols, ld);
   cuda_check_launch("cast_to_bf16_kernel");
 }
 
@@ -196,9 +200,9 @@ SF_INSTANTIATE(__nv_bfloat16, float)
 SF_INSTANTIATE(__nv_bfloat16, __nv_bfloat16)
 #undef SF_INSTANTIATE
 template void linear_backward_weight_cuda<float>(const CublasGemm&, const float*, const float*, float*, int64_t,
-                                                 int64_t, int64_t, int64_t);
+                                                 int64_t, int64_t, int64_t, int64_t);
 template void linear_backward_weight_cuda<__nv_bfloat16>(const CublasGemm&, const __nv_bfloat16*,
                                                          const __nv_bfloat16*, float*, int64_t, int64_t, int64_t,
-                                                         int64_t);
+                                                         int64_t, int64_t);
 
 }  // namespace stateflow

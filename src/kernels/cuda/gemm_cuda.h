@@ -77,7 +77,8 @@ void gemm_cuda(const CublasGemm& g, bool trans_a, bool trans_b, int64_t M, int64
 //   linear_backward_data_cuda:   dx += dy W^T  (dx = dy W^T with accumulate = false: no zero-fill
 //                                needed for the first product into dx)
 //   linear_backward_weight_cuda: dW += x^T dy  (dW is the fp32 gradient; the rows are batch
-//                                sequences of rows / batch tokens: weight_grad_cuda's order)
+//                                sequences of rows / batch tokens: weight_grad_cuda's order;
+//                                ldy: dy's row stride when it is a column block of a wider matrix)
 template <class In, class Out>
 void linear_forward_cuda(const CublasGemm& g, const In* x, const In* W, Out* y, int64_t rows, int64_t in,
                          int64_t out);
@@ -86,10 +87,12 @@ void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, O
                                int64_t out, bool accumulate = true);
 template <class In>
 void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy, float* dW, int64_t rows,
-                                 int64_t in, int64_t out, int64_t batch);
+                                 int64_t in, int64_t out, int64_t batch, int64_t ldy = 0);
 
 // bf16 copies of fp32 values (round to nearest even): the bf16 weights the GEMMs read are
-// cast from the fp32 master weights after every optimizer step.
-void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream);
+// cast from the fp32 master weights after every optimizer step. With ld > cols, src is rows of
+// `cols` values and dst's rows start every ld values (a column block of a wider matrix).
+void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStream_t stream, int64_t cols = 0,
+                       int64_t ld = 0);
 
 }  // namespace stateflow

@@ -2,7 +2,7 @@
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
-//                      tile_copies,graphs,b4_ring,pre_mma,sweep_multicast
+//                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -57,6 +57,14 @@
 //                 on tensor cores, each fp32 operand split into two bf16 halves:
 //                 mixers/gdn/gdn_core_pre.cuh; T within ~2^-16 relative before its bf16 rounding;
 //                 GdnCudaConfig::pre)
+//   fused_proj    GDN: one GEMM per input projection (instead of q, k, v and the output gate as
+//                 one GEMM of x against their bf16 weights side by side, and their input gradient
+//                 as one GEMM over their output gradients side by side: model/param.h's shared
+//                 bf16 copies; another rounding of dx, exact and chunk-invariant either way;
+//                 default since its H200 run in the sixth session)
+//   fused_mlp     MLP: x W1 and x W3 as two GEMMs, x W3 on the side stream (instead of one GEMM
+//                 against W1 and W3 side by side, and dx as one GEMM over da and db side by side;
+//                 as fused_proj; untried: its one GEMM is slower than the two at 32K rows)
 //   sweep_multicast  GDN core: each quarter-sweep block loads the W, K (Q) tiles from L2 itself
 //                 (instead of the copy warps of a head's 8 blocks, one thread-block cluster,
 //                 each fetching 8 rows of them multicast to all 8: mixers/gdn/
@@ -84,12 +92,13 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "keep_t",      "gate_steps",  "conv_narrow",
                                            "reduce_deep", "norm_staged", "sweep_quarters",
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
-                                           "b4_ring", "pre_mma", "sweep_multicast"};
+                                           "b4_ring",     "pre_mma",     "fused_proj",
+                                           "fused_mlp",   "sweep_multicast"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
 // yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "sweep_multicast"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

@@ -33,6 +33,11 @@ struct NormArgs {
   float *rstd_out = nullptr, *partial = nullptr;
   int64_t rows = 0, dim = 0;
   float eps = 0.f;
+  GateRows z_rows;  // where z's and dz's rows are (gated kind)
+  // The offset of row `row` of z and dz.
+  __device__ int64_t z_at(int64_t row) const {
+    return z_rows.per_token == 0 ? row * dim : row / z_rows.per_token * z_rows.ld + row % z_rows.per_token * dim;
+  }
 };
 
 // A row belongs to a team of TPR lanes (32, or 16 or 8 for narrow rows, so that a warp
@@ -79,7 +84,7 @@ __global__ void norm_forward_kernel(NormArgs<A> a) {
     if (c >= a.dim) continue;
     float y[8], w[8], z[8];
     if constexpr (K != Norm::L2) cuda::load8(a.w + c, w);
-    if constexpr (K == Norm::GatedRms) cuda::load8(a.z + row * a.dim + c, z);
+    if constexpr (K == Norm::GatedRms) cuda::load8(a.z + a.z_at(row) + c, z);
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       y[e] = xv[j][e] * r;
@@ -133,7 +138,7 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
     const int64_t row = tr.row(T.id, round);
     const bool valid = row >= 0;
     const float r = valid ? a.rstd_in[row] : 0.f;
-    const int64_t off = row * a.dim;
+    const int64_t off = row * a.dim, z_off = K == Norm::GatedRms && valid ? a.z_at(row) : 0;
     const bool add_residual = K == Norm::Rms && a.add_to_dx;
     cuda::Raw8<A> staged_add[VPT];
     if constexpr (stage) {
@@ -148,7 +153,7 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
       if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8];
       cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
-      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
+      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + z_off + c, z);
       if constexpr (has_w) cuda::load8(a.w + c, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -169,7 +174,7 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
       if (!valid || c >= a.dim) continue;
       float x[8], dy[8], z[8], w[8], dx[8], dz[8];
       cuda::load8(a.x + off + c, x), cuda::load8(a.dy + off + c, dy);
-      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + off + c, z);
+      if constexpr (K == Norm::GatedRms) cuda::load8(a.z + z_off + c, z);
       if constexpr (has_w) cuda::load8(a.w + c, w);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
@@ -198,7 +203,7 @@ __global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
         for (int e = 0; e < 8; ++e) dx[e] = __fadd_rn(float(A(dx[e])), add[e]);  // no FMA with dx's product
       }
       cuda::store8(a.dx + off + c, dx);
-      if constexpr (K == Norm::GatedRms) cuda::store8(a.dz + off + c, dz);
+      if constexpr (K == Norm::GatedRms) cuda::store8(a.dz + z_off + c, dz);
     }
   }
   if constexpr (has_w) {
@@ -277,6 +282,13 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
   });
 }
 
+GateRows checked_gate_rows(const char* name, const GateRows& z, int64_t rows, int64_t dim) {
+  SF_CHECK(z.per_token == 0 || (z.per_token > 0 && rows % z.per_token == 0 && z.ld >= z.per_token * dim && z.ld % 8 == 0),
+           name, ": z rows of ", z.per_token, " a token in rows of ", z.ld, " values do not hold ", rows, " rows of ",
+           dim, " (ld must be a multiple of 8, at least per_token x dim, and per_token divide the rows)");
+  return z;
+}
+
 }  // namespace
 
 bool& norm_staged_for_thread() {
@@ -308,18 +320,20 @@ void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const 
 
 template <class A>
 void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,
-                                int64_t dim, double eps, cudaStream_t stream) {
+                                int64_t dim, double eps, cudaStream_t stream, GateRows z_rows) {
   NormArgs<A> a;
   a.x = x, a.z = z, a.w = w, a.y = y, a.rstd_out = rstd, a.rows = rows, a.dim = dim, a.eps = float(eps);
+  a.z_rows = checked_gate_rows("gated_rmsnorm_forward_cuda", z_rows, rows, dim);
   norm_forward<Norm::GatedRms>("gated_rmsnorm_forward_cuda", a, stream);
 }
 
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
                                  A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                                 cudaStream_t stream) {
+                                 cudaStream_t stream, GateRows z_rows) {
   NormArgs<A> a;
   a.x = x, a.z = z, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.dz = dz, a.rows = rows, a.dim = dim;
+  a.z_rows = checked_gate_rows("gated_rmsnorm_backward_cuda", z_rows, rows, dim);
   norm_backward<Norm::GatedRms>("gated_rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
 }
 
@@ -344,9 +358,10 @@ void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int
   template void rmsnorm_backward_cuda<A>(const A*, const float*, const float*, const A*, A*, float*, int64_t,   \
                                          int64_t, const TokenRows&, void*, cudaStream_t, const A*);             \
   template void gated_rmsnorm_forward_cuda<A>(const A*, const A*, const float*, A*, float*, int64_t, int64_t,   \
-                                              double, cudaStream_t);                                            \
+                                              double, cudaStream_t, GateRows);                                  \
   template void gated_rmsnorm_backward_cuda<A>(const A*, const A*, const float*, const float*, const A*, A*,    \
-                                               A*, float*, int64_t, int64_t, const TokenRows&, void*, cudaStream_t); \
+                                               A*, float*, int64_t, int64_t, const TokenRows&, void*, cudaStream_t, \
+                                               GateRows);                                                       \
   template void l2norm_forward_cuda<A>(const A*, A*, float*, int64_t, int64_t, double, cudaStream_t);           \
   template void l2norm_backward_cuda<A>(const A*, const float*, const A*, A*, int64_t, int64_t, cudaStream_t);
 SF_INSTANTIATE(float)

@@ -26,6 +26,13 @@ namespace stateflow {
 // tests set it to compare.
 bool& norm_staged_for_thread();
 
+// The gated norm's z and dz as a column block of a wider matrix (the GDN's output gate, one
+// GEMM's columns beside q, k and v): a token's `per_token` rows side by side, dim values apart,
+// its first ld values after the previous token's (ld a multiple of 8). per_token = 0: rows dim apart.
+struct GateRows {
+  int64_t per_token = 0, ld = 0;
+};
+
 // Device scratch of rmsnorm_backward_cuda and gated_rmsnorm_backward_cuda.
 size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim, const TokenRows& tokens);
 
@@ -42,11 +49,11 @@ void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const 
 
 template <class A>
 void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,
-                                int64_t dim, double eps, cudaStream_t stream);
+                                int64_t dim, double eps, cudaStream_t stream, GateRows z_rows = {});
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
                                  A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                                 cudaStream_t stream);
+                                 cudaStream_t stream, GateRows z_rows = {});
 
 template <class A>
 void l2norm_forward_cuda(const A* x, A* y, float* rstd, int64_t rows, int64_t dim, double eps, cudaStream_t stream);

@@ -73,6 +73,7 @@ struct ConvArgs {
   int64_t len, ch;
   int64_t tile_rows;
   int64_t seg_rows;  // backward: rows of each dw segment (tile_rows, or a quarter of a 64-row tile)
+  int64_t ldx, lddx;  // row strides of x and dx (the other activations' rows are ch apart)
 };
 
 // The convs of one launch (a group of 1 for a single call), all over the same batch and len.
@@ -100,7 +101,7 @@ struct Slot {
 template <class A, int K, int V>
 __device__ void fetch_xe(const ConvArgs<A>& a, const Slot& s, int64_t e, RawV<A, V>& r) {
   constexpr int P = K - 1;
-  if (e >= P && e < P + a.len) cuda::load_raw(a.x + (s.b * a.len + e - P) * a.ch + s.c, r);
+  if (e >= P && e < P + a.len) cuda::load_raw(a.x + (s.b * a.len + e - P) * a.ldx + s.c, r);
   else if (e >= 0 && e < P && a.prefix) cuda::load_raw(a.prefix + (s.b * P + e) * a.ch + s.c, r);
   else cuda::zero_raw(r);
 }
@@ -236,7 +237,7 @@ __global__ void short_conv_backward_kernel(const __grid_constant__ ConvGroup<A> 
           out[e] = acc;
         }
         if (t < P) store_v(a.dprefix_in + (s.b * P + t) * a.ch + s.c, out);
-        else store_v(a.dx + (s.b * a.len + t - P) * a.ch + s.c, out);
+        else store_v(a.dx + (s.b * a.len + t - P) * a.lddx + s.c, out);
       }
       shift_window<K, V>(xw);
     }
@@ -333,8 +334,8 @@ void launch_forward(const ShortConvForward<A>* convs, int n, int64_t batch, int6
   group.batch = batch;
   for (int i = 0; i < n; ++i) {
     const ShortConvForward<A>& c = convs[i];
-    group.conv[i] = {c.x,     c.prefix, nullptr, c.w,  nullptr, c.y, c.prefix_out, nullptr, nullptr, nullptr,
-                     len,     c.ch,     rows,    rows};
+    group.conv[i] = {c.x,  c.prefix, nullptr, c.w,  nullptr, c.y, c.prefix_out, nullptr, nullptr, nullptr,
+                     len,  c.ch,     rows,    rows, c.ld_x ? c.ld_x : c.ch, 0};
   }
   // At least one tile, so that prefix_out is written also for len = 0.
   const int64_t tiles = std::max<int64_t>(1, (len + rows - 1) / rows);
@@ -360,7 +361,8 @@ void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, in
   for (int i = 0; i < n; ++i) {
     const ShortConvBackward<A>& c = convs[i];
     group.conv[i] = {c.x,       c.prefix,     c.dy, c.w, c.dprefix_out, nullptr, nullptr, c.dx, c.dprefix_in,
-                     static_cast<float*>(c.workspace), len, c.ch, tiling.rows, tiling.seg_rows};
+                     static_cast<float*>(c.workspace), len, c.ch, tiling.rows, tiling.seg_rows,
+                     c.ld_x ? c.ld_x : c.ch, c.ld_dx ? c.ld_dx : c.ch};
   }
   dispatch_channels(V, [&](auto v) {
     dispatch_conv_size("short_conv_backward_cuda", K, [&](auto k) {
@@ -383,8 +385,15 @@ void check_aligned16_all(const char* name, const char* what, std::initializer_li
 
 // The checks of one conv that depend on the pass: the activation arrays are read and written 16
 // bytes at a time, and the buffers the pass writes must be there.
+// A row stride of a column block: at least its width, and whole 16-byte vectors.
+void check_ld(const char* name, const char* what, int64_t ld, int64_t ch) {
+  SF_CHECK(ld == 0 || (ld >= ch && ld % 8 == 0), name, ": ", what, " = ", ld, " must be 0 or a multiple of 8 of at least ch = ",
+           ch);
+}
+
 template <class A>
 void check_conv(const char* name, const ShortConvForward<A>& c, int64_t, int64_t K) {
+  check_ld(name, "ld_x", c.ld_x, c.ch);
   SF_CHECK(K == 1 || (c.prefix_out && c.prefix_out != c.prefix), name,
            ": prefix_out must be a buffer of its own (not null, and not the prefix being read)");
   check_aligned16_all(name, "x, prefix, y and prefix_out", {c.x, c.prefix, c.y, c.prefix_out});
@@ -392,6 +401,7 @@ void check_conv(const char* name, const ShortConvForward<A>& c, int64_t, int64_t
 
 template <class A>
 void check_conv(const char* name, const ShortConvBackward<A>& c, int64_t batch, int64_t K) {
+  check_ld(name, "ld_x", c.ld_x, c.ch), check_ld(name, "ld_dx", c.ld_dx, c.ch);
   check_aligned16_all(name, "x, prefix, dy, dprefix_out, dx and dprefix_in",
                       {c.x, c.prefix, c.dy, c.dprefix_out, c.dx, c.dprefix_in});
   SF_CHECK(K == 1 || c.dprefix_in, name, ": dprefix_in is null; it receives the gradient of the carried prefix");

@@ -16,7 +16,9 @@
 // and the blocks added into dw last block first (add_token_block_partials_cuda); and the
 // gradient of a row that reaches the next chunk starts from the carried dprefix_out, whose
 // terms come first in the unsplit sum.
-// Supported: 1 <= K <= 8, ch a multiple of 8, 16-byte aligned pointers.
+// Supported: 1 <= K <= 8, ch a multiple of 8, 16-byte aligned pointers. The group calls' x (and
+// the backward's dx) may be column blocks of wider matrices: rows ld_x (ld_dx) values apart, a
+// multiple of 8 (0: ch, as above); the GDN's q, k, v projections come as one GEMM's columns.
 //
 // The group calls run up to kMaxConvGroup convs over the same batch, len and K (each with its
 // own width and tensors: the GDN's q, k and v convs) in one launch, as a short chunk's conv
@@ -41,6 +43,7 @@ struct ShortConvForward {
   A* y;
   A* prefix_out;
   int64_t ch;
+  int64_t ld_x = 0;  // x's row stride (0: ch)
 };
 
 // One conv of a backward group: its tensors and workspace (as short_conv_backward_cuda's).
@@ -56,6 +59,7 @@ struct ShortConvBackward {
   float* dw;
   int64_t ch;
   void* workspace;  // short_conv_backward_workspace_bytes(batch, len, ch, K)
+  int64_t ld_x = 0, ld_dx = 0;  // x's and dx's row strides (0: ch)
 };
 
 template <class A>

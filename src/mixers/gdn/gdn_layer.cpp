@@ -9,6 +9,7 @@
 #include "mixers/gdn/gdn_core.h"
 #include "mixers/gdn/gdn_gates.h"
 #include "mixers/gdn/gdn_groups.h"
+#include "model/device_ops.h"
 
 namespace stateflow {
 
@@ -56,6 +57,8 @@ GatedDeltaNet::GatedDeltaNet(const std::string& p, const ModelConfig& cfg, const
   // Residual branch output starts small so the stack is near identity at init.
   fill_normal(Wo_.value, rng, 1.0 / std::sqrt(double(Hv_ * dv_)) / std::sqrt(2.0 * cfg.num_blocks()));
   for (Param* w : {&Wq_, &Wk_, &Wv_, &Wa_, &Wb_, &Wg_, &Wo_}) w->gemm_operand = true;
+  // q, k, v and the output gate project the same x: on the GPU one GEMM (gdn_layer_cuda.cpp)
+  for (Param* w : {&Wq_, &Wk_, &Wv_, &Wg_}) w->bf16_group = kGdnInProj;
 }
 
 std::vector<Param*> GatedDeltaNet::params() {

@@ -22,10 +22,37 @@ namespace stateflow {
 namespace {
 constexpr double kL2Eps = 1e-6;  // as the CPU path
 
+// The q, k, v and output-gate projections of x (before the convs and the gated norm), or their
+// gradients: a tensor each, or, where Wq, Wk, Wv and Wg share one bf16 copy (model/param.h, lever
+// fused_proj), the column blocks of one [rows, 2HK + 2HV] tensor, which one GEMM writes (forward)
+// or reads (dx), its rows ld apart.
+struct InProj {
+  Tensor q, k, v, z;  // fused: q holds all four
+  bf16 *q_at = nullptr, *k_at = nullptr, *v_at = nullptr, *z_at = nullptr;
+  int64_t ld_qk = 0, ld_vz = 0;
+  bool fused = false;
+  int64_t width() const { return ld_qk; }  // fused: all four
+  std::vector<Tensor> tensors() const { return {q, k, v, z}; }
+};
+InProj in_proj_out(int64_t rows, int64_t HK, int64_t HV, bool fused) {
+  InProj p;
+  if (fused) {
+    const int64_t W = 2 * HK + 2 * HV;
+    p.q = bf16_out({rows, W});
+    p.q_at = bf16_ptr(p.q), p.k_at = p.q_at + HK, p.v_at = p.q_at + 2 * HK, p.z_at = p.v_at + HV;
+    p.ld_qk = p.ld_vz = W, p.fused = true;
+    return p;
+  }
+  p.q = bf16_out({rows, HK}), p.k = bf16_out({rows, HK}), p.v = bf16_out({rows, HV}), p.z = bf16_out({rows, HV});
+  p.q_at = bf16_ptr(p.q), p.k_at = bf16_ptr(p.k), p.v_at = bf16_ptr(p.v), p.z_at = bf16_ptr(p.z);
+  p.ld_qk = HK, p.ld_vz = HV;
+  return p;
+}
+
 struct GdnCudaStash : Stash {
   Tensor x;
-  Tensor qp, kp, vp;
-  Tensor a, b, z;
+  InProj in;  // q, k, v before the convs, and the output gate z
+  Tensor a, b;
   State state_in;
   Tensor q, rq, k, rk, v;
   Tensor g, beta;
@@ -59,6 +86,14 @@ Tensor sum_over_groups_cuda(const Tensor& dqk, int64_t heads, int64_t value_head
 }
 }  // namespace
 
+// Whether Wq, Wk, Wv and Wg share one bf16 copy in that column order: then one GEMM projects x.
+static bool fused_in_proj(const Param& q, const Param& k, const Param& v, const Param& g) {
+  const int64_t ld = q.bf16_ld;
+  return ld > 0 && k.bf16_ld == ld && v.bf16_ld == ld && g.bf16_ld == ld && q.bf16_col == 0 &&
+         k.bf16_col == q.value.dim(1) && v.bf16_col == 2 * q.value.dim(1) &&
+         g.bf16_col == 2 * q.value.dim(1) + v.value.dim(1);
+}
+
 Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                                    std::unique_ptr<Stash>& stash) {
   SF_CHECK(state_in.empty() || state_in.size() == kStateSize, "gdn: boundary state has ", state_in.size(),
@@ -76,23 +111,28 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   // projection runs beside the core, which leaves most SMs idle (before the out_gate_by_core
   // lever, beside the q, k, v projections). The side's outputs are made before the fork (a
   // zero-fill or test poison of them runs on the main stream, so the fork orders it first).
-  s->qp = bf16_out({rows, HK}), s->kp = bf16_out({rows, HK}), s->vp = bf16_out({rows, HV});
-  s->z = bf16_out({rows, HV}), s->a = bf16_out({rows, Hv_}), s->b = bf16_out({rows, Hv_});
+  const bool fused = fused_in_proj(Wq_, Wk_, Wv_, Wg_);
+  s->in = in_proj_out(rows, HK, HV, fused);
+  s->a = bf16_out({rows, Hv_}), s->b = bf16_out({rows, Hv_});
   s->g = f32_out({rows, Hv_}), s->beta = f32_out({rows, Hv_});
   SideWork side;
   const CublasGemm& beside = side.fork();
-  auto proj = [&](const CublasGemm& on, const Param& W, const Tensor& y, int64_t out) {
-    linear_forward_cuda<bf16, bf16>(on, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
+  auto proj = [&](const CublasGemm& on, const Param& W, bf16* y, int64_t out) {
+    linear_forward_cuda<bf16, bf16>(on, bf16_ptr(x), bf16_ptr(W.value_bf16), y, rows, D_, out);
   };
-  const bool out_gate_by_core = !lever_off("out_gate_by_core");
+  const bool out_gate_by_core = !lever_off("out_gate_by_core") && !fused;
   {
     OpScope part("gdn.in_proj");
-    if (!out_gate_by_core) proj(beside, Wg_, s->z, HV);
-    proj(gemm, Wq_, s->qp, HK), proj(gemm, Wk_, s->kp, HK), proj(gemm, Wv_, s->vp, HV);
+    if (fused) {
+      proj(gemm, Wq_, s->in.q_at, s->in.width());  // Wq's copy starts the shared one
+    } else {
+      if (!out_gate_by_core) proj(beside, Wg_, s->in.z_at, HV);
+      proj(gemm, Wq_, s->in.q_at, HK), proj(gemm, Wk_, s->in.k_at, HK), proj(gemm, Wv_, s->in.v_at, HV);
+    }
   }
   {
     OpScope part("gdn.gate_proj");
-    proj(beside, Wa_, s->a, Hv_), proj(beside, Wb_, s->b, Hv_);
+    proj(beside, Wa_, bf16_ptr(s->a), Hv_), proj(beside, Wb_, bf16_ptr(s->b), Hv_);
   }
   {
     OpScope part("gdn.gates");
@@ -111,15 +151,16 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   }
   Tensor qc = bf16_out({rows, HK}), kc = bf16_out({rows, HK});
   s->v = bf16_out({rows, HV});
-  auto conv = [&](const Tensor& in, int i, const Param& w, const Tensor& out, int64_t ch) {
-    return ShortConvForward<bf16>{bf16_ptr(in), bf16_or_null(state_at(state_in, i)), f32_ptr(w.value),
-                                  bf16_ptr(out), bf16_ptr(state_out[i]), ch};
+  auto conv = [&](const bf16* in, int64_t ld, int i, const Param& w, const Tensor& out, int64_t ch) {
+    return ShortConvForward<bf16>{in, bf16_or_null(state_at(state_in, i)), f32_ptr(w.value), bf16_ptr(out),
+                                  bf16_ptr(state_out[i]), ch, ld};
   };
   {
     OpScope part("gdn.conv");
-    const ShortConvForward<bf16> convs[] = {conv(s->qp, kPrefixQ, conv_q_, qc, HK),
-                                            conv(s->kp, kPrefixK, conv_k_, kc, HK),
-                                            conv(s->vp, kPrefixV, conv_v_, s->v, HV)};
+    const InProj& in = s->in;
+    const ShortConvForward<bf16> convs[] = {conv(in.q_at, in.ld_qk, kPrefixQ, conv_q_, qc, HK),
+                                            conv(in.k_at, in.ld_qk, kPrefixK, conv_k_, kc, HK),
+                                            conv(in.v_at, in.ld_vz, kPrefixV, conv_v_, s->v, HV)};
     short_conv_forward_group_cuda<bf16>(convs, 3, B, L, K_, st);
   }
 
@@ -134,7 +175,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   SideWork by_core;
   if (out_gate_by_core) {
     OpScope part("gdn.in_proj");
-    proj(by_core.fork(), Wg_, s->z, HV);
+    proj(by_core.fork(), Wg_, s->in.z_at, HV);
   }
 
   const GdnDims d{B, L, Hv_, dk_, dv_, C_, 1.0 / std::sqrt(double(dk_))};
@@ -163,8 +204,8 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   s->rstd_o = f32_out({rows * Hv_}), s->y = bf16_out({rows, HV});
   {
     OpScope part("gdn.out_norm");
-    gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), bf16_ptr(s->z), f32_ptr(out_norm_.value), bf16_ptr(s->y),
-                                     f32_ptr(s->rstd_o), rows * Hv_, dv_, norm_eps_, st);
+    gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), s->in.z_at, f32_ptr(out_norm_.value), bf16_ptr(s->y),
+                                     f32_ptr(s->rstd_o), rows * Hv_, dv_, norm_eps_, st, GateRows{Hv_, s->in.ld_vz});
   }
   Tensor out = bf16_out({rows, D_});
   {
@@ -199,23 +240,25 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV,
                                           D_, /*accumulate=*/false);
   }
-  Tensor do_ = bf16_out({rows, HV}), dz = bf16_out({rows, HV});
+  // The gradients of the q, k, v projections and of the gate z, laid out as the projections
+  const InProj d_in = in_proj_out(rows, HK, HV, s.in.fused);
+  Tensor do_ = bf16_out({rows, HV});
   {
     OpScope part("gdn.out_norm");
     const TokenRows per_head{B, Hv_};  // one norm row per token and value head
     DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * Hv_, dv_, per_head));
-    gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), bf16_ptr(s.z), f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
-                                      bf16_ptr(dy), bf16_ptr(do_), bf16_ptr(dz), f32_ptr(out_norm_.grad), rows * Hv_,
-                                      dv_, per_head, ws.get(), st);
+    gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), s.in.z_at, f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
+                                      bf16_ptr(dy), bf16_ptr(do_), d_in.z_at, f32_ptr(out_norm_.grad), rows * Hv_,
+                                      dv_, per_head, ws.get(), st, GateRows{Hv_, s.in.ld_vz});
   }
   // Each input projection's weight gradient is forked as soon as its dY is issued: the output
   // gate's beside the core, the gates' beside the L2 norms and convs, q, k, v's beside dx.
-  auto wgrad = [&](Param& W, const Tensor& dY, int64_t out) {
-    linear_backward_weight_cuda<bf16>(side.fork(), bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
+  auto wgrad = [&](Param& W, const bf16* dY, int64_t out, int64_t ld) {
+    linear_backward_weight_cuda<bf16>(side.fork(), bf16_ptr(s.x), dY, f32_ptr(W.grad), rows, D_, out, B, ld);
   };
   {
     OpScope part("gdn.in_proj.wgrad");
-    wgrad(Wg_, dz, HV);
+    wgrad(Wg_, d_in.z_at, HV, d_in.ld_vz);
   }
 
   // core: gradients of q, k, v, beta, g and of the state that entered the chunk
@@ -256,7 +299,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   }
   {
     OpScope part("gdn.gate_proj.wgrad");
-    wgrad(Wa_, da, Hv_), wgrad(Wb_, db, Hv_);
+    wgrad(Wa_, bf16_ptr(da), Hv_, Hv_), wgrad(Wb_, bf16_ptr(db), Hv_, Hv_);
   }
 
   // L2 norms, then the convs (which also route the next chunk's prefix gradient)
@@ -266,47 +309,62 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     l2norm_backward_cuda<bf16>(bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc), rows * H_, dk_, st);
     l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
   }
-  Tensor dqp = bf16_out({rows, HK}), dkp = bf16_out({rows, HK}), dvp = bf16_out({rows, HV});
   {
     OpScope part("gdn.conv");
     const size_t ws_q = short_conv_backward_workspace_bytes(B, L, HK, K_);
     DeviceBuffer ws = cuda_scratch(2 * ws_q + short_conv_backward_workspace_bytes(B, L, HV, K_));
-    auto conv_back = [&](const Tensor& in, int i, Param& w, const Tensor& dconv, const Tensor& dinput, int64_t ch,
+    // x and dx of each conv: its columns of the projections and of their gradients
+    auto conv_back = [&](const bf16* in, bf16* dinput, int64_t ld, int i, Param& w, const Tensor& dconv, int64_t ch,
                          size_t ws_at) {
-      return ShortConvBackward<bf16>{bf16_ptr(in), bf16_or_null(state_at(s.state_in, i)), f32_ptr(w.value),
-                                     bf16_ptr(dconv), f32_or_null(state_at(dstate_out, i)), bf16_ptr(dinput),
-                                     f32_ptr(dstate_in[i]), f32_ptr(w.grad), ch, ws.get<char>() + ws_at};
+      return ShortConvBackward<bf16>{in,
+                                     bf16_or_null(state_at(s.state_in, i)),
+                                     f32_ptr(w.value),
+                                     bf16_ptr(dconv),
+                                     f32_or_null(state_at(dstate_out, i)),
+                                     dinput,
+                                     f32_ptr(dstate_in[i]),
+                                     f32_ptr(w.grad),
+                                     ch,
+                                     ws.get<char>() + ws_at,
+                                     ld,
+                                     ld};
     };
-    const ShortConvBackward<bf16> convs[] = {conv_back(s.qp, kPrefixQ, conv_q_, dqc, dqp, HK, 0),
-                                             conv_back(s.kp, kPrefixK, conv_k_, dkc, dkp, HK, ws_q),
-                                             conv_back(s.vp, kPrefixV, conv_v_, dv, dvp, HV, 2 * ws_q)};
+    const ShortConvBackward<bf16> convs[] = {
+        conv_back(s.in.q_at, d_in.q_at, d_in.ld_qk, kPrefixQ, conv_q_, dqc, HK, 0),
+        conv_back(s.in.k_at, d_in.k_at, d_in.ld_qk, kPrefixK, conv_k_, dkc, HK, ws_q),
+        conv_back(s.in.v_at, d_in.v_at, d_in.ld_vz, kPrefixV, conv_v_, dv, HV, 2 * ws_q)};
     short_conv_backward_group_cuda<bf16>(convs, 3, B, L, K_, st);
   }
 
   // input projections
   Tensor dx = bf16_out({rows, D_});  // the first product overwrites it
-  auto dgrad = [&](Param& W, const Tensor& dY, int64_t out, bool accumulate = true) {
-    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out,
-                                          accumulate);
+  auto dgrad = [&](Param& W, const bf16* dY, int64_t out, bool accumulate = true) {
+    linear_backward_data_cuda<bf16, bf16>(gemm, dY, bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out, accumulate);
   };
   {
     OpScope part("gdn.in_proj.wgrad");
-    wgrad(Wq_, dqp, HK), wgrad(Wk_, dkp, HK), wgrad(Wv_, dvp, HV);
+    wgrad(Wq_, d_in.q_at, HK, d_in.ld_qk), wgrad(Wk_, d_in.k_at, HK, d_in.ld_qk), wgrad(Wv_, d_in.v_at, HV, d_in.ld_vz);
   }
-  {  // dx sums the six products in the order q, k, v, a, b, z (bf16 adds: the order is the result)
+  // dx sums the products in the order q, k, v, a, b, z (bf16 adds: the order is the result); fused,
+  // q, k, v and z are one product, one fp32 sum over 2HK + 2HV (one rounding of dx where the
+  // separate products round it four times), then a and b.
+  {
     OpScope part("gdn.in_proj.dgrad");
-    dgrad(Wq_, dqp, HK, /*accumulate=*/false), dgrad(Wk_, dkp, HK), dgrad(Wv_, dvp, HV);
+    if (d_in.fused) dgrad(Wq_, d_in.q_at, d_in.width(), /*accumulate=*/false);
+    else dgrad(Wq_, d_in.q_at, HK, /*accumulate=*/false), dgrad(Wk_, d_in.k_at, HK), dgrad(Wv_, d_in.v_at, HV);
   }
   {
     OpScope part("gdn.gate_proj.dgrad");
-    dgrad(Wa_, da, Hv_), dgrad(Wb_, db, Hv_);
+    dgrad(Wa_, bf16_ptr(da), Hv_), dgrad(Wb_, bf16_ptr(db), Hv_);
   }
-  {
+  if (!d_in.fused) {
     OpScope part("gdn.in_proj.dgrad");
-    dgrad(Wg_, dz, HV);
+    dgrad(Wg_, d_in.z_at, HV);
   }
   // The weight gradients may go on beside the next layer's backward (side_stream_cuda.h)
-  side.join_later({s.x, s.y, dout, dz, da, db, dqp, dkp, dvp});
+  std::vector<Tensor> held = d_in.tensors();
+  held.insert(held.end(), {s.x, s.y, dout, da, db});
+  side.join_later(held);
   return dx;
 }
 

@@ -11,9 +11,17 @@
 namespace stateflow {
 
 namespace {
+// a = x W1 and b = x W3: two tensors, or with W1 and W3 sharing a bf16 copy (fused_proj) the two
+// column blocks of one [rows, 2F] GEMM output (then ab holds it and b points into it).
 struct MlpCudaStash : Stash {
   Tensor x, a, b, h;
+  int64_t ld = 0;  // a's and b's row stride
+  bf16* b_at = nullptr;
 };
+// Whether W1 and W3 share one bf16 copy, W1's columns first (model/param.h): one GEMM each way.
+bool fused(const Param& w1, const Param& w3) {
+  return w1.bf16_ld > 0 && w1.bf16_ld == w3.bf16_ld && w1.bf16_col == 0 && w3.bf16_col == w1.value.dim(1);
+}
 }  // namespace
 
 Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
@@ -21,19 +29,26 @@ Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, S
   const CublasGemm& g = cublas_for_thread();
   auto s = std::make_unique<MlpCudaStash>();
   s->x = x;
-  s->a = bf16_out({rows, F}), s->b = bf16_out({rows, F}), s->h = bf16_out({rows, F});
+  s->h = bf16_out({rows, F});
   Tensor y = bf16_out({rows, D});
-  {
+  if (fused(w1_, w3_)) {
+    OpScope part("mlp.up_proj");
+    s->ld = 2 * F, s->a = bf16_out({rows, 2 * F});
+    s->b_at = bf16_ptr(s->a) + F;
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, 2 * F);
+  } else {
     // x W3 on the side stream beside x W1 (a short chunk's GEMM alone leaves SMs idle)
     OpScope part("mlp.up_proj");
+    s->ld = F, s->a = bf16_out({rows, F}), s->b = bf16_out({rows, F});
+    s->b_at = bf16_ptr(s->b);
     SideWork side;
-    linear_forward_cuda<bf16, bf16>(side.fork(), bf16_ptr(x), bf16_ptr(w3_.value_bf16), bf16_ptr(s->b), rows, D, F);
+    linear_forward_cuda<bf16, bf16>(side.fork(), bf16_ptr(x), bf16_ptr(w3_.value_bf16), s->b_at, rows, D, F);
     linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, F);
     side.join();
   }
   {
     OpScope part("mlp.swiglu");
-    swiglu_forward_cuda<bf16>(bf16_ptr(s->a), bf16_ptr(s->b), bf16_ptr(s->h), rows * F, g.stream());
+    swiglu_forward_cuda<bf16>(bf16_ptr(s->a), s->b_at, bf16_ptr(s->h), rows * F, g.stream(), F, s->ld);
   }
   {
     OpScope part("mlp.down_proj");
@@ -49,8 +64,11 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
   auto& s = static_cast<MlpCudaStash&>(stash);
   const int64_t rows = dy.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
-  // dh and dx: their first product overwrites them (no zero-fill)
-  Tensor dh = bf16_out({rows, F}), da = bf16_out({rows, F}), db = bf16_out({rows, F});
+  // dh and dx: their first product overwrites them (no zero-fill). da and db as a and b: with
+  // fused projections the column blocks of one tensor, whose input gradient is one GEMM.
+  const bool fuse = s.ld == 2 * F;
+  Tensor dh = bf16_out({rows, F}), da = bf16_out({rows, s.ld}), db = fuse ? Tensor() : bf16_out({rows, F});
+  bf16* const db_at = fuse ? bf16_ptr(da) + F : bf16_ptr(db);
   Tensor dx = bf16_out({rows, D});
   {
     OpScope part("mlp.down_proj.wgrad");
@@ -64,20 +82,23 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
   }
   {
     OpScope part("mlp.swiglu");
-    swiglu_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), bf16_ptr(dh), bf16_ptr(da), bf16_ptr(db), rows * F,
-                               g.stream());
+    swiglu_backward_cuda<bf16>(bf16_ptr(s.a), s.b_at, bf16_ptr(dh), bf16_ptr(da), db_at, rows * F, g.stream(), F,
+                               s.ld);
   }
   {
     OpScope part("mlp.up_proj.wgrad");
     const CublasGemm& wg = side.fork();
-    linear_backward_weight_cuda<bf16>(wg, bf16_ptr(s.x), bf16_ptr(da), f32_ptr(w1_.grad), rows, D, F, ctx.batch);
-    linear_backward_weight_cuda<bf16>(wg, bf16_ptr(s.x), bf16_ptr(db), f32_ptr(w3_.grad), rows, D, F, ctx.batch);
+    linear_backward_weight_cuda<bf16>(wg, bf16_ptr(s.x), bf16_ptr(da), f32_ptr(w1_.grad), rows, D, F, ctx.batch, s.ld);
+    linear_backward_weight_cuda<bf16>(wg, bf16_ptr(s.x), db_at, f32_ptr(w3_.grad), rows, D, F, ctx.batch, s.ld);
   }
   {
+    // Fused: dx = [da db] [W1 W3]^T, one fp32 sum over 2F where the separate products round dx
+    // to bf16 after da W1^T and again after adding db W3^T.
     OpScope part("mlp.up_proj.dgrad");
-    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, F,
+    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, s.ld,
                                           /*accumulate=*/false);
-    linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(db), bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
+    if (!fuse)
+      linear_backward_data_cuda<bf16, bf16>(g, db_at, bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
   }
   // The weight gradients may go on beside the next layer's backward (side_stream_cuda.h)
   side.join_later({s.x, s.h, dy, da, db});
