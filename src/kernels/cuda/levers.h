@@ -2,7 +2,8 @@
 // STATEFLOW_LEVERS_OFF=conv_tiles,norm_rows,gemm_rows,reduce_ahead,embed_ahead,side_stream,conv_group,
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
-//                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,b4_ring_early
+//                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
+//                      b4_ring_early
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -65,6 +66,10 @@
 //   fused_mlp     MLP: x W1 and x W3 as two GEMMs, x W3 on the side stream (instead of one GEMM
 //                 against W1 and W3 side by side, and dx as one GEMM over da and db side by side;
 //                 as fused_proj; untried: its one GEMM is slower than the two at 32K rows)
+//   sweep_multicast  GDN core: each quarter-sweep block loads the W, K (Q) tiles from L2 itself
+//                 (instead of the copy warps of a head's 8 blocks, one thread-block cluster,
+//                 each fetching 8 rows of them multicast to all 8: mixers/gdn/
+//                 gdn_core_quarter_sweeps.cuh; GdnCudaConfig::sweep_multicast; same bits)
 //   b4_ring_early  GDN core B4's deep ring: the second pass's first slabs and v issued after the Out
 //                 terms' product (instead of as soon as the first pass ends, dPG and T placed where
 //                 dO was; GdnCudaConfig::kB4EarlySlabs; same bits)
@@ -92,12 +97,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_deep", "norm_staged", "sweep_quarters",
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
                                            "b4_ring",     "pre_mma",     "fused_proj",
-                                           "fused_mlp",   "b4_ring_early"};
+                                           "fused_mlp",   "sweep_multicast", "b4_ring_early"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
 // yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

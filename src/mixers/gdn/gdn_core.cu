@@ -25,6 +25,7 @@
 #include <cstring>
 
 #include "core/error.h"
+#include "kernels/cuda/cluster_copy.cuh"
 #include "kernels/cuda/levers.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/wgmma_tile.cuh"
@@ -870,8 +871,8 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
 #include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
 
 // Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
-// copy warp).
-template <int RG, int KS, bool CW>
+// copy warp; CB > 0: that multicasts to clusters of CB blocks).
+template <int RG, int KS, bool CW, int CB = 0>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
@@ -879,14 +880,15 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(
   const float* from = a.S_in ? a.S_in + tile : nullptr;
   float* to = a.S_out ? a.S_out + tile : nullptr;
   constexpr int stages = row_stages<RG, KS, false>();
-  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW>(a, b, h, row0, from, to, sm);
+  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW, CB>(a, b, h, row0, from, to, sm);
   else row_forward_sweep<RG, KS, stages>(a, b, h, row0, from, to, sm);
+  if constexpr (CB > 0) cuda::cluster_sync();  // no block leaves while a peer may still reach its shared memory
 }
 
 // B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
 // SMs of their own, beside the reverse sweeps.
-template <int RG, int KS, bool CW>
+template <int RG, int KS, bool CW, int CB = 0>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
   constexpr int tiles = DV / (RG * RW);
@@ -897,8 +899,9 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel
   const float* from = forward ? (a.S_in ? a.S_in + tile : nullptr) : (a.dS_out ? a.dS_out + tile : nullptr);
   constexpr int fwd_stages = row_stages<RG, KS, false>(), rev_stages = row_stages<RG, KS, true>();
   if constexpr (KS == KQ) {
-    if (forward) quarter_forward_sweep<RG, fwd_stages, CW>(a, b, h, row0, from, nullptr, sm);
-    else quarter_reverse_sweep<RG, rev_stages, CW>(a, b, h, row0, from, a.dS_in + tile, sm);
+    if (forward) quarter_forward_sweep<RG, fwd_stages, CW, CB>(a, b, h, row0, from, nullptr, sm);
+    else quarter_reverse_sweep<RG, rev_stages, CW, CB>(a, b, h, row0, from, a.dS_in + tile, sm);
+    if constexpr (CB > 0) cuda::cluster_sync();
   } else {
     if (forward) row_forward_sweep<RG, KS, fwd_stages>(a, b, h, row0, from, nullptr, sm);
     else row_reverse_sweep<RG, KS, rev_stages>(a, b, h, row0, from, a.dS_in + tile, sm);
@@ -1446,10 +1449,22 @@ int key_split_of(const GdnCudaConfig& cfg) {
   return cfg.sweep_key_split ? cfg.sweep_key_split : lever_off("sweep_quarters") ? 2 : KQ;
 }
 
-// Whether the quarter sweeps with one row group per block issue their copies from a copy warp:
-// the config's choice, else the lever sweep_copy_warp (untried: off unless STATEFLOW_LEVERS_ON).
-bool copy_warp_of(const GdnCudaConfig& cfg) {
+// Who issues the copies of the quarter sweeps with one row group per block: 0 = the sweep warps,
+// 1 = a copy warp (the config's sweep_copy_warp, else the lever sweep_copy_warp), 4 or 8 = a
+// copy warp that multicasts the shared tiles to clusters of that many blocks (the config's
+// sweep_multicast, else, with the untried lever sweep_multicast on, STATEFLOW_GDN_CLUSTER: 4 or
+// 8, default 8).
+bool copy_warp_on(const GdnCudaConfig& cfg) {
   return cfg.sweep_copy_warp ? cfg.sweep_copy_warp > 0 : !lever_off("sweep_copy_warp");
+}
+int copies_of(const GdnCudaConfig& cfg) {
+  if (!copy_warp_on(cfg)) return 0;
+  if (cfg.sweep_multicast) return cfg.sweep_multicast > 0 ? cfg.sweep_multicast : 1;
+  if (lever_off("sweep_multicast")) return 1;
+  const char* env = std::getenv("STATEFLOW_GDN_CLUSTER");
+  if (env == nullptr || std::strcmp(env, "8") == 0) return 8;
+  SF_CHECK(std::strcmp(env, "4") == 0, "STATEFLOW_GDN_CLUSTER must be 4 or 8 (blocks per cluster), got '", env, "'");
+  return 4;
 }
 
 // The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.
@@ -1464,6 +1479,11 @@ int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_copy_warp >= -1 && cfg.sweep_copy_warp <= 1,
            "GDN CUDA core: sweep_copy_warp must be 1 (on), -1 (off) or 0 (the lever sweep_copy_warp), got ",
            cfg.sweep_copy_warp);
+  SF_CHECK(cfg.sweep_multicast == -1 || cfg.sweep_multicast == 0 || cfg.sweep_multicast == 4 || cfg.sweep_multicast == 8,
+           "GDN CUDA core: sweep_multicast must be 4 or 8 (blocks per cluster), -1 (off) or 0 (the lever ",
+           "sweep_multicast), got ", cfg.sweep_multicast);
+  SF_CHECK(cfg.sweep_multicast <= 0 || copy_warp_on(cfg), "GDN CUDA core: sweep_multicast = ", cfg.sweep_multicast,
+           " needs the quarter sweeps' copy warp; set sweep_copy_warp to 1 (or 0), or sweep_multicast to -1");
   SF_CHECK(!(key_split_of(cfg) == KQ && cfg.sweep_warps == 2), "GDN CUDA core: the quarter sweeps (key split 4) ",
            "need 4 or 8 warps per block, got sweep_warps = 2; ask for 4 or 8, or for key split 1 or 2");
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
@@ -1624,24 +1644,52 @@ int pick_piece_tile(int requested) {
   return requested ? requested : 64;
 }
 
-// Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed.
-template <int RG, int KS, bool CW = false>
+// launch() for a kernel compiled for clusters of CB blocks along x (the grid's x a multiple of CB).
+template <int CB, class Kernel, class... More>
+void launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, cudaStream_t stream, const Args& a,
+                     More... more) {
+  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
+             "raising the shared-memory limit");
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute cluster{};
+  cluster.id = cudaLaunchAttributeClusterDimension;
+  cluster.val.clusterDim.x = CB, cluster.val.clusterDim.y = 1, cluster.val.clusterDim.z = 1;
+  config.attrs = &cluster;
+  config.numAttrs = 1;
+  cuda_check(cudaLaunchKernelEx(&config, kernel, a, more...), "cluster kernel launch");
+}
+
+// Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed. CB > 0:
+// the quarter sweeps' copy warp multicasts to clusters of CB blocks (their barriers after the
+// shared memory the sweep uses).
+template <int RG, int KS, bool CW = false, int CB = 0>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
   constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
-  constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes;
-  constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes;
-  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, dim3(tiles, a.H, a.B), threads, fwd_smem, stream, a);
-  launch(row_backward_kernel<RG, KS, CW>, dim3(tiles * (recompute ? 2 : 1), a.H, a.B), threads,
-         recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem, stream, a, recompute);
+  constexpr int bars = CB > 0 ? kMulticastBarrierBytes : 0;
+  constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes + bars;
+  constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes + bars;
+  static_assert(CB == 0 || (CW && RG == 1 && tiles % (CB > 0 ? CB : 1) == 0), "multicast: the copy warp's one row group per block");
+  const dim3 fwd_grid(tiles, a.H, a.B), bwd_grid(tiles * (recompute ? 2 : 1), a.H, a.B);
+  const int bwd_bytes = recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem;
+  if constexpr (CB > 0) {
+    if (!reverse) return launch_clusters<CB>(row_forward_kernel<RG, KS, CW, CB>, fwd_grid, threads, fwd_smem, stream, a);
+    return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
+  }
+  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, fwd_grid, threads, fwd_smem, stream, a);
+  launch(row_backward_kernel<RG, KS, CW>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
 }
 
 // warps: per block; key_split: warps per 16 state rows (key_split_of); warps 0 takes the
 // defaults, the fastest measured at batch 1 x 16 heads (docs/benchmarks.md): one row group per
 // block (128 blocks: 4 warps for the quarter sweeps, 2 for split keys), two for the backward
 // that re-runs the forward sweep beside its own (its 2 x 64 blocks fit on the GPU at once;
-// 2 x 128 do not). copy_warp: the quarter sweeps' copy warp (copy_warp_of), with one row group
+// 2 x 128 do not). copies: the quarter sweeps' copy warp and its multicast (copies_of), with one row group
 // per block only (nine warps would cap the eight sweep warps at 168 registers).
-void row_sweeps(int warps, int key_split, bool copy_warp, bool reverse, bool recompute, const Args& a,
+void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompute, const Args& a,
                 cudaStream_t stream) {
   if (warps == 0) warps = (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
   switch (key_split * 100 + warps) {
@@ -1652,8 +1700,12 @@ void row_sweeps(int warps, int key_split, bool copy_warp, bool reverse, bool rec
     case 204: return row_sweeps<2, 2>(reverse, recompute, a, stream);
     case 208: return row_sweeps<4, 2>(reverse, recompute, a, stream);
     case 404:
-      return copy_warp ? row_sweeps<1, KQ, true>(reverse, recompute, a, stream)
-                       : row_sweeps<1, KQ>(reverse, recompute, a, stream);
+      switch (copies) {
+        case 8: return row_sweeps<1, KQ, true, 8>(reverse, recompute, a, stream);
+        case 4: return row_sweeps<1, KQ, true, 4>(reverse, recompute, a, stream);
+        case 1: return row_sweeps<1, KQ, true>(reverse, recompute, a, stream);
+        default: return row_sweeps<1, KQ>(reverse, recompute, a, stream);
+      }
     case 408: return row_sweeps<2, KQ>(reverse, recompute, a, stream);
   }
 }
@@ -1879,7 +1931,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
-  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), false, false, a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -1922,7 +1974,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
     }
     split_sweeps(true, tile, a, stream);
   } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
-    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copy_warp_of(cfg), true, !sweep_kept, a, stream);
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), true, !sweep_kept, a, stream);
   else if (sweep_kept)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else

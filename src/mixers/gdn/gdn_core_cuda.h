@@ -81,6 +81,11 @@ struct GdnCudaConfig {
   // copies, -1 = the sweep warps do; 0 = the lever sweep_copy_warp (on unless
   // STATEFLOW_LEVERS_OFF names it). Same results, bitwise.
   int sweep_copy_warp = 0;
+  // With the copy warp: 4 or 8 = the blocks of a (batch, head) run as clusters of that many and
+  // the copy warp multicasts the tiles they all read (W, K; K, W, Q), each block fetching its
+  // share of the rows; -1 = every block loads them itself; 0 = the lever sweep_multicast
+  // (untried: off unless STATEFLOW_LEVERS_ON names it; 8 when on). Same results, bitwise.
+  int sweep_multicast = 0;
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
   int value_tile = 0;

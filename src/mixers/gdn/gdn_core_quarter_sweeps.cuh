@@ -129,9 +129,103 @@ __device__ void quarter_copies(int steps, Issue&& issue) {
   }
 }
 
+// Multicast copies (GdnCudaConfig::sweep_multicast; with the copy warp only): CB = 4 or 8 of the
+// DV / 16 = 8 blocks of a (batch, head) run as one thread-block cluster, and the tiles they all
+// read (W and K forward; K, W and Q reverse) leave L2 once per cluster instead of once per
+// block. Block r of the cluster fetches rows [r C / CB, (r + 1) C / CB) of each with bulk copies
+// multicast to all CB (cp.async.bulk ... multicast::cluster, one 256-byte row each, into the
+// padded rows of every block's tile); a full barrier per stage counts the bytes in, an empty
+// barrier per stage the CB blocks done with it, before any block refills it. The block's own
+// tiles (U, or dO and dV_new_local) and G go on with cp.async. The same bytes land where the
+// copy warp's cp.async put them, so the sweeps compute the same bits.
+constexpr int kMulticastBarrierBytes = 2 * 4 * 8;  // full and empty mbarriers of up to 4 stages
+
+// A tile all blocks of the cluster read: rows [0, valid) from src (row r at src + r * stride),
+// zeros below.
+struct SharedTile {
+  Tile<C, DK> tile;
+  const bf16* src;
+  int64_t stride;
+  int valid;
+};
+template <int N>
+struct SharedTiles {
+  SharedTile t[N];
+};
+
+// The step's full (bytes landed) and empty (blocks done) barriers of stage s.
+struct StageBarriers {
+  uint64_t* at;  // STAGES full barriers, then STAGES empty ones
+  int stages;
+  __device__ uint64_t* full(int s) const { return at + s; }
+  __device__ uint64_t* empty(int s) const { return at + stages + s; }
+};
+
+// The copy warp's loop with multicast: as quarter_copies, but the shared tiles of step m go out
+// once the cluster's blocks are all done with step m - STAGES (their empty barrier), and the
+// sweep warps pass the block barrier of step i only once its bytes are in (the full barrier).
+// shared(m, s) gives step m's NS SharedTiles in stage s; own(m, s) issues the block's cp.async.
+template <int CB, int STAGES, int NS, class Shared, class Own>
+__device__ void multicast_copies(int steps, StageBarriers bars, Shared&& shared, Own&& own) {
+  constexpr int rows = C / CB;  // rows of each shared tile this block fetches
+  static_assert(rows <= 32, "a lane per fetched row and tile");
+  const int l = threadIdx.x & 31, r = cuda::cluster_rank();
+  auto issue = [&](int m) {
+    const int s = m % STAGES;
+    const SharedTiles<NS> tiles = shared(m, s);
+    int bytes = 0;
+#pragma unroll
+    for (int t = 0; t < NS; ++t) bytes += tiles.t[t].valid * DK * 2;
+    if (l == 0) cuda::mbar_expect_tx(bars.full(s), bytes);  // all blocks' rows, mine included
+    const int row = r * rows + l % rows;
+#pragma unroll
+    for (int t = 0; t < NS; ++t) {
+      const SharedTile& x = tiles.t[t];
+      if (l < rows && row < x.valid)
+        cuda::bulk_copy_multicast(x.tile.at(row, 0), x.src + row * x.stride, DK * 2, bars.full(s), (1u << CB) - 1);
+      for (int z = x.valid * (DK / 8) + l; z < C * (DK / 8); z += 32)  // rows past the end: zeros, in every block
+        *reinterpret_cast<uint4*>(x.tile.at(z / (DK / 8), z % (DK / 8) * 8)) = make_uint4(0, 0, 0, 0);
+      if (x.valid < C) cuda::fence_proxy_async();  // ordered before later bulk copies into those rows
+    }
+    own(m, s);
+  };
+  for (int m = 0; m < STAGES - 1; ++m) {
+    if (m < steps) issue(m);
+    cuda::cp_async_commit();
+  }
+  for (int i = 0; i < steps; ++i) {
+    cuda::cp_async_wait<STAGES - 2>();
+    cuda::mbar_wait(bars.full(i % STAGES), (i / STAGES) & 1);
+    __syncthreads();  // step i is in; every warp is done with step i - 1's stage, refilled below
+    const int m = i + STAGES - 1;
+    if (m < steps) {
+      if (i >= 1) {  // stage (i - 1) % STAGES held step i - 1 in every block: wait until all are done
+        if (l < CB) cuda::mbar_arrive_cluster(bars.empty((i - 1) % STAGES), l);
+        cuda::mbar_wait(bars.empty((i - 1) % STAGES), ((i - 1) / STAGES) & 1);
+      }
+      issue(m);
+    }
+    cuda::cp_async_commit();
+  }
+}
+
+// Sets up a multicast sweep's barriers (thread 0) and meets the cluster, so that no block's
+// bulk copy or remote arrival reaches a peer before its barriers exist.
+template <int CB>
+__device__ StageBarriers multicast_begin(char* at, int stages) {
+  StageBarriers bars{reinterpret_cast<uint64_t*>(at), stages};
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < stages; ++s) cuda::mbar_init(bars.full(s), 1), cuda::mbar_init(bars.empty(s), CB);
+    cuda::mbar_init_fence();
+  }
+  cuda::cluster_sync();
+  return bars;
+}
+
 // Forward sweep (ST) with key quarters: what row_forward_sweep computes, same arguments. CW: a
-// copy warp issues the tiles (quarter_copies) instead of the sweep warps; same results, bitwise.
-template <int RG, int STAGES, bool CW>
+// copy warp issues the tiles (quarter_copies) instead of the sweep warps; CB > 0: it multicasts
+// the W and K tiles to a cluster of CB blocks (multicast_copies). Same results, bitwise.
+template <int RG, int STAGES, bool CW, int CB = 0>
 __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
   using S = RowSmem<RG, KQ, STAGES, false>;
   constexpr int NT = CW ? 32 : S::NWB * 32, BV = S::BV;  // threads that copy
@@ -160,8 +254,26 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     copy_u(Ut(s), a.U + ws0 * DV + row0, DV, live ? C : 0);
     copy_g_async(Gt(s), a.G + ws0, tid, live);
   };
+  StageBarriers bars{};
+  if constexpr (CB > 0) bars = multicast_begin<CB>(sm + S::bytes, STAGES);
   if constexpr (CW) {
-    if (w.warp == S::NWB) return quarter_copies<STAGES>(a.NS, issue);
+    if (w.warp == S::NWB) {
+      if constexpr (CB == 0) {
+        return quarter_copies<STAGES>(a.NS, issue);
+      } else {
+        auto shared = [&](int n, int s) {
+          const int t0 = n * C;
+          return SharedTiles<2>{{{Wt(s), a.W + a.ws_row(b, h, n) * DK, DK, C},
+                                 {Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK, min(C, a.T - t0)}}};
+        };
+        auto own = [&](int n, int s) {
+          const int64_t ws0 = a.ws_row(b, h, n);
+          copy_u(Ut(s), a.U + ws0 * DV + row0, DV, C);
+          copy_g_async(Gt(s), a.G + ws0, tid, true);
+        };
+        return multicast_copies<CB, STAGES, 2>(a.NS, bars, shared, own);
+      }
+    }
   }
   Frag<RW, KWQ> st;  // state rows row0 + v0.., key columns k0..
   if (from) st.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
@@ -178,6 +290,7 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     const int s = n % STAGES;
     if constexpr (!CW) cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled below
+    if constexpr (CB > 0) cuda::mbar_wait(bars.full(s), (n / STAGES) & 1);  // the bulk copies' bytes, seen here too
     AFrags<KWQ> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
     cuda::acc_to_a(st, sa);
     Frag<RW, C> part_vn;  // this warp's keys' share of (S W^T): value rows, token columns
@@ -212,9 +325,9 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   if (to) st.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
-// Reverse sweep (B3) with key quarters: what row_reverse_sweep computes, same arguments; CW as
-// the forward's.
-template <int RG, int STAGES, bool CW>
+// Reverse sweep (B3) with key quarters: what row_reverse_sweep computes, same arguments; CW and
+// CB as the forward's (K, W and Q multicast).
+template <int RG, int STAGES, bool CW, int CB = 0>
 __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
   using S = RowSmem<RG, KQ, STAGES, true>;
   constexpr int NT = CW ? 32 : S::NWB * 32, BV = S::BV;
@@ -247,8 +360,30 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, live ? C : 0);
     copy_g_async(Gt(s), a.G + ws0, tid, live);
   };
+  StageBarriers bars{};
+  if constexpr (CB > 0) bars = multicast_begin<CB>(sm + S::bytes, STAGES);
   if constexpr (CW) {
-    if (w.warp == S::NWB) return quarter_copies<STAGES>(a.NS, [&](int i, int s) { issue(a.NS - 1 - i, s); });
+    if (w.warp == S::NWB) {
+      if constexpr (CB == 0) {
+        return quarter_copies<STAGES>(a.NS, [&](int i, int s) { issue(a.NS - 1 - i, s); });
+      } else {
+        auto shared = [&](int i, int s) {  // step i works on sub-chunk NS - 1 - i
+          const int n = a.NS - 1 - i, t0 = n * C, nv = min(C, a.T - t0);
+          const int64_t r0 = a.tok(b, t0, h);
+          return SharedTiles<3>{{{Kt(s), a.k + r0 * DK, int64_t(a.H) * DK, nv},
+                                 {Wt(s), a.W + a.ws_row(b, h, n) * DK, DK, C},
+                                 {Qt(s), a.q + r0 * DK, int64_t(a.H) * DK, nv}}};
+        };
+        auto own = [&](int i, int s) {
+          const int n = a.NS - 1 - i, t0 = n * C, nv = min(C, a.T - t0);
+          const int64_t ws0 = a.ws_row(b, h, n);
+          copy_v(dOt(s), a.dO + a.tok(b, t0, h) * DV + row0, int64_t(a.H) * DV, nv);
+          copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, C);
+          copy_g_async(Gt(s), a.G + ws0, tid, true);
+        };
+        return multicast_copies<CB, STAGES, 3>(a.NS, bars, shared, own);
+      }
+    }
   }
   Frag<RW, KWQ> ds;
   if (from) ds.each([&](int r, int c, float& x) { x = from[(w.v0 + r) * DK + w.k0 + c]; });
@@ -264,6 +399,7 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     const int n = a.NS - 1 - i, s = i % STAGES;
     if constexpr (!CW) cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();
+    if constexpr (CB > 0) cuda::mbar_wait(bars.full(s), (i / STAGES) & 1);
     AFrags<KWQ> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
     cuda::acc_to_a(ds, da);
     Frag<RW, C> part_dvn;  // this warp's keys' share of (K dSe^T)^T: value rows, token columns

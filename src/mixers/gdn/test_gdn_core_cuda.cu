@@ -516,9 +516,11 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
 }
 
 // The quarter sweeps' copy warp (GdnCudaConfig::sweep_copy_warp) only changes which warp issues
-// the tile copies: outputs and every gradient bitwise those of the sweep warps issuing them, for
-// the forward, the backward that re-runs the forward beside its own and the saved-forward backward,
-// with a short last sub-chunk.
+// the tile copies, and its multicast to clusters of 4 or 8 blocks (sweep_multicast) only where
+// the shared tiles' bytes come from: outputs and every gradient bitwise those of the sweep warps
+// issuing the copies, for the forward, the backward that re-runs the forward beside its own
+// (forward and reverse clusters in one grid) and the saved-forward backward, with a short last
+// sub-chunk (its K and Q rows zero-filled), two sequences and carried states.
 TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   SKIP_WITHOUT_GPU();
   const uint64_t seed = fresh_seed();
@@ -530,9 +532,14 @@ TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
     RunOptions own = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);  // one row group per block
     own.cfg.saved_forward = saved;
     own.cfg.sweep_copy_warp = -1;
-    RunOptions copy_warp = own;
-    copy_warp.cfg.sweep_copy_warp = 1;
-    expect_bitwise_equal(run_gpu(p, copy_warp), run_gpu(p, own));
+    const Gpu base = run_gpu(p, own);
+    for (int multicast : {-1, 4, 8}) {
+      SCOPED_TRACE("copy warp, sweep_multicast " + std::to_string(multicast));
+      RunOptions copy_warp = own;
+      copy_warp.cfg.sweep_copy_warp = 1;
+      copy_warp.cfg.sweep_multicast = multicast;
+      expect_bitwise_equal(run_gpu(p, copy_warp), base);
+    }
   }
 }
 
@@ -782,6 +789,17 @@ TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
   EXPECT_THROW(gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
                                       &bad_copy, nullptr, bad_copy),
                Error);
+  for (auto [multicast, copy_warp] : {std::pair{3, 0}, {8, -1}}) {  // 4 or 8 blocks, and only with the copy warp
+    GdnCudaConfig bad_multicast;
+    bad_multicast.sweep_multicast = multicast, bad_multicast.sweep_copy_warp = copy_warp;
+    try {
+      gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+                             &bad_multicast, nullptr, bad_multicast);
+      ADD_FAILURE() << "sweep_multicast " << multicast << " with sweep_copy_warp " << copy_warp << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("sweep_multicast"), std::string::npos) << e.what();
+    }
+  }
   GdnCudaConfig bad_pre;
   bad_pre.pre = 3;  // kDefaultPre, kPreScalar or kPreMma
   try {

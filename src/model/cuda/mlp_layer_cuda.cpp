@@ -11,8 +11,9 @@
 namespace stateflow {
 
 namespace {
-// a = x W1 and b = x W3: two tensors, or with W1 and W3 sharing a bf16 copy (fused_proj) the two
-// column blocks of one [rows, 2F] GEMM output (then ab holds it and b points into it).
+// a = x W1 and b = x W3: two tensors, or with W1 and W3 sharing a bf16 copy (lever fused_mlp) the
+// two column blocks of one [rows, 2F] GEMM output (then a holds both, b is empty and b_at points
+// into a).
 struct MlpCudaStash : Stash {
   Tensor x, a, b, h;
   int64_t ld = 0;  // a's and b's row stride
