@@ -69,7 +69,8 @@
 //   sweep_multicast  GDN core: each quarter-sweep block loads the W, K (Q) tiles from L2 itself
 //                 (instead of the copy warps of a head's 8 blocks, one thread-block cluster,
 //                 each fetching 8 rows of them multicast to all 8: mixers/gdn/
-//                 gdn_core_quarter_sweeps.cuh; GdnCudaConfig::sweep_multicast; same bits)
+//                 gdn_core_quarter_sweeps.cuh; GdnCudaConfig::sweep_multicast; same bits; on the H200
+//                 bitwise but 3x slower, ST 0.54 -> 1.62 ms at 32K: opt-in, docs/benchmarks.md)
 //   b4_ring_early  GDN core B4's deep ring: the second pass's first slabs and v issued after the Out
 //                 terms' product (instead of as soon as the first pass ends, dPG and T placed where
 //                 dO was; GdnCudaConfig::kB4EarlySlabs; same bits)
@@ -99,8 +100,8 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early"};
 
-// Levers not yet made defaults (not yet run on a GPU, or, like graphs, run and passing but not
-// yet worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
+// Levers not yet made defaults (not yet run on a GPU, or, like graphs, fused_mlp and
+// sweep_multicast, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
 inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast"};
 
