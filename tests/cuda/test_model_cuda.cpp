@@ -191,17 +191,25 @@ TEST_P(MixerConformanceCuda, ChunksAtMultiplesOfTheWeightGradStepAreBitwiseTheUn
   }
 }
 
+// gdn.keep_sweep's tests: the first GPU case's model (a GDN layer), a fresh seed in every failure's trace.
+class GdnKeptSweepCuda : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    init_cuda_backend();
+  }
+
+  const uint64_t seed = fresh_seed();
+  const ::testing::ScopedTrace seed_trace{__FILE__, __LINE__, "seed " + std::to_string(seed)};
+  Rng rng{seed};
+  ModelConfig cfg = model_of(kGpuMixerCases[0], seed);
+};
+
 // What the planner prices a kept sweep with: a unit's stash as the stage executor (and the cost
 // profile, layer by layer) counts it, the tracker's activations. gdn.keep_sweep adds exactly G, W,
 // V_new and the entering states, 1028 bytes per token and value head and GDN layer (a chunk of
 // 64-token multiples: no padded sub-chunk).
-TEST(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
-  SKIP_WITHOUT_GPU();
-  init_cuda_backend();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  ModelConfig cfg = model_of(kGpuMixerCases[0], seed);
+TEST_F(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
   const int64_t B = 2, T = 512, heads = cfg.mixers["gdn"]["heads"].get<int64_t>();
   const Batch b = random_batch(rng, B, T, cfg.vocab_size);
   auto stash_bytes = [&](bool keep_sweep) {
@@ -377,13 +385,7 @@ INSTANTIATE_TEST_SUITE_P(Mixers, MixerConformanceCuda, ::testing::ValuesIn(kGpuM
 // gdn.keep_sweep keeps the core's forward sweep results from each layer's forward to its
 // backward instead of sweeping again: the loss statistics and every gradient bitwise those of
 // the step without it, unchunked and chunked (at the weight-gradient step and elsewhere).
-TEST(GdnKeptSweepCuda, GivesBitwiseTheStepWithoutIt) {
-  SKIP_WITHOUT_GPU();
-  init_cuda_backend();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
-  ModelConfig cfg = model_of(kGpuMixerCases[0], seed);
+TEST_F(GdnKeptSweepCuda, GivesBitwiseTheStepWithoutIt) {
   Model plain(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA);
   cfg.mixers["gdn"]["keep_sweep"] = true;
   cfg.validate();

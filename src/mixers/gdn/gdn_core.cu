@@ -204,6 +204,22 @@ struct PreSmem {
 
 __device__ inline float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
+// Pre's inputs (pre_kernel and pre_mma_kernel): the k and v rows (one plan: DV = DK) and the copies
+// more() issues with them, loaded under the decays (load_decays; G also to the workspace).
+template <bool kPlans, class More>
+__device__ void load_pre_inputs(const Args& a, Tile<C, DK> Ks, Tile<C, DV> Vs, int64_t r0, int64_t ws0, int nv,
+                                float* G, float* gam, float* beta, int tid, More&& more) {
+  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);
+  copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
+  copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
+  more();
+  cuda::cp_async_commit();
+  load_decays(a, r0, nv, G, gam, beta, tid);
+  if (tid < C) a.G[ws0 + tid] = G[tid];
+  cuda::cp_async_wait_all();
+  __syncthreads();
+}
+
 template <bool kFromT, bool kPlans>
 __global__ void __launch_bounds__(256) pre_kernel(Args a) {
   using S = PreSmem<kFromT>;
@@ -219,14 +235,7 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
   float* Af = reinterpret_cast<float*>(sm + S::A);
   float *G = reinterpret_cast<float*>(sm + S::vec), *gam = G + C, *beta = gam + C;
 
-  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);  // DV = DK: one plan for k and v
-  copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
-  copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
-  cuda::cp_async_commit();
-  load_decays(a, r0, nv, G, gam, beta, tid);
-  if (tid < C) a.G[ws0 + tid] = G[tid];
-  cuda::cp_async_wait_all();
-  __syncthreads();
+  load_pre_inputs<kPlans>(a, Ks, Vs, r0, ws0, nv, G, gam, beta, tid, [] {});
   if constexpr (!kFromT) {
     {
       Frag<16, 32> kk;
@@ -1202,6 +1211,53 @@ __device__ T columns_from(T t, int c0) {
   return T{t.p + c0};
 }
 
+// Epilogue pieces b4_kernel and b4_ring_kernel share, so their bits stay the same.
+
+// Adds one thread's share of <dSe, S> from eight columns of slab row r (c, c + 1, ..., c + 7).
+template <class TS>
+__device__ __forceinline__ void add_slab_dot8(float& sds, TS Sslab, TS dSslab, int r, int c) {
+  const uint4 xs = *reinterpret_cast<const uint4*>(Sslab.at(r, c));
+  const uint4 xd = *reinterpret_cast<const uint4*>(dSslab.at(r, c));
+  const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
+    sds += fd.x * fs.x + fd.y * fs.y;
+  }
+}
+
+// Y's sums from a lane's partial sums of a 16 x 32 fragment: row sums rs (rows m0 + lane / 4 and
+// + 8) to yr, column sums cs (columns wn * 32 + 8 j + 2 (lane % 4) + p) over the warp's 16 rows to yc.
+__device__ __forceinline__ void store_y_sums(float (&rs)[2], const float (&cs)[4][2], int lane, int m0, int wn,
+                                             float* yr, float* yc) {
+  rs[0] = cuda::quad_sum(rs[0]), rs[1] = cuda::quad_sum(rs[1]);
+  if ((lane & 3) == 0) {
+    yr[m0 + (lane >> 2)] = rs[0];
+    yr[m0 + (lane >> 2) + 8] = rs[1];
+  }
+#pragma unroll
+  for (int j = 0; j < 4; ++j)
+#pragma unroll
+    for (int p = 0; p < 2; ++p) {  // the warp's 16 rows of column c are in lanes with equal lane % 4
+      float x = cs[j][p];
+      x += __shfl_xor_sync(0xffffffffu, x, 4);
+      x += __shfl_xor_sync(0xffffffffu, x, 8);
+      x += __shfl_xor_sync(0xffffffffu, x, 16);
+      if (lane < 4) yc[wn * 32 + j * 8 + 2 * lane + p] = x;
+    }
+}
+
+// Token r's scalars from the per-warp partial sums in the vectors vec(i): x = dbeta, y = dG before
+// the state-decay terms and the reverse cumsum.
+template <class S, class Vec>
+__device__ __forceinline__ float2 token_dbeta_dG(Vec&& vec, const float* beta, const float* gam, int r) {
+  const float tkb = vec(S::vTkb)[r] + vec(S::vTkb + 1)[r], tvb = vec(S::vTvb)[r] + vec(S::vTvb + 1)[r];
+  const float qdq = vec(S::vQdq)[r] + vec(S::vQdq + 1)[r], kdk = vec(S::vKdk)[r] + vec(S::vKdk + 1)[r];
+  const float yr = vec(S::vYr)[r] + vec(S::vYr + 1)[r];
+  const float yc = ((vec(S::vYc)[r] + vec(S::vYc + 1)[r]) + vec(S::vYc + 2)[r]) + vec(S::vYc + 3)[r];
+  return make_float2(gam[r] * tkb + tvb + yr, qdq - kdk + beta[r] * gam[r] * tkb + beta[r] * yr - yc);
+}
+
 template <int SR, class P, bool kPlans>
 __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(Args a) {
   using S = B4Smem<SR, P>;
@@ -1259,17 +1315,8 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   stream_slabs<SR, P>(issue_S_dSe, [&](int j, int slot) {
     P::template issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Sslab(slot), wn * HK);
     P::template issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSslab(slot), wn * HK);
-    for (int i = tid; i < SR * DK / 8; i += 256) {
-      const int r = i / (DK / 8), c = (i % (DK / 8)) * 8;
-      const uint4 xs = *reinterpret_cast<const uint4*>(Sslab(slot).at(r, c));
-      const uint4 xd = *reinterpret_cast<const uint4*>(dSslab(slot).at(r, c));
-      const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
-        sds += fd.x * fs.x + fd.y * fs.y;
-      }
-    }
+    for (int i = tid; i < SR * DK / 8; i += 256)
+      add_slab_dot8(sds, Sslab(slot), dSslab(slot), i / (DK / 8), (i % (DK / 8)) * 8);
     P::wait();
   });
   if (tid < C) gam[tid] = expf(G[tid]);
@@ -1378,21 +1425,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
         cs[j][e & 1] += beta[r] * y;
         *Xs.at(r, c) = __float2bfloat16(xx);
       }
-    rs[0] = cuda::quad_sum(rs[0]), rs[1] = cuda::quad_sum(rs[1]);
-    if ((lane & 3) == 0) {
-      vec(S::vYr + wn)[m0 + (lane >> 2)] = rs[0];
-      vec(S::vYr + wn)[m0 + (lane >> 2) + 8] = rs[1];
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {  // the warp's 16 rows of column c are in lanes with equal lane % 4
-        float x = cs[j][p];
-        x += __shfl_xor_sync(0xffffffffu, x, 4);
-        x += __shfl_xor_sync(0xffffffffu, x, 8);
-        x += __shfl_xor_sync(0xffffffffu, x, 16);
-        if (lane < 4) vec(S::vYc + wm)[wn * 32 + j * 8 + 2 * lane + p] = x;
-      }
+    store_y_sums(rs, cs, lane, m0, wn, vec(S::vYr + wn), vec(S::vYc + wm));
   }
   P::sync();
   P::template issue<C, Lay::Row, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
@@ -1400,11 +1433,8 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   store_rows(dk, a.dk + r0 * DK, ldk, m0, wn * HK, nv);
   if (tid < C) {  // per-token scalars: dbeta, and dG before the reverse cumsum
     const int r = tid;
-    const float tkb = vec(S::vTkb)[r] + vec(S::vTkb + 1)[r], tvb = vec(S::vTvb)[r] + vec(S::vTvb + 1)[r];
-    const float qdq = vec(S::vQdq)[r] + vec(S::vQdq + 1)[r], kdk = vec(S::vKdk)[r] + vec(S::vKdk + 1)[r];
-    const float yr = vec(S::vYr)[r] + vec(S::vYr + 1)[r];
-    const float yc = ((vec(S::vYc)[r] + vec(S::vYc + 1)[r]) + vec(S::vYc + 2)[r]) + vec(S::vYc + 3)[r];
-    float dG = qdq - kdk + beta[r] * gam[r] * tkb + beta[r] * yr - yc;
+    const float2 dbeta_dG = token_dbeta_dG<S>(vec, beta, gam, r);
+    float dG = dbeta_dG.y;
     if (r == C - 1) {  // the sub-chunk's last row also carries the state-decay terms
       float ms = 0.f, ss = 0.f;
       for (int c = 0; c < C; ++c) ms += vec(S::vM)[c] + vec(S::vM + 1)[c];
@@ -1412,7 +1442,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
       dG += gam[C - 1] * ss + ms;
     }
     vec(S::vdG)[r] = dG;
-    if (r < nv) a.dbeta[r0 + int64_t(r) * a.H] = gam[r] * tkb + tvb + yr;
+    if (r < nv) a.dbeta[r0 + int64_t(r) * a.H] = dbeta_dG.x;
   }
   P::sync();
   if (tid < nv) {  // dg = reverse cumsum of dG within the sub-chunk

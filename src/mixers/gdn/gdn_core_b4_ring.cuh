@@ -143,15 +143,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
               [&](int j, int slot) {
                 P::issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Spair(slot), wn * HK);
                 P::issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSpair(slot), wn * HK);
-                const int r = tid / (DK / 8), c = (tid % (DK / 8)) * 8;
-                const uint4 xs = *reinterpret_cast<const uint4*>(Spair(slot).at(r, c));
-                const uint4 xd = *reinterpret_cast<const uint4*>(dSpair(slot).at(r, c));
-                const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                  const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
-                  sds += fd.x * fs.x + fd.y * fs.y;
-                }
+                add_slab_dot8(sds, Spair(slot), dSpair(slot), tid / (DK / 8), (tid % (DK / 8)) * 8);
               });
   // dV_new's half of the ring is free now; it loads under the Out terms (kEarly: the second pass's
   // first slabs too).
@@ -291,21 +283,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
         put2(Xs.at(r, c), xx[0], xx[1]);
       }
     }
-    rs[0] = cuda::quad_sum(rs[0]), rs[1] = cuda::quad_sum(rs[1]);
-    if ((lane & 3) == 0) {
-      vec(S::vYr + wn)[ra] = rs[0];
-      vec(S::vYr + wn)[rb] = rs[1];
-    }
-#pragma unroll
-    for (int j = 0; j < 4; ++j)
-#pragma unroll
-      for (int p = 0; p < 2; ++p) {  // the warp's 16 rows of column c are in lanes with equal lane % 4
-        float x = cs[j][p];
-        x += __shfl_xor_sync(0xffffffffu, x, 4);
-        x += __shfl_xor_sync(0xffffffffu, x, 8);
-        x += __shfl_xor_sync(0xffffffffu, x, 16);
-        if (lane < 4) vec(S::vYc + wm)[wn * 32 + j * 8 + 2 * lane + p] = x;
-      }
+    store_y_sums(rs, cs, lane, m0, wn, vec(S::vYr + wn), vec(S::vYc + wm));
   }
   __syncthreads();
   P::issue<C, Lay::Row, Lay::Row>(dk, Xs, m0, Ks, wn * HK);
@@ -313,12 +291,9 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   store_rows(dk, a.dk + r0 * DK, ldk, m0, wn * HK, nv);
   if (tid < C) {  // per-token scalars: dbeta, and dG before the reverse cumsum
     const int r = tid;
-    const float tkb = vec(S::vTkb)[r] + vec(S::vTkb + 1)[r], tvb = vec(S::vTvb)[r] + vec(S::vTvb + 1)[r];
-    const float qdq = vec(S::vQdq)[r] + vec(S::vQdq + 1)[r], kdk = vec(S::vKdk)[r] + vec(S::vKdk + 1)[r];
-    const float yr = vec(S::vYr)[r] + vec(S::vYr + 1)[r];
-    const float yc = ((vec(S::vYc)[r] + vec(S::vYc + 1)[r]) + vec(S::vYc + 2)[r]) + vec(S::vYc + 3)[r];
-    vec(S::vdG)[r] = qdq - kdk + beta[r] * gam[r] * tkb + beta[r] * yr - yc;
-    if (r < nv) a.dbeta[r0 + int64_t(r) * a.H] = gam[r] * tkb + tvb + yr;
+    const float2 dbeta_dG = token_dbeta_dG<S>(vec, beta, gam, r);
+    vec(S::vdG)[r] = dbeta_dG.y;
+    if (r < nv) a.dbeta[r0 + int64_t(r) * a.H] = dbeta_dG.x;
   } else if (tid == C) {  // beside them, the state-decay terms the last row also carries (a serial sum)
     float ms = 0.f, ss = 0.f;
     for (int c = 0; c < C; ++c) ms += vec(S::vM)[c] + vec(S::vM + 1)[c];

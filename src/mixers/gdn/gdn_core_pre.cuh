@@ -216,18 +216,12 @@ __global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mm
   auto Ts = tile_at<Tile<C, C>>(sm, S::T);
   float *G = reinterpret_cast<float*>(sm + S::vec), *gam = G + C, *beta = gam + C;
 
-  const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);  // DV = DK: one plan for k and v
-  copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
-  copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
-  if constexpr (kFromT) {
-    const BlockCopy<Tile<C, C>, kPlans> copy_T(tid);
-    copy_T(Ts, Tg, C);
-  }
-  cuda::cp_async_commit();
-  load_decays(a, r0, nv, G, gam, beta, tid);
-  if (tid < C) a.G[ws0 + tid] = G[tid];
-  cuda::cp_async_wait_all();
-  __syncthreads();
+  load_pre_inputs<kPlans>(a, Ks, Vs, r0, ws0, nv, G, gam, beta, tid, [&] {
+    if constexpr (kFromT) {
+      const BlockCopy<Tile<C, C>, kPlans> copy_T(tid);
+      copy_T(Ts, Tg, C);
+    }
+  });
   if constexpr (!kFromT) {
     auto A_hi = tile_at<LowerTile>(sm, S::A_hi), A_lo = tile_at<LowerTile>(sm, S::A_lo);
     auto Td_hi = tile_at<DiagTile>(sm, S::Td_hi), Td_lo = tile_at<DiagTile>(sm, S::Td_lo);

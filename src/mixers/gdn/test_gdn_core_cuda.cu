@@ -185,13 +185,18 @@ void expect_band_and_twice(const Gpu& x, const Ref& ref, const std::vector<std::
   }
 }
 
+// A fresh seed for the tests that draw inputs, named in every failure's trace.
+class GdnCoreCuda : public ::testing::Test {
+ protected:
+  const uint64_t seed = fresh_seed();
+  const ::testing::ScopedTrace seed_trace{__FILE__, __LINE__, "seed " + std::to_string(seed)};
+  Rng rng{seed};
+};
+
 // Null states mean zero; the tile sweeps give the same bits for every value tile and the row
 // sweeps for every number of warps per block (each row's arithmetic is the same).
-TEST(GdnCoreCuda, NullStatesMeanZeroAndEveryTilingAgrees) {
+TEST_F(GdnCoreCuda, NullStatesMeanZeroAndEveryTilingAgrees) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   Problem p = make_problem(rng, 1, 150, 2);
   Problem zero = p;
   std::fill(zero.S_in.begin(), zero.S_in.end(), 0.0);
@@ -268,11 +273,8 @@ void expect_bitwise_equal(const Gpu& got, const Gpu& want) {
   EXPECT_TRUE(bitwise_equal(got.dS_in, want.dS_in)) << "dS_in";
 }
 
-TEST(GdnCoreCuda, UnsplitCoreSplitAtMultiplesOfCIsBitwiseNeutral) {
+TEST_F(GdnCoreCuda, UnsplitCoreSplitAtMultiplesOfCIsBitwiseNeutral) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 300, 2);
   for (const SweepCase& sc : kSweeps) {
     SCOPED_TRACE(sc.name);
@@ -283,11 +285,8 @@ TEST(GdnCoreCuda, UnsplitCoreSplitAtMultiplesOfCIsBitwiseNeutral) {
 
 // The split core with 128-token pieces (2 sub-chunks): a call cut at multiples of 128 repeats
 // the uncut call's fold, so every output is bitwise the same; also for a null S_in / dS_out.
-TEST(GdnCoreCuda, SplitCoreSplitAtMultiplesOfThePieceIsBitwiseNeutral) {
+TEST_F(GdnCoreCuda, SplitCoreSplitAtMultiplesOfThePieceIsBitwiseNeutral) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 700, 2);  // 5 whole pieces and one of 60 tokens
   const RunOptions opt = pieces_of(128);
   expect_bitwise_equal(run_split(p, {128, 512, 640}, opt), run_gpu(p, opt));
@@ -310,11 +309,8 @@ TEST(GdnCoreCuda, SplitCoreSplitAtMultiplesOfThePieceIsBitwiseNeutral) {
 // Against the float64 recurrence on lengths that divide neither the piece nor C, with decays
 // near 1 (g ~ -1e-3 per token) and near 0 (g ~ -20), for several piece lengths and tiles; the
 // split core stays within the band the unsplit core is held to.
-TEST(GdnCoreCuda, SplitCoreMatchesFloat64RecurrenceIncludingExtremeDecays) {
+TEST_F(GdnCoreCuda, SplitCoreMatchesFloat64RecurrenceIncludingExtremeDecays) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   for (const std::string decay : {"layer", "near 1", "near 0"}) {
     Problem p = make_problem(rng, 1, 459, 3);  // 7 sub-chunks + 11 tokens
     for (double& g : p.g) {
@@ -343,11 +339,8 @@ TEST(GdnCoreCuda, SplitCoreMatchesFloat64RecurrenceIncludingExtremeDecays) {
   }
 }
 
-TEST(GdnCoreCuda, SplitCoreIsTheSameForEveryPieceTile) {
+TEST_F(GdnCoreCuda, SplitCoreIsTheSameForEveryPieceTile) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 390, 2);
   const Gpu a = run_gpu(p, pieces_of(128, 32));
   for (int tile : {64, 128}) {
@@ -356,11 +349,8 @@ TEST(GdnCoreCuda, SplitCoreIsTheSameForEveryPieceTile) {
   }
 }
 
-TEST(GdnCoreCuda, SplitElsewhereStaysWithinTwiceTheUnsplitError) {
+TEST_F(GdnCoreCuda, SplitElsewhereStaysWithinTwiceTheUnsplitError) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 1, 260, 2);
   const Ref ref = reference(p);
   // Whole-tensor (2-norm) errors: the worst entry of a 260-token run is one token's luck.
@@ -383,11 +373,8 @@ TEST(GdnCoreCuda, SplitElsewhereStaysWithinTwiceTheUnsplitError) {
 // B4 streams the state and its gradient in slabs of value rows; every slab height adds the
 // same products in the same order, so the gradients are the same bits, and they stay in the
 // float64 band (batch 2 x 3 heads, a short last sub-chunk).
-TEST(GdnCoreCuda, B4GivesTheSameBitsForEverySlabHeight) {
+TEST_F(GdnCoreCuda, B4GivesTheSameBitsForEverySlabHeight) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   const Ref ref = reference(p);
   const Gpu auto_slab = run_gpu(p, unsplit());
@@ -408,12 +395,9 @@ TEST(GdnCoreCuda, B4GivesTheSameBitsForEverySlabHeight) {
 // the same products over the same 16-wide K steps, and on the H200 the tensor cores' fp32 sums
 // agree too, so every output is the same bits; wgmma's B4 stays in the float64 band and gives the
 // same bits at every slab height.
-TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
+TEST_F(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
   SKIP_WITHOUT_GPU();
   if (!gdn_cuda_wgmma_available()) GTEST_SKIP() << "B4 on wgmma needs a compute capability 9.x GPU and sm_90a code";
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   const Ref ref = reference(p);
   RunOptions mma = unsplit(), wg = unsplit();
@@ -433,11 +417,8 @@ TEST(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
 // second pass; its early slabs or not) against the two-slot B4: the same products and epilogue expressions, so every
 // output and gradient is the same bits, recomputing T and from a kept T; and a short last
 // sub-chunk stays in the float64 band.
-TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
+TEST_F(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   const Ref ref = reference(p);
   for (bool keep_T : {false, true}) {
@@ -463,11 +444,8 @@ TEST(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
 // Tile copies through each thread's precomputed plan (the lever tile_copies) land the same bytes
 // as the generic loop: every output and gradient the same bits, recomputing T and from a kept T,
 // with either of B4's products where wgmma can run.
-TEST(GdnCoreCuda, TileCopyPlansGiveTheLoopsBits) {
+TEST_F(GdnCoreCuda, TileCopyPlansGiveTheLoopsBits) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   for (int mma : {GdnCudaConfig::kMmaSync, GdnCudaConfig::kWgmma}) {
     if (mma == GdnCudaConfig::kWgmma && !gdn_cuda_wgmma_available()) continue;
@@ -483,11 +461,8 @@ TEST(GdnCoreCuda, TileCopyPlansGiveTheLoopsBits) {
   }
 }
 
-TEST(GdnCoreCuda, RunsAreBitwiseRepeatable) {
+TEST_F(GdnCoreCuda, RunsAreBitwiseRepeatable) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 1, 517, 4);
   const Gpu a = run_gpu(p), b = run_gpu(p);
   EXPECT_TRUE(bitwise_equal(a.raw_o, b.raw_o) && bitwise_equal(a.S_out, b.S_out)) << "forward";
@@ -498,11 +473,8 @@ TEST(GdnCoreCuda, RunsAreBitwiseRepeatable) {
       << "dbeta, dg, dS_in";
 }
 
-TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
+TEST_F(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   const Ref ref = reference(p);
   for (const SweepCase& sc : kSweeps) {
@@ -521,11 +493,8 @@ TEST(GdnCoreCuda, BackwardFromSavedForwardEqualsRecompute) {
 // issuing the copies, for the forward, the backward that re-runs the forward beside its own
 // (forward and reverse clusters in one grid) and the saved-forward backward, with a short last
 // sub-chunk (its K and Q rows zero-filled), two sequences and carried states.
-TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
+TEST_F(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   for (bool saved : {false, true}) {
     SCOPED_TRACE(saved ? "saved forward" : "recomputing backward");
@@ -546,11 +515,8 @@ TEST(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
 // B1 from a kept T (the layer's default): outputs and every gradient bitwise those of the
 // backward that recomputes T, for each unsplit sweep and the split core, with a short last
 // sub-chunk and the workspace poisoned between the calls (nothing but T may survive).
-TEST(GdnCoreCuda, BackwardFromKeptTEqualsRecomputeBitwise) {
+TEST_F(GdnCoreCuda, BackwardFromKeptTEqualsRecomputeBitwise) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   const Ref ref = reference(p);
   std::vector<std::pair<std::string, RunOptions>> cases;
@@ -572,11 +538,8 @@ TEST(GdnCoreCuda, BackwardFromKeptTEqualsRecomputeBitwise) {
 // (which re-runs its piece sweeps anyway), with a short last sub-chunk and the workspace
 // poisoned between the calls; and calls cut at multiples of C, each chunk keeping its own,
 // bitwise the one call.
-TEST(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
+TEST_F(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   const Ref ref = reference(p);
   std::vector<std::pair<std::string, RunOptions>> cases;
@@ -600,7 +563,7 @@ TEST(GdnCoreCuda, BackwardFromKeptSweepEqualsRecomputeBitwise) {
 // A kept sweep buffer holds G (4 bytes per token), W (2 dk), V_new (2 dv) and the entering states
 // (2 dv dk per sub-chunk), 1028 bytes per token and head at 64-token multiples, and the workspace
 // has that much less room. Host code: runs without a GPU.
-TEST(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
+TEST_F(GdnCoreCuda, KeptSweepBytesComeOutOfTheWorkspace) {
   GdnDims d;
   d.batch = 2, d.heads = 3, d.len = 4096, d.dk = DK, d.dv = DV, d.block = C;
   EXPECT_EQ(gdn_cuda_kept_sweep_bytes(d), size_t(1028) * 2 * 3 * 4096);
@@ -663,11 +626,8 @@ Vec float64_T(const Problem& p) {
 // split products' ~2^-16), and every output and gradient in the float64 band and within 2x the
 // scalar Pre's whole-tensor error, with the layer's decays and decays near 1 and near 0, a
 // short last sub-chunk, recomputing T and from a kept T.
-TEST(GdnCoreCuda, PreOnTensorCoresMatchesFloat64AsTheScalarPreDoes) {
+TEST_F(GdnCoreCuda, PreOnTensorCoresMatchesFloat64AsTheScalarPreDoes) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   for (const std::string decay : {"layer", "near 1", "near 0"}) {
     SCOPED_TRACE("decay " + decay);
     Problem p = make_problem(rng, 2, 331, 3);  // 5 sub-chunks + 11 tokens
@@ -706,11 +666,8 @@ TEST(GdnCoreCuda, PreOnTensorCoresMatchesFloat64AsTheScalarPreDoes) {
 // scalar Pre kept gives the same bits with B1 on the tensor-core kernel, and a backward from a T
 // the tensor-core Pre kept the same bits with B1 on the scalar kernel (batch 2 x 3 heads, a short
 // last sub-chunk); and the tensor-core Pre's backward from its kept T equals its recompute.
-TEST(GdnCoreCuda, PreOnTensorCoresFormsWAndUFromAKeptTAsTheScalarPreDoes) {
+TEST_F(GdnCoreCuda, PreOnTensorCoresFormsWAndUFromAKeptTAsTheScalarPreDoes) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 333, 3);
   for (int forward : {GdnCudaConfig::kPreScalar, GdnCudaConfig::kPreMma}) {
     SCOPED_TRACE(forward == GdnCudaConfig::kPreMma ? "T from the tensor-core Pre" : "T from the scalar Pre");
@@ -729,11 +686,8 @@ TEST(GdnCoreCuda, PreOnTensorCoresFormsWAndUFromAKeptTAsTheScalarPreDoes) {
 }
 
 // Pre on tensor cores keeps the unsplit core's chunk rule: splits at multiples of C are bitwise neutral.
-TEST(GdnCoreCuda, PreOnTensorCoresSplitAtMultiplesOfCIsBitwiseNeutral) {
+TEST_F(GdnCoreCuda, PreOnTensorCoresSplitAtMultiplesOfCIsBitwiseNeutral) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   const Problem p = make_problem(rng, 2, 300, 2);
   RunOptions opt = unsplit();
   opt.cfg.pre = GdnCudaConfig::kPreMma;
@@ -743,11 +697,8 @@ TEST(GdnCoreCuda, PreOnTensorCoresSplitAtMultiplesOfCIsBitwiseNeutral) {
 // The row sweeps against the float64 recurrence with the layer's decays, decays near 1 and
 // near 0, batch 2 x 1 and x 3 heads: held to the band and to within 2x the tile sweeps'
 // whole-tensor error.
-TEST(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
+TEST_F(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
   SKIP_WITHOUT_GPU();
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
   for (const std::string decay : {"layer", "near 1", "near 0"})
     for (int64_t heads : {1, 3}) {
       Problem p = make_problem(rng, 2, 331, heads);  // 5 sub-chunks + 11 tokens
@@ -764,7 +715,7 @@ TEST(GdnCoreCuda, RowSweepsMatchFloat64RecurrenceAsTheTileSweepsDo) {
     }
 }
 
-TEST(GdnCoreCuda, RejectsUnsupportedSizes) {
+TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
   GdnDims d;
   d.len = 64, d.dk = 64, d.dv = 128;
   EXPECT_THROW(gdn_cuda_workspace_bytes(d), Error);
@@ -845,7 +796,7 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-TEST(GdnCoreCuda, DefaultPieceLengthSweepAndB4ComeFromTheEnvironment) {
+TEST_F(GdnCoreCuda, DefaultPieceLengthSweepAndB4ComeFromTheEnvironment) {
   const char* var = "STATEFLOW_GDN_PIECE_LEN";
   GdnDims d;
   d.len = 4096, d.heads = 2;
