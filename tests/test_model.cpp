@@ -12,6 +12,7 @@
 #include "mixers/gdn/gdn_layer.h"
 #include "model/lm_head.h"
 #include "model/mlp_layer.h"
+#include "model/device_ops.h"
 #include "model/model.h"
 #include "model/residual.h"
 #include "test_util.h"
@@ -164,6 +165,17 @@ TEST(Model, ThreadedBuildGivesEveryLayerTheWeightsOfItsOwnStream) {
 // peak (before the fix the host also allocated and zeroed every grad: 5.9 GB for gdn-1.3b).
 TEST(Model, PlacedOnADeviceHoldsNoHostGradsOrOptimizerState) {
   HostBackedDevice device;
+  // Sharing a group's bf16 copies (fused_proj, fused_mlp) casts on the GPU, which the stand-in
+  // has not: keep each param's own copy here (the same bytes in Weights either way).
+  bool& gdn_shared = bf16_group_shared_for_thread(kGdnInProj);
+  bool& mlp_shared = bf16_group_shared_for_thread(kMlpUpProj);
+  const bool gdn_was = gdn_shared, mlp_was = mlp_shared;
+  gdn_shared = mlp_shared = false;
+  struct Restore {
+    bool &gdn, &mlp;
+    bool gdn_was, mlp_was;
+    ~Restore() { gdn = gdn_was, mlp = mlp_was; }
+  } restore{gdn_shared, mlp_shared, gdn_was, mlp_was};
   ModelConfig cfg = model_preset("tiny");
   cfg.pattern = "GMA";
   cfg.mixers["gdn"] = {{"heads", 1}, {"head_dk", 128}, {"head_dv", 128}, {"block_size", 64}};  // what the GPU runs
