@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 
 #include "cuda_test_util.h"
+#include "gradient_terms.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_graph_cuda.h"
 #include "kernels/cuda/side_stream_cuda.h"
@@ -40,6 +42,10 @@ using testing::random_batch;
 struct GpuMixerCase {
   char letter;
   nlohmann::json section;
+  // A weight whose gradient reaches it through a suffix sum over every later token (mamba3's
+  // angle projection: the cumulative angle's gradient), which cancels as the per-head scalars'
+  // sums do: it gets kSuffixSumBand instead of kTensorBand.
+  const char* suffix_sum_weight = "";
 };
 const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
@@ -48,8 +54,9 @@ const GpuMixerCase kGpuMixerCases[] = {
     // the core's forward sweep kept in the stash (gdn.keep_sweep), grouped values
     {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64},
            {"keep_sweep", true}}},
-    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}},
-    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}}},
+    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}, "Wang"},
+    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}},
+     "Wang"},
     {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
@@ -110,26 +117,60 @@ StepResult run_step(Model& m, const Batch& b, const std::vector<int64_t>& length
 
 // Parameters with fewer elements than this are per-head scalars (dt_bias, A_log, D, ...):
 // each gradient entry is one sum over every token of terms of both signs, so bf16 rounding of
-// the terms shows relative to a net that can be far smaller than they are (seen: dt_bias
-// 5.7e-2 and 1.25e-1 on two seeds of 2-head models). They get a looser band than the rest.
+// the terms shows relative to a net that can be far smaller than they are (mamba3's dt_bias:
+// the terms' magnitudes 25 to 630 times the net over 12 seeds and cases, docs/mamba3.md). Their
+// error is measured against the sum of the terms' magnitudes (testing::gradient_term_magnitudes).
 constexpr int64_t kPerHeadScalars = 64;
+// Their band, relative to the terms' magnitudes: bf16 rounding measured up to ~2.5e-3 (2^-8 =
+// 3.9e-3); a lost token block or a missing term of the sum gives several 1e-2 or more.
+constexpr double kPerHeadScalarBand = 1e-2;
 
 struct WorstGradError {
-  double err = 0;
+  double err = 0, band = 0;
   std::string where;
 };
 
-enum class Params { All, Tensors, PerHeadScalars };
+// Normwise relative gradient error bands of the other parameters: bf16 rounding measured 2.1e-2
+// to 2.3e-2; a wrong path gives O(1). The suffix-summed weight: measured up to 7.0e-2 on a seed
+// whose suffix sums cancel 111-fold (up to 133-fold seen; docs/mamba3.md).
+constexpr double kTensorBand = 5e-2, kSuffixSumBand = 2e-1;
 
-// The worst normwise relative gradient error over the parameters of one kind, and which one.
-WorstGradError worst_grad_error(Model& m, const StepResult& a, const StepResult& ref, Params which) {
+// The parameter (not a per-head scalar) whose normwise relative gradient error is the largest
+// share of its band, its error and band.
+WorstGradError worst_tensor_grad_error(Model& m, const StepResult& a, const StepResult& ref,
+                                       const std::string& suffix_sum_weight) {
   WorstGradError worst;
   auto params = m.params();
   for (size_t i = 0; i < params.size(); ++i) {
-    const bool scalar = params[i]->value.numel() < kPerHeadScalars;
-    if ((which == Params::Tensors && scalar) || (which == Params::PerHeadScalars && !scalar)) continue;
-    const double e = max_rel_diff(a.grads[i].cast(DType::F64), ref.grads[i].cast(DType::F64));
-    if (!(e <= worst.err)) worst = {e, params[i]->name};
+    if (params[i]->value.numel() < kPerHeadScalars) continue;
+    const std::string& name = params[i]->name;
+    const bool suffix_sum =
+        !suffix_sum_weight.empty() && name.size() > suffix_sum_weight.size() &&
+        name.compare(name.size() - suffix_sum_weight.size() - 1, std::string::npos, "." + suffix_sum_weight) == 0;
+    const double e = max_rel_diff(a.grads[i].cast(DType::F64), ref.grads[i].cast(DType::F64)),
+                 band = suffix_sum ? kSuffixSumBand : kTensorBand;
+    if (worst.where.empty() || !(e / band <= worst.err / worst.band)) worst = {e, band, name};
+  }
+  return worst;
+}
+
+// The worst error of a per-head scalar's gradient entry relative to the sum of its per-token
+// terms' magnitudes (the CPU model's, token by token; the model's gradients are left as that
+// 1-token-chunk step's), and which entry.
+WorstGradError worst_per_head_scalar_error(Model& cpu, const Batch& b, const StepResult& a, const StepResult& ref) {
+  auto params = cpu.params();
+  std::vector<size_t> scalars;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i]->value.numel() < kPerHeadScalars) scalars.push_back(i);
+  const std::vector<std::vector<double>> magnitude = testing::gradient_term_magnitudes(cpu, b, scalars);
+  WorstGradError worst;
+  for (size_t k = 0; k < scalars.size(); ++k) {
+    const Tensor got = a.grads[scalars[k]].cast(DType::F64), want = ref.grads[scalars[k]].cast(DType::F64);
+    for (int64_t e = 0; e < got.numel(); ++e) {
+      const double diff = std::abs(got.data<double>()[e] - want.data<double>()[e]),
+                   err = magnitude[k][e] > 0 ? diff / magnitude[k][e] : (diff == 0 ? 0.0 : INFINITY);
+      if (!(err <= worst.err)) worst = {err, kPerHeadScalarBand, params[scalars[k]]->name + "[" + std::to_string(e) + "]"};
+    }
   }
   return worst;
 }
@@ -142,14 +183,15 @@ TEST_P(MixerConformanceCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
   const StepResult ref = run_step(cpu, b, {T});
   const StepResult got = run_step(gpu, b, {T});
   const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
-  const WorstGradError tensors = worst_grad_error(gpu, got, ref, Params::Tensors),
-                       scalars = worst_grad_error(gpu, got, ref, Params::PerHeadScalars);
-  std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e (%s), "
-              "of per-head scalars %.2e (%s)\n",
-              got.loss, ref.loss, loss_err, tensors.err, tensors.where.c_str(), scalars.err, scalars.where.c_str());
+  const WorstGradError tensors = worst_tensor_grad_error(gpu, got, ref, GetParam().suffix_sum_weight),
+                       scalars = worst_per_head_scalar_error(cpu, b, got, ref);
+  std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e of band "
+              "%.0e (%s), of per-head scalars %.2e of their terms' magnitudes (%s)\n",
+              got.loss, ref.loss, loss_err, tensors.err, tensors.band, tensors.where.c_str(), scalars.err,
+              scalars.where.c_str());
   EXPECT_LE(loss_err, 1e-2);
-  EXPECT_LE(tensors.err, 5e-2) << tensors.where;  // measured 2.1e-2 to 2.3e-2; a wrong path gives O(1)
-  EXPECT_LE(scalars.err, 2.5e-1) << scalars.where;  // measured up to 1.25e-1 (see kPerHeadScalars)
+  EXPECT_LE(tensors.err, tensors.band) << tensors.where;
+  EXPECT_LE(scalars.err, kPerHeadScalarBand) << scalars.where;
 }
 
 std::string lengths_name(const std::vector<int64_t>& lengths) {
@@ -328,10 +370,11 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
     const StepResult got = run_step(gpu, b, lengths);
     const double loss_err = std::abs(got.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
     const double grad_err = mean_grad_error(gpu, got, ref);
-    const auto [worst, where] = worst_grad_error(gpu, got, ref, Params::All);
+    const WorstGradError worst = worst_tensor_grad_error(gpu, got, ref, GetParam().suffix_sum_weight);
     std::printf("[ chunks %s vs fp64 CPU ] loss rel error %.2e (unsplit %.2e), mean gradient error %.2e (unsplit "
-                "%.2e), worst %.2e (%s)\n",
-                lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, worst, where.c_str());
+                "%.2e), worst tensor %.2e (%s)\n",
+                lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, worst.err,
+                worst.where.c_str());
     EXPECT_LE(loss_err, 2 * std::max(whole_loss_err, 1e-4)) << lengths_name(lengths);
     EXPECT_LE(grad_err, 2 * whole_grad_err) << lengths_name(lengths);
   }
