@@ -18,6 +18,7 @@
 //   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST; or sweep_buffer)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
 //   dHs bf16 [NS][dv][dk]   gradient of the state leaving each sub-chunk (B3)
+//   progress u32 [2][NS]    the overlap's segment counters (GdnCudaConfig::overlap)
 #include "mixers/gdn/gdn_core_cuda.h"
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "kernels/cuda/levers.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/wgmma_tile.cuh"
+#include "mixers/gdn/gdn_core_overlap_cuda.h"
 
 namespace stateflow {
 namespace {
@@ -62,6 +64,10 @@ struct Args {
   // Split core, fp32 [B][H][NP][128][128] each: the pieces' transitions (Ap), their maps of a zero
   // state (Up: forward state, backward state gradient) and the states the fold hands them (Sp).
   float *Ap, *Up, *Sp;
+  // Overlap (gdn_core_overlap.cuh): the sweeps' segment counters (forward nseg, then reverse; null:
+  // count nothing) and sub-chunks per segment; the first sub-chunk of an Out or B4 launch.
+  unsigned* progress;
+  int seg, nseg, n0;
 
   // Row index of token (b, t, h) in the [B, T, H, *] tensors.
   __device__ int64_t tok(int b, int t, int h) const { return (int64_t(b) * T + t) * H + h; }
@@ -877,6 +883,7 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
   if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
+#include "mixers/gdn/gdn_core_overlap.cuh"
 #include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
 
 // Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
@@ -1078,7 +1085,7 @@ template <bool kPlans>
 __global__ void __launch_bounds__(256) out_kernel(Args a) {
   using S = OutSmem;
   extern __shared__ __align__(128) char sm[];
-  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int n = a.n0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int wm = (tid >> 5) & 3, wn = tid >> 7;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
@@ -1266,7 +1273,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   using TS = typename S::TS;
   constexpr int HK = DK / 2, HV = DV / 2;
   extern __shared__ __align__(128) char sm[];
-  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int n = a.n0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, wm = warp & 3, wn = warp >> 2, m0 = wm * 16;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n), sub = a.ws_sub(b, h, n);
@@ -1526,7 +1533,7 @@ int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
 }
 
 struct WsLayout {
-  size_t G, W, U, Vn, Hs, Tm, dVn, dHs, Ap, Up, Sp, total;
+  size_t G, W, U, Vn, Hs, Tm, dVn, dHs, Ap, Up, Sp, progress, total;
   WsLayout(const GdnDims& d, const GdnCudaConfig& cfg) {
     const size_t bh = size_t(d.batch) * d.heads, ns = size_t((d.len + C - 1) / C), tp = ns * C;
     size_t off = 0;
@@ -1548,6 +1555,7 @@ struct WsLayout {
     Ap = take(bh * np * DK * DK * 4);
     Up = take(bh * np * DV * DK * 4);
     Sp = take(bh * np * DV * DK * 4);
+    progress = take(2 * ns * sizeof(unsigned));  // room for segments of one sub-chunk
     total = off;
   }
 };
@@ -1719,9 +1727,12 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
 // that re-runs the forward sweep beside its own (its 2 x 64 blocks fit on the GPU at once;
 // 2 x 128 do not). copies: the quarter sweeps' copy warp and its multicast (copies_of), with one row group
 // per block only (nine warps would cap the eight sweep warps at 168 registers).
+int row_sweep_warps(int warps, int key_split, bool reverse, bool recompute) {
+  return warps ? warps : (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
+}
 void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompute, const Args& a,
                 cudaStream_t stream) {
-  if (warps == 0) warps = (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
+  warps = row_sweep_warps(warps, key_split, reverse, recompute);
   switch (key_split * 100 + warps) {
     case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
     case 104: return row_sweeps<4, 1>(reverse, recompute, a, stream);
@@ -1857,6 +1868,55 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
         : b4_with<WgmmaProducts, false>(cfg.b4_slab, grid, a, stream);
 }
 
+// Sub-chunks per overlap segment (GdnCudaConfig::overlap_segment), refused when negative.
+int overlap_segment_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.overlap >= -1 && cfg.overlap <= 1,
+           "GDN CUDA core: overlap must be 1 (on), -1 (off) or 0 (the lever core_overlap), got ", cfg.overlap);
+  SF_CHECK(cfg.overlap_segment >= 0, "GDN CUDA core: overlap_segment must be a number of sub-chunks >= 1 (or 0 for ",
+           GdnCudaConfig::kDefaultOverlapSegment, "), got ", cfg.overlap_segment);
+  return cfg.overlap_segment ? cfg.overlap_segment : GdnCudaConfig::kDefaultOverlapSegment;
+}
+
+// Whether the config asks for the overlap and its sweeps can count their segments (the unsplit
+// quarter sweeps); refuses overlap = 1 with other sweeps (called before anything runs).
+bool overlap_asked(const GdnCudaConfig& cfg) {
+  overlap_segment_of(cfg);
+  if (cfg.overlap < 0 || (cfg.overlap == 0 && lever_off("core_overlap"))) return false;
+  const bool quarters = !is_split(cfg) && sweep_of(cfg) == GdnCudaConfig::kRowSweeps && key_split_of(cfg) == KQ;
+  SF_CHECK(quarters || cfg.overlap == 0, "GDN CUDA core: overlap = 1 needs the unsplit quarter sweeps (row sweeps ",
+           "with sweep_key_split 4 or 0, piece_len kUnsplit); set overlap to 0 or -1 for these sweeps");
+  return quarters;
+}
+
+// Whether this call overlaps its sweep with Out or B4: asked for, at least two segments, and a
+// stream the overlap can run on now.
+bool overlaps(const Args& a, const GdnCudaConfig& cfg, cudaStream_t stream) {
+  return overlap_asked(cfg) && a.NS >= 2 * overlap_segment_of(cfg) && gdn_overlap_can_run(stream);
+}
+
+// Runs a row sweep (reverse: B3, with the forward sweep beside it when recompute) on `stream` and
+// beside it `consume` (Out, or B4) on the sub-chunks it has finished, per the overlap plan.
+template <class Consume>
+void overlapped_sweep(const GdnCudaConfig& cfg, bool reverse, bool recompute, const Args& a, void* workspace,
+                      const WsLayout& L, cudaStream_t stream, Consume&& consume) {
+  Args swept = a;
+  swept.seg = overlap_segment_of(cfg), swept.nseg = overlap_segments(a.NS, swept.seg);
+  swept.progress = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + L.progress);
+  const int warps = row_sweep_warps(cfg.sweep_warps, KQ, reverse, recompute);
+  const unsigned blocks = unsigned(DV / (RW * (warps / KQ))) * a.H * a.B;  // per sweep
+  SweepCounters c;
+  c.counters = swept.progress, c.nseg = swept.nseg;
+  c.forward_blocks = !reverse || recompute ? blocks : 0, c.reverse_blocks = reverse ? blocks : 0;
+  gdn_run_overlapped(
+      stream, c, overlap_plan(a.NS, swept.seg, !reverse || recompute, reverse),
+      [&](cudaStream_t s) { row_sweeps(warps, KQ, copies_of(cfg), reverse, recompute, swept, s); },
+      [&](int first, int count, cudaStream_t s) {
+        Args at = a;
+        at.n0 = first;
+        consume(dim3(count, a.H, a.B), at, s);
+      });
+}
+
 }  // namespace
 
 bool gdn_cuda_wgmma_available() {
@@ -1956,10 +2016,21 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   check_dims(d);
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
+  overlap_asked(cfg);  // refuses a bad overlap setting before anything runs
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
+  auto out = [&](dim3 grid, const Args& at, cudaStream_t s) {
+    if (tile_plans(cfg)) launch(out_kernel<true>, grid, 256, OutSmem::bytes, s, at);
+    else launch(out_kernel<false>, grid, 256, OutSmem::bytes, s, at);
+  };
+  if (overlaps(a, cfg, stream)) {
+    overlapped_sweep(cfg, false, false, a, workspace, WsLayout(d, cfg), stream, out);
+    timer.mark();
+    timer.mark();
+    return;
+  }
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
@@ -1968,8 +2039,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
     default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<64, SWEEP_STAGES>::bytes, stream, a);
   }
   timer.mark();
-  if (tile_plans(cfg)) launch(out_kernel<true>, subs, 256, OutSmem::bytes, stream, a);
-  else launch(out_kernel<false>, subs, 256, OutSmem::bytes, stream, a);
+  out(subs, a, stream);
   timer.mark();
 }
 
@@ -1983,6 +2053,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.dO = dO, a.dS_out = dS_out;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
   b4_kernel_of(cfg);  // refuses a bad B4 setting before anything runs
+  overlap_asked(cfg);  // and a bad overlap setting
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
@@ -1995,6 +2066,13 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
+  if (overlaps(a, cfg, stream)) {
+    overlapped_sweep(cfg, true, !sweep_kept, a, workspace, WsLayout(d, cfg), stream,
+                     [&](dim3 grid, const Args& at, cudaStream_t s) { b4(cfg, grid, at, s); });
+    timer.mark();
+    timer.mark();
+    return;
+  }
   if (is_split(cfg)) {
     const int tile = pick_piece_tile(cfg.piece_tile);
     if (!cfg.saved_forward) {  // V_new and Hs for B4, and the transitions A_p (S_out not needed)

@@ -50,7 +50,8 @@
 // Workspace: gdn_cuda_workspace_bytes() bytes of global memory,
 // 4 dk dv / C + 2 dk + 6 dv + 2 C + 4 bytes per token and head (2180 at dk = dv = 128:
 // 1.06 GiB for 32K tokens x 16 heads), plus 3 x 64 KiB per piece and head when split
-// (384 bytes per token and head at piece_len 512).
+// (384 bytes per token and head at piece_len 512), plus 8 bytes per sub-chunk for the overlap's
+// counters (GdnCudaConfig::overlap).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -157,8 +158,23 @@ struct GdnCudaConfig {
   // Split core: rows per block of the piece sweeps (32, 64 or 128; 0 = 64). The reverse sweeps
   // use at most 64.
   int piece_tile = 0;
+  // The sweeps overlapped with the stages parallel over sub-chunks (docs/design.md "The GDN core's
+  // overlap"): Out for the sub-chunks the forward sweep has finished runs beside it, and B4 for those
+  // the backward's sweeps have finished beside B3, on a stream of the calling thread, each launch
+  // queued behind GPU-side waits (no SM spins) on counters the sweep blocks bump per segment. Only
+  // the schedule changes: the same kernels on the same inputs, so the same results, bitwise. 1 = on,
+  // -1 = off, 0 = the lever core_overlap (untried: off unless STATEFLOW_LEVERS_ON names it). Needs
+  // the unsplit quarter sweeps (1 with other sweeps is an error; the lever skips them) and a call
+  // of at least two segments; runs the stages in sequence under CUDA graph capture and where the
+  // driver has no stream waits (a one-line notice).
+  int overlap = 0;
+  // Sub-chunks per overlap segment (>= 1): how often a sweep block reports progress and how many
+  // sub-chunks one Out or B4 launch takes. 0 = kDefaultOverlapSegment.
+  static constexpr int kDefaultOverlapSegment = 32;
+  int overlap_segment = 0;
   // When non-null: synchronises after each stage and writes its time in ms here (forward:
   // 3 entries Pre, ST, Out; backward: 4 entries B1 (0 when skipped), B2, B3, B4). For benchmarks.
+  // Overlapped, ST includes Out and B3 includes B4 (Out and B4 then read 0).
   float* stage_ms = nullptr;
 };
 
