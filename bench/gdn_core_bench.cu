@@ -11,7 +11,7 @@
 //                  [--sweep default,rows,tiles] [--sweep-key-split 0] [--sweep-warps 0] [--value-tile 0]
 //                  [--split default,off,512,...] [--piece-tile 0] [--b4-slab 0,16,32,64]
 //                  [--chunk-len 1024,2048,...] [--overlap default,off,on] [--overlap-segment 0,16,32]
-//                  [--json FILE]
+//                  [--overlap-streams 0,1,2] [--json FILE]
 // --sweep: the unsplit core's sweeps to run, each over every --split and --len: "default"
 // (STATEFLOW_GDN_SWEEP, rows when unset), "rows" (each warp keeps 16 state rows in registers)
 // or "tiles" (the earlier tile sweeps). --sweep-key-split: warps per 16 state rows of the row
@@ -23,8 +23,9 @@
 // (0 = core's: 16, two blocks per SM; 64 keeps one block per SM as the earlier kernel did).
 // --overlap: the sweeps overlapped with Out and B4 (GdnCudaConfig::overlap): "default" (the lever
 // core_overlap), "off" or "on", each over every other setting; --overlap-segment: sub-chunks per
-// segment (0 = core's), each over every --overlap. Overlapped, the per-stage ST column includes Out
-// and B3 includes B4 (Out and B4 read 0).
+// segment (0 = core's), each over every --overlap; --overlap-streams: streams the Out or B4 launches
+// take turns on (0 = core's), each over every segment. Overlapped, the per-stage ST column includes
+// Out and B3 includes B4 (Out and B4 read 0).
 // After the main table, one per stage of every unsplit one-call row: time, the bytes the stage's kernels
 // must move (gdn_cuda_stage_cost) over it (GB/s, against the H200's 4.8 TB/s) and its tensor-core
 // FLOP rate, for the default backward (recomputing the forward).
@@ -69,7 +70,7 @@ struct Result {
   int piece_len;           // 0: unsplit
   int sweep;               // GdnCudaConfig::Sweep as resolved (meaningful when unsplit)
   int b4_slab;             // GdnCudaConfig::b4_slab as asked (0: the core's)
-  int overlap, overlap_segment;  // GdnCudaConfig::overlap, overlap_segment as asked
+  int overlap, overlap_segment, overlap_streams;  // GdnCudaConfig::overlap, overlap_segment, overlap_streams as asked
   stateflow::GdnStageCost cost;  // of the default (recomputing) backward
   float chunked_fwd_ms, chunked_fwdbwd_ms, chunked_fwdbwd_kept_ms, chunked_fwdbwd_sweep_ms;
   // in o, dq, dk, dv, dbeta, dg, S_out, dS_in; recomputing T, with T kept, with T and the sweep kept
@@ -98,7 +99,8 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
                                        .with("piece_tile", cfg.piece_tile)
                                        .with("b4_slab", cfg.b4_slab)
                                        .with("overlap", cfg.overlap)
-                                       .with("overlap_segment", cfg.overlap_segment);
+                                       .with("overlap_segment", cfg.overlap_segment)
+                                       .with("overlap_streams", cfg.overlap_streams);
   GdnDims d;
   d.batch = B, d.heads = H, d.len = T, d.dk = 128, d.dv = 128, d.block = 64, d.scale = 1.0 / std::sqrt(128.0);
   const int64_t nt = B * T * H, nk = nt * 128, ns = B * H * 128 * 128;
@@ -131,7 +133,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   r.piece_len = stateflow::gdn_cuda_piece_len(d, cfg);
   r.sweep = cfg.sweep ? cfg.sweep : stateflow::gdn_cuda_default_sweep();
   r.b4_slab = cfg.b4_slab;
-  r.overlap = cfg.overlap, r.overlap_segment = cfg.overlap_segment;
+  r.overlap = cfg.overlap, r.overlap_segment = cfg.overlap_segment, r.overlap_streams = cfg.overlap_streams;
   r.cost = stateflow::gdn_cuda_stage_cost(d, false);
   r.fwd_ms = time_it(fwd);
   r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
@@ -266,11 +268,12 @@ std::string sweep_name(const Result& r) {
 
 std::string slab_name(const Result& r) { return r.b4_slab ? std::to_string(r.b4_slab) : "auto"; }
 
-// The overlap as asked, and its segment: "def" (the lever), "off", or "on/32" (0: the core's).
+// The overlap as asked, its segment and streams: "def" (the lever), "off", or "32x2" (0: "a", the core's).
 std::string overlap_name(const Result& r) {
   if (r.overlap == 0) return "def";
   if (r.overlap < 0) return "off";
-  return "on/" + (r.overlap_segment ? std::to_string(r.overlap_segment) : std::string("auto"));
+  auto asked = [](int x) { return x ? std::to_string(x) : std::string("a"); };
+  return asked(r.overlap_segment) + "x" + asked(r.overlap_streams);
 }
 
 // Splits "a,b,c" into its items.
@@ -295,7 +298,7 @@ int main(int argc, char** argv) {
   std::vector<int> splits = {0};  // piece lengths; 0 = default, GdnCudaConfig::kUnsplit = off
   std::vector<int64_t> chunk_lens;
   std::vector<int> overlaps = {0};
-  std::vector<int64_t> overlap_segments = {0};
+  std::vector<int64_t> overlap_segments = {0}, overlap_streams = {0};
   const char* json = nullptr;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -349,6 +352,7 @@ int main(int argc, char** argv) {
       }
     }
     else if (a == "--overlap-segment") overlap_segments = parse_list(argv[i + 1]);
+    else if (a == "--overlap-streams") overlap_streams = parse_list(argv[i + 1]);
     else if (a == "--json") json = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown option %s (see the header of gdn_core_bench.cu)\n", argv[i]);
@@ -376,16 +380,18 @@ int main(int argc, char** argv) {
         for (int split : splits)
           for (int64_t T : lens)
             for (int overlap : overlaps)
-              for (int64_t segment : overlap_segments) {
-                if (overlap <= 0 && segment != overlap_segments.front()) continue;  // the segment matters only when on
-                stateflow::GdnCudaConfig cfg;
-                cfg.sweep = sweep, cfg.sweep_warps = sweep_warps, cfg.sweep_key_split = key_split;
-                cfg.b4_slab = int(b4_slab);
-                cfg.overlap = overlap, cfg.overlap_segment = int(segment);
-                cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
-                res.push_back(run(B, H, T, reps, cfg, 0));
-                for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
-              }
+              for (int64_t segment : overlap_segments)
+                for (int64_t streams : overlap_streams) {
+                  // segments and streams matter only when on
+                  if (overlap <= 0 && (segment != overlap_segments.front() || streams != overlap_streams.front())) continue;
+                  stateflow::GdnCudaConfig cfg;
+                  cfg.sweep = sweep, cfg.sweep_warps = sweep_warps, cfg.sweep_key_split = key_split;
+                  cfg.b4_slab = int(b4_slab);
+                  cfg.overlap = overlap, cfg.overlap_segment = int(segment), cfg.overlap_streams = int(streams);
+                  cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
+                  res.push_back(run(B, H, T, reps, cfg, 0));
+                  for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
+                }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gdn_core_bench: %s\n", e.what());
     return 1;
@@ -458,7 +464,7 @@ int main(int argc, char** argv) {
       const Result& r = res[i];
       std::fprintf(f,
                    "  {\"len\": %lld, \"sweep\": \"%s\", \"b4_slab\": %d, \"piece_len\": %d, \"overlap\": %d, "
-                   "\"overlap_segment\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
+                   "\"overlap_segment\": %d, \"overlap_streams\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
                    "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, \"fwdbwd_kept_T_ms\": %.4f, \"fwdbwd_kept_sweep_ms\": %.4f, "
                    "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
                    "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f, \"kept_T_b1\": %.4f, "
@@ -467,7 +473,7 @@ int main(int argc, char** argv) {
                    "\"chunked_fwd_ms\": %.4f, \"chunked_fwdbwd_ms\": %.4f, \"chunked_bytes_differing\": %llu, "
                    "\"chunked_fwdbwd_kept_T_ms\": %.4f, \"chunked_kept_T_bytes_differing\": %llu, "
                    "\"chunked_fwdbwd_kept_sweep_ms\": %.4f, \"chunked_kept_sweep_bytes_differing\": %llu}%s\n",
-                   (long long)r.len, sweep_name(r).c_str(), r.b4_slab, r.piece_len, r.overlap, r.overlap_segment, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                   (long long)r.len, sweep_name(r).c_str(), r.b4_slab, r.piece_len, r.overlap, r.overlap_segment, r.overlap_streams, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                    r.fwdbwd_saved_tflops, r.fwdbwd_kept_ms, r.fwdbwd_sweep_ms, r.stage_ms[0], r.stage_ms[1],
                    r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5], r.stage_ms[6], r.stage_ms[8],
                    r.stage_ms[9], r.stage_ms[10], r.stage_ms[11], r.stage_ms[15], r.stage_ms[17], r.workspace_gib,

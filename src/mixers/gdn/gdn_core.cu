@@ -1868,13 +1868,17 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
         : b4_with<WgmmaProducts, false>(cfg.b4_slab, grid, a, stream);
 }
 
-// Sub-chunks per overlap segment (GdnCudaConfig::overlap_segment), refused when negative.
+// Sub-chunks per overlap segment (GdnCudaConfig::overlap_segment); refuses a bad overlap setting.
 int overlap_segment_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.overlap >= -1 && cfg.overlap <= 1,
            "GDN CUDA core: overlap must be 1 (on), -1 (off) or 0 (the lever core_overlap), got ", cfg.overlap);
   SF_CHECK(cfg.overlap_segment >= 0, "GDN CUDA core: overlap_segment must be a number of sub-chunks >= 1 (or 0 for ",
-           GdnCudaConfig::kDefaultOverlapSegment, "), got ", cfg.overlap_segment);
-  return cfg.overlap_segment ? cfg.overlap_segment : GdnCudaConfig::kDefaultOverlapSegment;
+           "STATEFLOW_GDN_OVERLAP_SEGMENT, default ", GdnCudaConfig::kDefaultOverlapSegment, "), got ",
+           cfg.overlap_segment);
+  SF_CHECK(cfg.overlap_streams >= 0 && cfg.overlap_streams <= kMaxOverlapStreams,
+           "GDN CUDA core: overlap_streams must be 1 to ", kMaxOverlapStreams, " (or 0 for ",
+           GdnCudaConfig::kDefaultOverlapStreams, "), got ", cfg.overlap_streams);
+  return cfg.overlap_segment ? cfg.overlap_segment : gdn_cuda_default_overlap_segment();
 }
 
 // Whether the config asks for the overlap and its sweeps can count their segments (the unsplit
@@ -1902,13 +1906,17 @@ void overlapped_sweep(const GdnCudaConfig& cfg, bool reverse, bool recompute, co
   Args swept = a;
   swept.seg = overlap_segment_of(cfg), swept.nseg = overlap_segments(a.NS, swept.seg);
   swept.progress = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + L.progress);
-  const int warps = row_sweep_warps(cfg.sweep_warps, KQ, reverse, recompute);
+  // B4's block does not fit beside B3's 4-warp block (registers and shared memory): alone, B3 takes
+  // two row groups a block (64 blocks) and leaves B4 the other SMs, unless the config picks.
+  const int warps = row_sweep_warps(cfg.sweep_warps ? cfg.sweep_warps : reverse && !recompute ? 2 * KQ : 0, KQ,
+                                    reverse, recompute);
   const unsigned blocks = unsigned(DV / (RW * (warps / KQ))) * a.H * a.B;  // per sweep
   SweepCounters c;
   c.counters = swept.progress, c.nseg = swept.nseg;
   c.forward_blocks = !reverse || recompute ? blocks : 0, c.reverse_blocks = reverse ? blocks : 0;
   gdn_run_overlapped(
       stream, c, overlap_plan(a.NS, swept.seg, !reverse || recompute, reverse),
+      cfg.overlap_streams ? cfg.overlap_streams : GdnCudaConfig::kDefaultOverlapStreams,
       [&](cudaStream_t s) { row_sweeps(warps, KQ, copies_of(cfg), reverse, recompute, swept, s); },
       [&](int first, int count, cudaStream_t s) {
         Args at = a;
@@ -1950,6 +1958,16 @@ int gdn_cuda_default_piece_len() {
            C, " (64, 128, 256, 512, 1024 or 2048, so that chunk cuts at 2048-token multiples stay bitwise), got '",
            env, "'");
   return int(len);
+}
+
+int gdn_cuda_default_overlap_segment() {
+  const char* env = std::getenv("STATEFLOW_GDN_OVERLAP_SEGMENT");
+  if (env == nullptr) return GdnCudaConfig::kDefaultOverlapSegment;
+  char* end = nullptr;
+  const long seg = std::strtol(env, &end, 10);
+  SF_CHECK(*env != '\0' && *end == '\0' && seg >= 1 && seg <= (1 << 20),
+           "STATEFLOW_GDN_OVERLAP_SEGMENT must be a number of 64-token sub-chunks >= 1, got '", env, "'");
+  return int(seg);
 }
 
 int gdn_cuda_default_sweep() {

@@ -169,9 +169,13 @@ struct GdnCudaConfig {
   // driver has no stream waits (a one-line notice).
   int overlap = 0;
   // Sub-chunks per overlap segment (>= 1): how often a sweep block reports progress and how many
-  // sub-chunks one Out or B4 launch takes. 0 = kDefaultOverlapSegment.
+  // sub-chunks one Out or B4 launch takes. 0 = gdn_cuda_default_overlap_segment().
   static constexpr int kDefaultOverlapSegment = 32;
   int overlap_segment = 0;
+  // Streams the Out or B4 launches take turns on (1 to 4), so that a launch need not wait for the
+  // one before it to end; 0 = kDefaultOverlapStreams.
+  static constexpr int kDefaultOverlapStreams = 2;
+  int overlap_streams = 0;
   // When non-null: synchronises after each stage and writes its time in ms here (forward:
   // 3 entries Pre, ST, Out; backward: 4 entries B1 (0 when skipped), B2, B3, B4). For benchmarks.
   // Overlapped, ST includes Out and B3 includes B4 (Out and B4 then read 0).
@@ -191,6 +195,9 @@ int gdn_cuda_default_b4_mma();
 // What piece_len = 0 means: the environment variable STATEFLOW_GDN_PIECE_LEN, "off" (kUnsplit,
 // also when unset) or tokens per piece dividing 2048 (anything else is an error naming it).
 int gdn_cuda_default_piece_len();
+// What overlap_segment = 0 means: STATEFLOW_GDN_OVERLAP_SEGMENT (sub-chunks >= 1), else
+// GdnCudaConfig::kDefaultOverlapSegment; anything else is an error naming it.
+int gdn_cuda_default_overlap_segment();
 // What sweep = kDefaultSweep means: STATEFLOW_GDN_SWEEP, "rows" (kRowSweeps, also when unset) or
 // "tiles" (kTileSweeps); anything else is an error naming it.
 int gdn_cuda_default_sweep();

@@ -521,8 +521,8 @@ TEST_F(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
 // backward that re-runs the forward sweep beside B3 (recomputing T, or from a kept T: B4 waits for
 // both sweeps) and the backward from a kept sweep or the saved forward (B4 waits for the reverse
 // sweep alone); with one row group per block (copy warp on and off) and two; segments of 1, 2 and
-// 3 sub-chunks (the last one short), a short last sub-chunk, two sequences and carried states,
-// the workspace poisoned first. Calls cut at multiples of 64 are bitwise the sequential one call.
+// 3 sub-chunks (the last one short) on 1, 2 and 3 streams, a short last sub-chunk, two sequences
+// and carried states, the workspace poisoned first. Calls cut at multiples of 64 are bitwise the sequential one call.
 TEST_F(GdnCoreCuda, OverlapGivesTheSequentialBits) {
   SKIP_WITHOUT_GPU();
   const Problem p = make_problem(rng, 2, 333, 3);  // 6 sub-chunks, the last of 13 tokens
@@ -545,9 +545,10 @@ TEST_F(GdnCoreCuda, OverlapGivesTheSequentialBits) {
       seq.cfg.overlap = -1;
       const Gpu want = run_gpu(p, seq);
       for (int segment : {1, 2, 3}) {
-        SCOPED_TRACE("segments of " + std::to_string(segment));
+        const int streams = segment;  // launches on 1, 2 or 3 streams
+        SCOPED_TRACE("segments of " + std::to_string(segment) + " on " + std::to_string(streams) + " streams");
         RunOptions on = seq;
-        on.cfg.overlap = 1, on.cfg.overlap_segment = segment;
+        on.cfg.overlap = 1, on.cfg.overlap_segment = segment, on.cfg.overlap_streams = streams;
         expect_bitwise_equal(run_gpu(p, on), want);
         if (segment == 1 && !reuse.saved) {
           SCOPED_TRACE("cut at 128 and 192");
@@ -814,13 +815,16 @@ TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
       EXPECT_NE(std::string(e.what()).find("sweep_multicast"), std::string::npos) << e.what();
     }
   }
-  for (auto [overlap, segment, sweep] : {std::tuple{2, 0, 0}, {1, -1, 0}, {1, 0, int(GdnCudaConfig::kTileSweeps)}}) {
-    GdnCudaConfig bad_overlap;  // 1, -1 or 0; segments of >= 1 sub-chunk; only the quarter sweeps count segments
-    bad_overlap.overlap = overlap, bad_overlap.overlap_segment = segment, bad_overlap.sweep = sweep;
+  for (auto [overlap, segment, streams, sweep] : {std::tuple{2, 0, 0, 0}, {1, -1, 0, 0}, {1, 0, 5, 0},
+                                                  {1, 0, 0, int(GdnCudaConfig::kTileSweeps)}}) {
+    GdnCudaConfig bad_overlap;  // 1, -1 or 0; segments of >= 1 sub-chunk; 1-4 streams; only the quarter sweeps count
+    bad_overlap.overlap = overlap, bad_overlap.overlap_segment = segment, bad_overlap.overlap_streams = streams;
+    bad_overlap.sweep = sweep;
     try {
       gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad_overlap,
                              nullptr, bad_overlap);
-      ADD_FAILURE() << "overlap " << overlap << ", segment " << segment << ", sweep " << sweep << " was accepted";
+      ADD_FAILURE() << "overlap " << overlap << ", segment " << segment << ", streams " << streams << ", sweep " << sweep
+                    << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
     }
@@ -870,7 +874,7 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-TEST_F(GdnCoreCuda, DefaultPieceLengthSweepAndB4ComeFromTheEnvironment) {
+TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4AndOverlapSegmentComeFromTheEnvironment) {
   const char* var = "STATEFLOW_GDN_PIECE_LEN";
   GdnDims d;
   d.len = 4096, d.heads = 2;
@@ -906,6 +910,15 @@ TEST_F(GdnCoreCuda, DefaultPieceLengthSweepAndB4ComeFromTheEnvironment) {
   for (const char* bad : {"WGMMA", "mma", ""}) {
     ScopedEnv env("STATEFLOW_GDN_B4", bad);
     EXPECT_THROW(gdn_cuda_default_b4_mma(), Error) << "accepted '" << bad << "'";
+  }
+  EXPECT_EQ(gdn_cuda_default_overlap_segment(), GdnCudaConfig::kDefaultOverlapSegment);
+  {
+    ScopedEnv env("STATEFLOW_GDN_OVERLAP_SEGMENT", "8");
+    EXPECT_EQ(gdn_cuda_default_overlap_segment(), 8);
+  }
+  for (const char* bad : {"0", "-4", "8x", ""}) {
+    ScopedEnv env("STATEFLOW_GDN_OVERLAP_SEGMENT", bad);
+    EXPECT_THROW(gdn_cuda_default_overlap_segment(), Error) << "accepted '" << bad << "'";
   }
   // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
   for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
