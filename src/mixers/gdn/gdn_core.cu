@@ -887,8 +887,9 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
 #include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
 
 // Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
-// copy warp; CB > 0: that multicasts to clusters of CB blocks).
-template <int RG, int KS, bool CW, int CB = 0>
+// copy warp; CB > 0: that multicasts to clusters of CB blocks; kCount: counting its segments for
+// the overlap, gdn_core_overlap.cuh).
+template <int RG, int KS, bool CW, int CB = 0, bool kCount = false>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
@@ -896,7 +897,7 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(
   const float* from = a.S_in ? a.S_in + tile : nullptr;
   float* to = a.S_out ? a.S_out + tile : nullptr;
   constexpr int stages = row_stages<RG, KS, false>();
-  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW, CB>(a, b, h, row0, from, to, sm);
+  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW, CB, kCount>(a, b, h, row0, from, to, sm);
   else row_forward_sweep<RG, KS, stages>(a, b, h, row0, from, to, sm);
   if constexpr (CB > 0) cuda::cluster_sync();  // no block leaves while a peer may still reach its shared memory
 }
@@ -904,7 +905,7 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(
 // B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
 // SMs of their own, beside the reverse sweeps.
-template <int RG, int KS, bool CW, int CB = 0>
+template <int RG, int KS, bool CW, int CB = 0, bool kCount = false>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
   constexpr int tiles = DV / (RG * RW);
@@ -915,8 +916,8 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel
   const float* from = forward ? (a.S_in ? a.S_in + tile : nullptr) : (a.dS_out ? a.dS_out + tile : nullptr);
   constexpr int fwd_stages = row_stages<RG, KS, false>(), rev_stages = row_stages<RG, KS, true>();
   if constexpr (KS == KQ) {
-    if (forward) quarter_forward_sweep<RG, fwd_stages, CW, CB>(a, b, h, row0, from, nullptr, sm);
-    else quarter_reverse_sweep<RG, rev_stages, CW, CB>(a, b, h, row0, from, a.dS_in + tile, sm);
+    if (forward) quarter_forward_sweep<RG, fwd_stages, CW, CB, kCount>(a, b, h, row0, from, nullptr, sm);
+    else quarter_reverse_sweep<RG, rev_stages, CW, CB, kCount>(a, b, h, row0, from, a.dS_in + tile, sm);
     if constexpr (CB > 0) cuda::cluster_sync();
   } else {
     if (forward) row_forward_sweep<RG, KS, fwd_stages>(a, b, h, row0, from, nullptr, sm);
@@ -1703,9 +1704,11 @@ void launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, cudaStream
 
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed. CB > 0:
 // the quarter sweeps' copy warp multicasts to clusters of CB blocks (their barriers after the
-// shared memory the sweep uses).
-template <int RG, int KS, bool CW = false, int CB = 0>
+// shared memory the sweep uses). kCount: the quarter sweeps count their segments (a.progress).
+template <int RG, int KS, bool CW = false, int CB = 0, bool kCount = false>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+  if constexpr (KS == KQ && !kCount)
+    if (a.progress) return row_sweeps<RG, KS, CW, CB, true>(reverse, recompute, a, stream);
   constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
   constexpr int bars = CB > 0 ? kMulticastBarrierBytes : 0;
   constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes + bars;
@@ -1714,11 +1717,13 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
   const dim3 fwd_grid(tiles, a.H, a.B), bwd_grid(tiles * (recompute ? 2 : 1), a.H, a.B);
   const int bwd_bytes = recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem;
   if constexpr (CB > 0) {
-    if (!reverse) return launch_clusters<CB>(row_forward_kernel<RG, KS, CW, CB>, fwd_grid, threads, fwd_smem, stream, a);
-    return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
+    if (!reverse)
+      return launch_clusters<CB>(row_forward_kernel<RG, KS, CW, CB, kCount>, fwd_grid, threads, fwd_smem, stream, a);
+    return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB, kCount>, bwd_grid, threads, bwd_bytes, stream, a,
+                               recompute);
   }
-  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, fwd_grid, threads, fwd_smem, stream, a);
-  launch(row_backward_kernel<RG, KS, CW>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
+  if (!reverse) return launch(row_forward_kernel<RG, KS, CW, 0, kCount>, fwd_grid, threads, fwd_smem, stream, a);
+  launch(row_backward_kernel<RG, KS, CW, 0, kCount>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
 }
 
 // warps: per block; key_split: warps per 16 state rows (key_split_of); warps 0 takes the

@@ -169,8 +169,11 @@ struct GdnCudaConfig {
   // driver has no stream waits (a one-line notice).
   int overlap = 0;
   // Sub-chunks per overlap segment (>= 1): how often a sweep block reports progress and how many
-  // sub-chunks one Out or B4 launch takes. 0 = gdn_cuda_default_overlap_segment().
-  static constexpr int kDefaultOverlapSegment = 32;
+  // sub-chunks one Out or B4 launch takes; calls shorter than two segments run in sequence. 0 =
+  // gdn_cuda_default_overlap_segment(). 64 (4096 tokens) measured best at 32K x 16 heads on the
+  // H200 among 8, 16, 32 and 64 (docs/benchmarks.md); the overlap is then off for calls under 8192
+  // tokens, where it did not pay (2048-token chunks with segments of 4 or 8 were slower).
+  static constexpr int kDefaultOverlapSegment = 64;
   int overlap_segment = 0;
   // Streams the Out or B4 launches take turns on (1 to 4), so that a launch need not wait for the
   // one before it to end; 0 = kDefaultOverlapStreams.

@@ -2,38 +2,37 @@
 // streams in gdn_core_overlap_cuda.h): a quarter-sweep block counts the segments it has finished.
 // Included by gdn_core.cu after Args, inside its anonymous namespace.
 //
-// When a.progress is set, each block of a sweep adds 1 to its segment's counter (forward sweep:
-// a.progress[j]; reverse: a.progress[a.nseg + j]) once its stores of segment j are out. One
-// thread does it after a barrier every warp of the block has passed after its stores (the block
-// barrier that opens the next step, or the sweep warps' barrier after the last step): the barrier
-// orders the block's stores before that thread's __threadfence(), and the fence before the count,
-// so a wait that sees every block's count sees the segment's Hs, V_new (dHs, dV_new) in memory
-// (CUTLASS's semaphore publishes a block's tile this way). The count costs the sweep one fence per
-// segment in one thread, off the chain where a copy warp does it. Without a.progress nothing is
-// counted (one test of a null pointer per step in that thread).
+// The sweep kernels take kCount as a template parameter: without it (the sequential stages) they
+// are the code they were before the overlap (a hook that only tested a null pointer cost the
+// sweeps 7-18 % on the H200). With it, each block of a sweep adds 1 to its segment's counter
+// (forward sweep: a.progress[j]; reverse: a.progress[a.nseg + j]) once its stores of segment j
+// are out. One thread does it after a barrier every warp of the block has passed after its stores
+// (the block barrier that opens the next step, or the sweep warps' barrier after the last step):
+// the barrier orders the block's stores before that thread's __threadfence(), and the fence before
+// the count, so a wait that sees every block's count sees the segment's Hs, V_new (dHs, dV_new)
+// in memory (CUTLASS's semaphore publishes a block's tile this way). Nothing is kept in registers
+// across the steps for it (a.seg, a.nseg and a.progress are re-read from the kernel's parameters),
+// and where a copy warp runs it counts, off the sweep's chain; elsewhere thread 0, one fence per
+// segment.
 
 // Named barrier of a sweep block's sweep warps (ids 1..RG are the row groups' pairs).
 constexpr int kProgressBarrier = 15;
 
-struct Progress {
-  unsigned* counters;  // this sweep's segment counters, or null: count nothing
-  int seg, steps, next;
-  __device__ Progress(const Args& a, bool reverse, int steps_)
-      : counters(a.progress ? a.progress + (reverse ? a.nseg : 0) : nullptr), seg(a.seg), steps(steps_), next(a.seg) {}
-  // After the block barrier that opens step i (every warp's stores of steps < i are issued):
-  // counts a segment that ended at step i.
-  __device__ void at_step(int i) {
-    if (counters && i == next) {
-      count(i / seg - 1);
-      next += seg;
-    }
-  }
-  // After the sweep warps' barrier that follows their last step: counts the last segment.
-  __device__ void at_end() {
-    if (counters) count((steps - 1) / seg);
-  }
-  __device__ void count(int j) const {
-    __threadfence();
-    atomicAdd(counters + j, 1u);
-  }
-};
+__device__ void count_segment(const Args& a, bool reverse, int j) {
+  __threadfence();
+  atomicAdd(a.progress + (reverse ? a.nseg : 0) + j, 1u);
+}
+
+// After the block barrier that opens step i (every warp's stores of the steps before it issued):
+// counts the segment that ended there, if one did. One thread.
+__device__ void count_at_step(const Args& a, bool reverse, int i) {
+  if (i > 0 && i % a.seg == 0) count_segment(a, reverse, i / a.seg - 1);
+}
+
+// After a sweep's last step: its NWB sweep warps meet (a copy warp has left) and one thread counts
+// the last segment.
+template <int NWB>
+__device__ void count_last_segment(const Args& a, bool reverse) {
+  cuda::group_sync(kProgressBarrier, NWB * 32);
+  if (threadIdx.x == 0) count_segment(a, reverse, (a.NS - 1) / a.seg);
+}
