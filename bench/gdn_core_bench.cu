@@ -21,11 +21,11 @@
 // sweeps) or tokens per piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).
 // --b4-slab: value rows of the state B4 streams at a time, each over every --sweep, --split and --len
 // (0 = core's: 16, two blocks per SM; 64 keeps one block per SM as the earlier kernel did).
-// --overlap: the sweeps overlapped with Out and B4 (GdnCudaConfig::overlap): "default" (the lever
+// --overlap: the backward's B3 overlapped with B4 (GdnCudaConfig::overlap): "default" (the lever
 // core_overlap), "off" or "on", each over every other setting; --overlap-segment: sub-chunks per
-// segment (0 = core's), each over every --overlap; --overlap-streams: streams the Out or B4 launches
-// take turns on (0 = core's), each over every segment. Overlapped, the per-stage ST column includes
-// Out and B3 includes B4 (Out and B4 read 0).
+// segment (0 = core's), each over every --overlap; --overlap-streams: streams the B4 launches take
+// turns on (0 = core's), each over every segment. Overlapped, the per-stage B3 column includes B4
+// (B4 reads 0).
 // After the main table, one per stage of every unsplit one-call row: time, the bytes the stage's kernels
 // must move (gdn_cuda_stage_cost) over it (GB/s, against the H200's 4.8 TB/s) and its tensor-core
 // FLOP rate, for the default backward (recomputing the forward).

@@ -74,10 +74,10 @@
 //   b4_ring_early  GDN core B4's deep ring: the second pass's first slabs and v issued after the Out
 //                 terms' product (instead of as soon as the first pass ends, dPG and T placed where
 //                 dO was; GdnCudaConfig::kB4EarlySlabs; same bits)
-//   core_overlap  GDN core: the stages one after another (instead of Out beside the forward sweep
-//                 and B4 beside the reverse sweep, each launch for the sub-chunks the sweep has
-//                 finished, behind GPU-side stream waits: mixers/gdn/gdn_core_overlap_cuda.h;
-//                 GdnCudaConfig::overlap; same kernels, same bits; untried)
+//   core_overlap  GDN core backward: B3 then B4 (instead of B4 beside B3's sweeps, each launch for
+//                 the sub-chunks they have finished, behind GPU-side stream waits:
+//                 mixers/gdn/gdn_core_overlap_cuda.h; GdnCudaConfig::overlap; same kernels, same
+//                 bits; untried)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not

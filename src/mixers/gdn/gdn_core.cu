@@ -65,7 +65,7 @@ struct Args {
   // state (Up: forward state, backward state gradient) and the states the fold hands them (Sp).
   float *Ap, *Up, *Sp;
   // Overlap (gdn_core_overlap.cuh): the sweeps' segment counters (forward nseg, then reverse; null:
-  // count nothing) and sub-chunks per segment; the first sub-chunk of an Out or B4 launch.
+  // count nothing) and sub-chunks per segment; the first sub-chunk of a B4 launch.
   unsigned* progress;
   int seg, nseg, n0;
 
@@ -887,9 +887,8 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
 #include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
 
 // Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
-// copy warp; CB > 0: that multicasts to clusters of CB blocks; kCount: counting its segments for
-// the overlap, gdn_core_overlap.cuh).
-template <int RG, int KS, bool CW, int CB = 0, bool kCount = false>
+// copy warp; CB > 0: that multicasts to clusters of CB blocks).
+template <int RG, int KS, bool CW, int CB = 0>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
@@ -897,14 +896,15 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(
   const float* from = a.S_in ? a.S_in + tile : nullptr;
   float* to = a.S_out ? a.S_out + tile : nullptr;
   constexpr int stages = row_stages<RG, KS, false>();
-  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW, CB, kCount>(a, b, h, row0, from, to, sm);
+  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW, CB>(a, b, h, row0, from, to, sm);
   else row_forward_sweep<RG, KS, stages>(a, b, h, row0, from, to, sm);
   if constexpr (CB > 0) cuda::cluster_sync();  // no block leaves while a peer may still reach its shared memory
 }
 
 // B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
-// SMs of their own, beside the reverse sweeps.
+// SMs of their own, beside the reverse sweeps. kCount: both count their segments for the overlap
+// (gdn_core_overlap.cuh).
 template <int RG, int KS, bool CW, int CB = 0, bool kCount = false>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
@@ -1086,7 +1086,7 @@ template <bool kPlans>
 __global__ void __launch_bounds__(256) out_kernel(Args a) {
   using S = OutSmem;
   extern __shared__ __align__(128) char sm[];
-  const int n = a.n0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int wm = (tid >> 5) & 3, wn = tid >> 7;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
@@ -1704,11 +1704,11 @@ void launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, cudaStream
 
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed. CB > 0:
 // the quarter sweeps' copy warp multicasts to clusters of CB blocks (their barriers after the
-// shared memory the sweep uses). kCount: the quarter sweeps count their segments (a.progress).
+// shared memory the sweep uses). kCount: B3's quarter sweeps count their segments (a.progress).
 template <int RG, int KS, bool CW = false, int CB = 0, bool kCount = false>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
   if constexpr (KS == KQ && !kCount)
-    if (a.progress) return row_sweeps<RG, KS, CW, CB, true>(reverse, recompute, a, stream);
+    if (reverse && a.progress) return row_sweeps<RG, KS, CW, CB, true>(reverse, recompute, a, stream);
   constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
   constexpr int bars = CB > 0 ? kMulticastBarrierBytes : 0;
   constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes + bars;
@@ -1717,12 +1717,11 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
   const dim3 fwd_grid(tiles, a.H, a.B), bwd_grid(tiles * (recompute ? 2 : 1), a.H, a.B);
   const int bwd_bytes = recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem;
   if constexpr (CB > 0) {
-    if (!reverse)
-      return launch_clusters<CB>(row_forward_kernel<RG, KS, CW, CB, kCount>, fwd_grid, threads, fwd_smem, stream, a);
+    if (!reverse) return launch_clusters<CB>(row_forward_kernel<RG, KS, CW, CB>, fwd_grid, threads, fwd_smem, stream, a);
     return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB, kCount>, bwd_grid, threads, bwd_bytes, stream, a,
                                recompute);
   }
-  if (!reverse) return launch(row_forward_kernel<RG, KS, CW, 0, kCount>, fwd_grid, threads, fwd_smem, stream, a);
+  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, fwd_grid, threads, fwd_smem, stream, a);
   launch(row_backward_kernel<RG, KS, CW, 0, kCount>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
 }
 
@@ -1897,36 +1896,34 @@ bool overlap_asked(const GdnCudaConfig& cfg) {
   return quarters;
 }
 
-// Whether this call overlaps its sweep with Out or B4: asked for, at least two segments, and a
-// stream the overlap can run on now.
+// Whether this backward overlaps B3 with B4: asked for, at least two segments, and a stream the
+// overlap can run on now.
 bool overlaps(const Args& a, const GdnCudaConfig& cfg, cudaStream_t stream) {
   return overlap_asked(cfg) && a.NS >= 2 * overlap_segment_of(cfg) && gdn_overlap_can_run(stream);
 }
 
-// Runs a row sweep (reverse: B3, with the forward sweep beside it when recompute) on `stream` and
-// beside it `consume` (Out, or B4) on the sub-chunks it has finished, per the overlap plan.
-template <class Consume>
-void overlapped_sweep(const GdnCudaConfig& cfg, bool reverse, bool recompute, const Args& a, void* workspace,
-                      const WsLayout& L, cudaStream_t stream, Consume&& consume) {
+// B3 (with the forward sweep beside it when recompute) on `stream` and beside it B4 on the
+// sub-chunks the sweeps have finished, per the overlap plan.
+void overlapped_b3_b4(const GdnCudaConfig& cfg, bool recompute, const Args& a, void* workspace, const WsLayout& L,
+                      cudaStream_t stream) {
   Args swept = a;
   swept.seg = overlap_segment_of(cfg), swept.nseg = overlap_segments(a.NS, swept.seg);
   swept.progress = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + L.progress);
   // B4's block does not fit beside B3's 4-warp block (registers and shared memory): alone, B3 takes
   // two row groups a block (64 blocks) and leaves B4 the other SMs, unless the config picks.
-  const int warps = row_sweep_warps(cfg.sweep_warps ? cfg.sweep_warps : reverse && !recompute ? 2 * KQ : 0, KQ,
-                                    reverse, recompute);
+  const int warps = row_sweep_warps(cfg.sweep_warps ? cfg.sweep_warps : recompute ? 0 : 2 * KQ, KQ, true, recompute);
   const unsigned blocks = unsigned(DV / (RW * (warps / KQ))) * a.H * a.B;  // per sweep
   SweepCounters c;
   c.counters = swept.progress, c.nseg = swept.nseg;
-  c.forward_blocks = !reverse || recompute ? blocks : 0, c.reverse_blocks = reverse ? blocks : 0;
+  c.forward_blocks = recompute ? blocks : 0, c.reverse_blocks = blocks;
   gdn_run_overlapped(
-      stream, c, overlap_plan(a.NS, swept.seg, !reverse || recompute, reverse),
+      stream, c, overlap_plan(a.NS, swept.seg, recompute),
       cfg.overlap_streams ? cfg.overlap_streams : GdnCudaConfig::kDefaultOverlapStreams,
-      [&](cudaStream_t s) { row_sweeps(warps, KQ, copies_of(cfg), reverse, recompute, swept, s); },
+      [&](cudaStream_t s) { row_sweeps(warps, KQ, copies_of(cfg), true, recompute, swept, s); },
       [&](int first, int count, cudaStream_t s) {
         Args at = a;
         at.n0 = first;
-        consume(dim3(count, a.H, a.B), at, s);
+        b4(cfg, dim3(count, a.H, a.B), at, s);
       });
 }
 
@@ -2039,21 +2036,11 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   check_dims(d);
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
-  overlap_asked(cfg);  // refuses a bad overlap setting before anything runs
+  overlap_asked(cfg);  // refuses a bad overlap setting (the backward's) before anything runs
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
-  auto out = [&](dim3 grid, const Args& at, cudaStream_t s) {
-    if (tile_plans(cfg)) launch(out_kernel<true>, grid, 256, OutSmem::bytes, s, at);
-    else launch(out_kernel<false>, grid, 256, OutSmem::bytes, s, at);
-  };
-  if (overlaps(a, cfg, stream)) {
-    overlapped_sweep(cfg, false, false, a, workspace, WsLayout(d, cfg), stream, out);
-    timer.mark();
-    timer.mark();
-    return;
-  }
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
   else switch (pick_value_tile(d, cfg.value_tile)) {
@@ -2062,7 +2049,8 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
     default: launch(st_forward_kernel<64>, dim3(DV / 64, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<64, SWEEP_STAGES>::bytes, stream, a);
   }
   timer.mark();
-  out(subs, a, stream);
+  if (tile_plans(cfg)) launch(out_kernel<true>, subs, 256, OutSmem::bytes, stream, a);
+  else launch(out_kernel<false>, subs, 256, OutSmem::bytes, stream, a);
   timer.mark();
 }
 
@@ -2090,8 +2078,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
   if (overlaps(a, cfg, stream)) {
-    overlapped_sweep(cfg, true, !sweep_kept, a, workspace, WsLayout(d, cfg), stream,
-                     [&](dim3 grid, const Args& at, cudaStream_t s) { b4(cfg, grid, at, s); });
+    overlapped_b3_b4(cfg, !sweep_kept, a, workspace, WsLayout(d, cfg), stream);
     timer.mark();
     timer.mark();
     return;

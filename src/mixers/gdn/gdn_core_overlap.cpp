@@ -12,21 +12,16 @@ int overlap_segments(int ns, int seg) {
   return (ns + seg - 1) / seg;
 }
 
-std::vector<OverlapLaunch> overlap_plan(int ns, int seg, bool needs_forward, bool needs_reverse) {
+std::vector<OverlapLaunch> overlap_plan(int ns, int seg, bool with_forward) {
   const int nseg = overlap_segments(ns, seg);
-  SF_CHECK(needs_forward || needs_reverse, "GDN core overlap: a consumer must wait for at least one sweep");
   std::vector<OverlapLaunch> plan(static_cast<size_t>(nseg));
   for (int j = 0; j < nseg; ++j) {
     OverlapLaunch& l = plan[size_t(j)];
-    if (needs_reverse) {
-      const int end = ns - j * seg;
-      l.first = std::max(end - seg, 0), l.count = end - l.first, l.reverse_segment = j;
-      if (needs_forward) l.forward_segment = (end - 1) / seg;
-    } else {
-      l.first = j * seg, l.count = std::min(seg, ns - l.first), l.forward_segment = j;
-    }
+    const int end = ns - j * seg;
+    l.first = std::max(end - seg, 0), l.count = end - l.first, l.reverse_segment = j;
+    if (with_forward) l.forward_segment = (end - 1) / seg;
   }
-  if (needs_forward && needs_reverse) {
+  if (with_forward) {
     // Steps each sweep has taken when it is done with the launch's segment.
     auto ready = [&](const OverlapLaunch& l) {
       return std::max(std::min((l.forward_segment + 1) * seg, ns), std::min((l.reverse_segment + 1) * seg, ns));

@@ -1,5 +1,6 @@
 // The sweeps' side of the overlap (GdnCudaConfig::overlap; the plan in gdn_core_overlap.h, the
-// streams in gdn_core_overlap_cuda.h): a quarter-sweep block counts the segments it has finished.
+// streams in gdn_core_overlap_cuda.h): a block of B3's quarter sweeps (the reverse sweep, and the
+// forward sweep it re-runs beside it) counts the segments it has finished.
 // Included by gdn_core.cu after Args, inside its anonymous namespace.
 //
 // The sweep kernels take kCount as a template parameter: without it (the sequential stages) they

@@ -1,7 +1,7 @@
 // The streams of the GDN core's overlap (GdnCudaConfig::overlap; docs/design.md "The GDN core's
-// overlap"): a sweep on the caller's stream and, beside it on a stream of the calling thread,
-// the consumer launches of an overlap plan (gdn_core_overlap.h), each queued behind stream waits
-// (kernels/cuda/stream_wait_cuda.h) on the counters the sweep bumps (gdn_core_overlap.cuh).
+// overlap"): a sweep (B3) on the caller's stream and, beside it on streams of the calling thread,
+// the consumer (B4) launches of an overlap plan (gdn_core_overlap.h), each queued behind stream
+// waits (kernels/cuda/stream_wait_cuda.h) on the counters the sweep bumps (gdn_core_overlap.cuh).
 //
 //   caller's stream:  [zero counters] [sweep ................................] [waits for them]
 //   overlap stream 0:     (waits for the zeroing) [wait j0][consume j0]  [wait j2][consume j2] ...

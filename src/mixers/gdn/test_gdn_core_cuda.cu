@@ -516,11 +516,11 @@ TEST_F(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   }
 }
 
-// The sweeps overlapped with Out and B4 (GdnCudaConfig::overlap) change only the schedule, so
-// outputs and every gradient are bitwise the sequential ones: the forward (Out beside ST), the
-// backward that re-runs the forward sweep beside B3 (recomputing T, or from a kept T: B4 waits for
-// both sweeps) and the backward from a kept sweep or the saved forward (B4 waits for the reverse
-// sweep alone); with one row group per block (copy warp on and off) and two; segments of 1, 2 and
+// B3 overlapped with B4 (GdnCudaConfig::overlap) changes only the schedule, so outputs and every
+// gradient are bitwise the sequential ones: the backward that re-runs the forward sweep beside B3
+// (recomputing T, or from a kept T: B4 waits for both sweeps) and the backward from a kept sweep
+// or the saved forward (B4 waits for the reverse sweep alone); with one row group per block (copy
+// warp on and off) and two; segments of 1, 2 and
 // 3 sub-chunks (the last one short) on 1, 2 and 3 streams, a short last sub-chunk, two sequences
 // and carried states, the workspace poisoned first. Calls cut at multiples of 64 are bitwise the sequential one call.
 TEST_F(GdnCoreCuda, OverlapGivesTheSequentialBits) {
