@@ -41,6 +41,12 @@ OverlapStreams& overlap_streams_for_thread() {
 }  // namespace
 
 bool gdn_overlap_can_run(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    cudaGetLastError();  // e.g. the legacy stream while another stream captures: not sticky
+    return false;
+  }
+  if (capture != cudaStreamCaptureStatusNone) return false;
   if (!stream_wait_available()) {
     static const bool told = [] {
       std::fprintf(stderr, "stateflow: this driver or GPU has no stream waits (cuStreamWaitValue32): the GDN core "
@@ -50,12 +56,7 @@ bool gdn_overlap_can_run(cudaStream_t stream) {
     (void)told;
     return false;
   }
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
-    cudaGetLastError();  // e.g. the legacy stream while another stream captures: not sticky
-    return false;
-  }
-  return capture == cudaStreamCaptureStatusNone;
+  return true;
 }
 
 void gdn_run_overlapped(cudaStream_t stream, const SweepCounters& c, const std::vector<OverlapLaunch>& plan,
