@@ -534,7 +534,10 @@ TEST_F(GdnCoreCuda, OverlapGivesTheSequentialBits) {
                           {"T kept", true, false, false},
                           {"T and sweep kept", true, true, false},
                           {"saved forward", false, false, true}};
-  for (auto [warps, copy_warp] : {std::pair{0, 0}, {4, -1}, {8, 0}})
+  // Row groups and copies: the defaults (two row groups a block when overlapped), one row group with
+  // the sweep warps copying, or with a copy warp that counts the segments (multicasting with the
+  // untried lever sweep_multicast on), and two row groups asked for.
+  for (auto [warps, copy_warp] : {std::pair{0, 0}, {4, -1}, {4, 1}, {8, 0}})
     for (const Reuse& reuse : reuses) {
       SCOPED_TRACE(std::string(reuse.name) + ", sweep_warps " + std::to_string(warps) + ", sweep_copy_warp " +
                    std::to_string(copy_warp));
