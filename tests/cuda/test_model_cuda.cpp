@@ -117,22 +117,25 @@ StepResult run_step(Model& m, const Batch& b, const std::vector<int64_t>& length
 
 // Parameters with fewer elements than this are per-head scalars (dt_bias, A_log, D, ...):
 // each gradient entry is one sum over every token of terms of both signs, so bf16 rounding of
-// the terms shows relative to a net that can be far smaller than they are (mamba3's dt_bias:
-// the terms' magnitudes 25 to 630 times the net over 12 seeds and cases, docs/mamba3.md). Their
-// error is measured against the sum of the terms' magnitudes (testing::gradient_term_magnitudes).
+// the terms shows relative to the sum of their magnitudes (testing::gradient_term_magnitudes),
+// and cancellation can make the net far smaller than that (mamba3's dt_bias: 4 to 630 times).
 constexpr int64_t kPerHeadScalars = 64;
-// Their band, relative to the terms' magnitudes: bf16 rounding measured up to ~2.5e-3 (2^-8 =
-// 3.9e-3); a lost token block or a missing term of the sum gives several 1e-2 or more.
-constexpr double kPerHeadScalarBand = 1e-2;
+// An entry's error may reach the larger of its two bands: of the parameter's largest |entry|
+// (normwise, as every other parameter: the first band, which GDN's dt_bias reached 1.25e-1 of) and
+// of the entry's terms' magnitudes (the two mamba3 seeds that broke the first band were 1.0e-3
+// and 2.5e-3 of them; 2^-8 = 3.9e-3). A token block counted twice gives 6e-2 to 2.4e-1 of the
+// magnitudes (docs/design.md, "The GPU conformance bands").
+constexpr double kPerHeadScalarNetBand = 2.5e-1, kPerHeadScalarTermsBand = 1e-2;
 
 struct WorstGradError {
   double err = 0, band = 0;
   std::string where;
 };
 
-// Normwise relative gradient error bands of the other parameters: bf16 rounding measured 2.1e-2
-// to 2.3e-2; a wrong path gives O(1). The suffix-summed weight: measured up to 7.0e-2 on a seed
-// whose suffix sums cancel 111-fold (up to 133-fold seen; docs/mamba3.md).
+// Normwise relative gradient error bands of the other parameters: bf16 rounding measured 2.0e-2
+// to 3.8e-2 (the largest: mamba3_rank4's B_bias, a bias summed over tokens); a wrong path gives
+// O(1). The suffix-summed weight: measured up to 7.0e-2, on a seed whose suffix sums cancel
+// 111-fold (up to 133-fold seen; docs/design.md, "The GPU conformance bands").
 constexpr double kTensorBand = 5e-2, kSuffixSumBand = 2e-1;
 
 // The parameter (not a per-head scalar) whose normwise relative gradient error is the largest
@@ -154,22 +157,30 @@ WorstGradError worst_tensor_grad_error(Model& m, const StepResult& a, const Step
   return worst;
 }
 
-// The worst error of a per-head scalar's gradient entry relative to the sum of its per-token
-// terms' magnitudes (the CPU model's, token by token; the model's gradients are left as that
-// 1-token-chunk step's), and which entry.
+// The per-head-scalar entry whose error is the largest share of its band (kPerHeadScalar*Band,
+// the terms' magnitudes from the CPU model, whose gradients are left as its 1-token-chunk step's):
+// that share, and the entry with its error of the net and of the terms' magnitudes.
 WorstGradError worst_per_head_scalar_error(Model& cpu, const Batch& b, const StepResult& a, const StepResult& ref) {
   auto params = cpu.params();
   std::vector<size_t> scalars;
   for (size_t i = 0; i < params.size(); ++i)
     if (params[i]->value.numel() < kPerHeadScalars) scalars.push_back(i);
   const std::vector<std::vector<double>> magnitude = testing::gradient_term_magnitudes(cpu, b, scalars);
-  WorstGradError worst;
+  WorstGradError worst{0, 1, "none"};
   for (size_t k = 0; k < scalars.size(); ++k) {
     const Tensor got = a.grads[scalars[k]].cast(DType::F64), want = ref.grads[scalars[k]].cast(DType::F64);
+    double net = 0;
+    for (int64_t e = 0; e < want.numel(); ++e) net = std::max(net, std::abs(want.data<double>()[e]));
     for (int64_t e = 0; e < got.numel(); ++e) {
       const double diff = std::abs(got.data<double>()[e] - want.data<double>()[e]),
-                   err = magnitude[k][e] > 0 ? diff / magnitude[k][e] : (diff == 0 ? 0.0 : INFINITY);
-      if (!(err <= worst.err)) worst = {err, kPerHeadScalarBand, params[scalars[k]]->name + "[" + std::to_string(e) + "]"};
+                   band = std::max(kPerHeadScalarNetBand * net, kPerHeadScalarTermsBand * magnitude[k][e]),
+                   share = band > 0 ? diff / band : (diff == 0 ? 0.0 : INFINITY);
+      if (!(share <= worst.err)) {
+        char what[160];
+        std::snprintf(what, sizeof what, "%s[%lld]: %.2e of the net, %.2e of the terms' magnitudes",
+                      params[scalars[k]]->name.c_str(), (long long)e, diff / net, diff / magnitude[k][e]);
+        worst = {share, 1, what};
+      }
     }
   }
   return worst;
@@ -186,12 +197,12 @@ TEST_P(MixerConformanceCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
   const WorstGradError tensors = worst_tensor_grad_error(gpu, got, ref, GetParam().suffix_sum_weight),
                        scalars = worst_per_head_scalar_error(cpu, b, got, ref);
   std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e of band "
-              "%.0e (%s), of per-head scalars %.2e of their terms' magnitudes (%s)\n",
+              "%.0e (%s), per-head scalars at %.2f of their band (%s)\n",
               got.loss, ref.loss, loss_err, tensors.err, tensors.band, tensors.where.c_str(), scalars.err,
               scalars.where.c_str());
   EXPECT_LE(loss_err, 1e-2);
   EXPECT_LE(tensors.err, tensors.band) << tensors.where;
-  EXPECT_LE(scalars.err, kPerHeadScalarBand) << scalars.where;
+  EXPECT_LE(scalars.err, 1.0) << scalars.where;
 }
 
 std::string lengths_name(const std::vector<int64_t>& lengths) {
