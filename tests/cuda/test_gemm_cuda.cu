@@ -134,7 +134,7 @@ TYPED_TEST(GemmCuda, RepeatedCallsAreBitwiseEqual) {
     runs.push_back(dW.raw());
   }
   EXPECT_TRUE(bitwise_equal(runs[0], runs[1]));
-  // Aligned rows, and short ones (a narrow, deep product: where the short-row algorithm splits K).
+  // Aligned rows, and short ones (on the short-row algorithm).
   Dev<In> W(normal_vec(rng, out * in));
   for (const int64_t m : {rows, int64_t(1000)}) {
     SCOPED_TRACE("rows " + std::to_string(m));
@@ -191,8 +191,8 @@ std::vector<T> chunk_rows(const std::vector<T>& x, int64_t batch, int64_t len, i
 
 // With short rows on their own algorithm: sequences cut at multiples of 2048 tokens give bitwise
 // the unsplit call's rows (whose tails run the short-row algorithm), one sequence and two; a
-// narrow, deep product, where that algorithm splits K. Chunks shorter than a tail's class
-// (1000-token cuts) are exact too, only rounded otherwise: checked in the next test.
+// narrow, deep product, the kind of shape where the two pins differ. Cuts elsewhere are only
+// rounded otherwise: the next test bounds that.
 TYPED_TEST(GemmCuda, ShortRowsGiveTheUnsplitBitsAtCutsOnMultiplesOf2048) {
   SKIP_WITHOUT_GPU();
   using In = typename TypeParam::in;
@@ -228,7 +228,7 @@ TYPED_TEST(GemmCuda, ShortRowsGiveTheUnsplitBitsAtCutsOnMultiplesOf2048) {
 }
 
 // The short-row algorithm's error against float64 is within twice the aligned one's (the rule for
-// cuts off multiples of 2048), for a shape where it splits K: 1000 rows of a narrow, deep product.
+// cuts off multiples of 2048): 1000 rows of a narrow, deep product.
 TYPED_TEST(GemmCuda, ShortRowsStayWithinTwiceTheAlignedError) {
   SKIP_WITHOUT_GPU();
   using In = typename TypeParam::in;

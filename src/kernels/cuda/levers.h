@@ -77,7 +77,8 @@
 //   gemm_short    row-wise GEMMs: every row on the algorithm pinned at 2048 rows (instead of the
 //                 tails of a sequence past its last multiple of 2048 tokens, where short, on a second
 //                 one pinned at 1024 rows, deterministic split-K allowed: kernels/cuda/gemm_cuda.h;
-//                 bitwise at 2048-token cuts either way, other rounding elsewhere)
+//                 bitwise at 2048-token cuts either way, other rounding elsewhere; default since its
+//                 H200 run in the seventh session)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -108,7 +109,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, fused_mlp and
 // sweep_multicast, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast", "gemm_short"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
