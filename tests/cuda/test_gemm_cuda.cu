@@ -22,8 +22,15 @@ struct Types {
   using out = Out;
 };
 
+// Each test on a GPU, with a fresh seed in every failure's trace.
 template <class P>
-class GemmCuda : public ::testing::Test {};
+class GemmCuda : public ::testing::Test {
+ protected:
+  void SetUp() override { SKIP_WITHOUT_GPU(); }
+  const uint64_t seed = fresh_seed();
+  const ::testing::ScopedTrace seed_trace{__FILE__, __LINE__, "seed " + std::to_string(seed)};
+  Rng rng{seed};
+};
 using Combos = ::testing::Types<Types<float, float>, Types<bf16, float>, Types<bf16, bf16>>;
 TYPED_TEST_SUITE(GemmCuda, Combos);
 
@@ -34,12 +41,9 @@ double band() {
 }
 
 TYPED_TEST(GemmCuda, EveryTransposeWithPaddedStridesAlphaAndBeta) {
-  SKIP_WITHOUT_GPU();
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
+  Rng& rng = this->rng;
   CublasGemm g;
   const int64_t M = 37, N = 53, K = 71;
   for (int ta = 0; ta < 2; ++ta)
@@ -73,10 +77,7 @@ TYPED_TEST(GemmCuda, EveryTransposeWithPaddedStridesAlphaAndBeta) {
 }
 
 template <class In, class Out>
-void linear_helpers_match_the_cpu_layers() {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
+void linear_helpers_match_the_cpu_layers(Rng& rng) {
   CublasGemm g;
   const int64_t rows = 150, in = 96, out = 40, batch = 2;
   const Vec x = rounded<In>(normal_vec(rng, rows * in)), W = rounded<In>(normal_vec(rng, in * out));
@@ -105,21 +106,17 @@ void linear_helpers_match_the_cpu_layers() {
 
 // Two sequences of 75 rows: short tails, so the short-row algorithm runs them where it is on.
 TYPED_TEST(GemmCuda, LinearHelpersMatchTheCpuLayers) {
-  SKIP_WITHOUT_GPU();
   for (const bool short_rows : {false, true}) {
     SCOPED_TRACE(short_rows ? "short rows on their own algorithm" : "every row on the aligned one");
     FlagScope on(gemm_short_rows_for_thread(), short_rows);
-    linear_helpers_match_the_cpu_layers<typename TypeParam::in, typename TypeParam::out>();
+    linear_helpers_match_the_cpu_layers<typename TypeParam::in, typename TypeParam::out>(this->rng);
   }
 }
 
 TYPED_TEST(GemmCuda, RepeatedCallsAreBitwiseEqual) {
-  SKIP_WITHOUT_GPU();
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
+  Rng& rng = this->rng;
   CublasGemm g;
   FlagScope on(gemm_short_rows_for_thread(), true);
   // A long reduction (the weight-gradient shape: K = tokens) is where split-K would appear.
@@ -150,12 +147,9 @@ TYPED_TEST(GemmCuda, RepeatedCallsAreBitwiseEqual) {
 // several m (chunk lengths, 64-aligned or not): bitwise the same, for y = x W and dx += dy W^T,
 // with every row on the aligned algorithm (gemm_short off).
 TYPED_TEST(GemmCuda, PinnedAlgorithmsGiveTheSameRowsForAnyRowCount) {
-  SKIP_WITHOUT_GPU();
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
+  Rng& rng = this->rng;
   CublasGemm g;
   FlagScope off(gemm_short_rows_for_thread(), false);
   const int64_t M = 4096, in = 256, out = 384;
@@ -194,12 +188,9 @@ std::vector<T> chunk_rows(const std::vector<T>& x, int64_t batch, int64_t len, i
 // narrow, deep product, the kind of shape where the two pins differ. Cuts elsewhere are only
 // rounded otherwise: the next test bounds that.
 TYPED_TEST(GemmCuda, ShortRowsGiveTheUnsplitBitsAtCutsOnMultiplesOf2048) {
-  SKIP_WITHOUT_GPU();
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
+  Rng& rng = this->rng;
   CublasGemm g;
   FlagScope on(gemm_short_rows_for_thread(), true);
   const int64_t S = kGemmAlignedRows, in = 1024, out = 64;
@@ -230,12 +221,9 @@ TYPED_TEST(GemmCuda, ShortRowsGiveTheUnsplitBitsAtCutsOnMultiplesOf2048) {
 // The short-row algorithm's error against float64 is within twice the aligned one's (the rule for
 // cuts off multiples of 2048): 1000 rows of a narrow, deep product.
 TYPED_TEST(GemmCuda, ShortRowsStayWithinTwiceTheAlignedError) {
-  SKIP_WITHOUT_GPU();
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  Rng rng(seed);
+  Rng& rng = this->rng;
   CublasGemm g;
   const int64_t rows = 1000, in = 2048, out = 64;
   const Vec x = rounded<In>(normal_vec(rng, rows * in)), W = rounded<In>(normal_vec(rng, in * out));
