@@ -132,51 +132,18 @@ std::string describe_algo(const cublasLtMatmulAlgo_t& algo) {
   return s;
 }
 
-bool algo_fits(const CublasGemm& g, const LtProblem& p, const cublasLtMatmulAlgo_t& algo, size_t workspace) {
+// The algorithm pinned for a key: for aligned rows the heuristic's first at kRepresentativeRows
+// without split-K; for short rows its first at kShortRows with deterministic split-K, within half
+// the workspace so that every short call (< 2048 rows) fits it.
+cublasLtMatmulAlgo_t pinned_algo(const CublasGemm& g, const LtProblem& rep, uint32_t align, bool short_rows) {
+  const size_t ws = short_rows ? g.workspace_bytes() / 2 : g.workspace_bytes();
+  return heuristic_algos(g, rep, align, short_rows, ws, 1).front();
+}
+
+bool algo_fits(const CublasGemm& g, const LtProblem& p, const cublasLtMatmulAlgo_t& algo) {
   cublasLtMatmulHeuristicResult_t r{};
   return cublasLtMatmulAlgoCheck(g.handle(), p.op, p.a, p.b, p.c, p.c, &algo, &r) == CUBLAS_STATUS_SUCCESS &&
-         r.workspaceSize <= workspace;
-}
-bool algo_fits(const CublasGemm& g, const LtProblem& p, const cublasLtMatmulAlgo_t& algo) {
-  return algo_fits(g, p, algo, g.workspace_bytes());
-}
-
-// For short rows that leave most SMs idle (a narrow output: the GDN's 16-column gate projections
-// give 8 tiles at 1K rows), `algo` with K split in its deterministic form: the split count doubled
-// while the tiles stay under one wave and each split keeps >= 256 of K, up to 16 (lever
-// gemm_short_split). The heuristic itself offered no split-K for such shapes on the H200.
-cublasLtMatmulAlgo_t split_for_few_tiles(const CublasGemm& g, const LtProblem& rep, int64_t K,
-                                         const cublasLtMatmulAlgo_t& algo, size_t workspace) {
-  cublasLtMatmulHeuristicResult_t r{};
-  int32_t support = 0;
-  uint32_t schemes = 0;
-  size_t written = 0;
-  if (lever_off("gemm_short_split") || algo_config<int32_t>(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) > 1 ||
-      cublasLtMatmulAlgoCheck(g.handle(), rep.op, rep.a, rep.b, rep.c, rep.c, &algo, &r) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof support,
-                                        &written) != CUBLAS_STATUS_SUCCESS ||
-      cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
-                                        &written) != CUBLAS_STATUS_SUCCESS ||
-      !support || !(schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE) || !(r.wavesCount > 0.f))
-    return algo;
-  int32_t split = 1;
-  while (split < 16 && 2.f * float(split) * r.wavesCount <= 1.f && K / (2 * split) >= 256) split *= 2;
-  if (split == 1) return algo;
-  cublasLtMatmulAlgo_t s = algo;
-  const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
-  cublasLtMatmulAlgoConfigSetAttribute(&s, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &split, sizeof split);
-  cublasLtMatmulAlgoConfigSetAttribute(&s, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme);
-  return algo_fits(g, rep, s, workspace) ? s : algo;
-}
-
-// The algorithm pinned for a key: for aligned rows the heuristic's first at kRepresentativeRows
-// without split-K; for short rows its first at kShortRows with deterministic split-K allowed (and
-// split_for_few_tiles), within half the workspace so that every short call (< 2048 rows) fits it.
-cublasLtMatmulAlgo_t pinned_algo(const CublasGemm& g, const LtProblem& rep, int64_t K, uint32_t align,
-                                 bool short_rows) {
-  if (!short_rows) return heuristic_algos(g, rep, align, false, g.workspace_bytes(), 1).front();
-  const size_t ws = g.workspace_bytes() / 2;
-  return split_for_few_tiles(g, rep, K, heuristic_algos(g, rep, align, true, ws, 1).front(), ws);
+         r.workspaceSize <= g.workspace_bytes();
 }
 
 __global__ void cast_to_bf16_kernel(const float* src, __nv_bfloat16* dst, int64_t n, int64_t cols, int64_t ld) {
@@ -224,7 +191,7 @@ void pinned_gemm(const CublasGemm& g, bool short_rows, bool ta, bool tb, int64_t
     const int64_t rep_rows =
         short_rows ? kShortRows : lever_off("gemm_rows") ? kOldRepresentativeRows : kRepresentativeRows;
     const LtProblem rep(ta, tb, ta ? M : rep_rows, N, K, lda, ldb, ldc, in, out);
-    it = pinned.emplace(key, CublasGemm::Pinned{pinned_algo(g, rep, K, align, short_rows), {}}).first;
+    it = pinned.emplace(key, CublasGemm::Pinned{pinned_algo(g, rep, align, short_rows), {}}).first;
   }
   auto run = it->second.runs.find(M);
   if (run == it->second.runs.end()) {
@@ -232,7 +199,7 @@ void pinned_gemm(const CublasGemm& g, bool short_rows, bool ta, bool tb, int64_t
     // An algorithm that cannot run this M (not seen on H200) falls back to this M's own choice:
     // correct, but then not row-invariant.
     const cublasLtMatmulAlgo_t algo =
-        algo_fits(g, *p, it->second.algo) ? it->second.algo : pinned_algo(g, *p, K, align, short_rows);
+        algo_fits(g, *p, it->second.algo) ? it->second.algo : pinned_algo(g, *p, align, short_rows);
     run = it->second.runs.emplace(M, CublasGemm::Pinned::Run{std::move(p), algo}).first;
   }
   const LtProblem& p = *run->second.problem;
@@ -304,10 +271,9 @@ std::vector<GemmCandidate> gemm_candidates(const CublasGemm& g, bool tb, int64_t
   SF_CHECK(N > 0 && K > 0 && choose_rows > 0 && count > 0, "gemm_candidates: bad arguments");
   const LtProblem p(false, tb, choose_rows, N, K, K, tb ? K : N, N, CUDA_R_16BF, CUDA_R_16BF);
   const size_t ws = split_k ? g.workspace_bytes() / 2 : g.workspace_bytes();
-  std::vector<cublasLtMatmulAlgo_t> algos = heuristic_algos(g, p, 16, split_k, ws, count);
-  algos.front() = pinned_algo(g, p, K, 16, split_k);  // the heuristic's first, as pinned
   std::vector<GemmCandidate> out;
-  for (const cublasLtMatmulAlgo_t& algo : algos) out.push_back({algo, describe_algo(algo)});
+  for (const cublasLtMatmulAlgo_t& algo : heuristic_algos(g, p, 16, split_k, ws, count))
+    out.push_back({algo, describe_algo(algo)});
   return out;
 }
 

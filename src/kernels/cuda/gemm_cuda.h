@@ -119,8 +119,7 @@ void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy,
 // For gemm_bench: the algorithms the pinning would consider for a bf16 row-wise product with a
 // bf16 result (y = x W: trans_b false; dx = dy W^T: true; M x N, inner K, rows packed): the
 // heuristic's first `count` at `choose_rows` rows, with split-K in its deterministic form allowed
-// when `split_k` (as for short rows). The first is the one the pinning takes (for short rows with
-// the split a narrow output gets: lever gemm_short_split).
+// when `split_k` (as for short rows). The first is the one the pinning takes.
 struct GemmCandidate {
   cublasLtMatmulAlgo_t algo;
   std::string config;  // in words: tile, stages, split-K count, reduction scheme, cluster

@@ -3,7 +3,7 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,gemm_short,gemm_short_split
+//                      b4_ring_early,gemm_short
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -79,10 +79,6 @@
 //                 one pinned at 1024 rows, deterministic split-K allowed: kernels/cuda/gemm_cuda.h;
 //                 bitwise at 2048-token cuts either way, other rounding elsewhere; default since its
 //                 H200 run in the seventh session)
-//   gemm_short_split  the short-row algorithm as the heuristic gives it (instead of, where its tiles
-//                 fill less than half a wave, with K split 2-16 ways in the deterministic form:
-//                 the GDN's 16-column gate projections; another rounding of those rows, bitwise
-//                 at 2048-token cuts either way)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -108,12 +104,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
-                                           "gemm_short",  "gemm_short_split"};
+                                           "gemm_short"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, fused_mlp and
 // sweep_multicast, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast", "gemm_short_split"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
