@@ -74,10 +74,10 @@
 //   b4_ring_early  GDN core B4's deep ring: the second pass's first slabs and v issued after the Out
 //                 terms' product (instead of as soon as the first pass ends, dPG and T placed where
 //                 dO was; GdnCudaConfig::kB4EarlySlabs; same bits)
-//   core_overlap  GDN core backward: B3 then B4 (instead of B4 beside B3's sweeps, each launch for
-//                 the sub-chunks they have finished, behind GPU-side stream waits:
-//                 mixers/gdn/gdn_core_overlap_cuda.h; GdnCudaConfig::overlap; same kernels, same
-//                 bits; untried)
+//   core_overlap  GDN core backward from a kept forward sweep (gdn.keep_sweep): B3 then B4 (instead
+//                 of B4 beside B3, each launch for the sub-chunks B3 has finished, behind GPU-side
+//                 stream waits: mixers/gdn/gdn_core_overlap_cuda.h; GdnCudaConfig::overlap; same
+//                 kernels, same bits; default since its H200 runs in the seventh session)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -108,7 +108,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, fused_mlp and
 // sweep_multicast, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast", "core_overlap"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
