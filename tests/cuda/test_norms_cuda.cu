@@ -166,6 +166,39 @@ TYPED_TEST(NormsCuda, StagedRowsGiveTheBitsOfLoadsAsTheyGo) {
   }
 }
 
+// Two L2 norms in one launch (l2norm_pair: the GDN's q and k) give each norm's own call's bits,
+// forward (y, rstd) and backward (dx): 16 heads of 128 (16-lane teams) over 1000 tokens, and
+// 37 rows of 2048 (whole warps, a part-filled last one).
+TYPED_TEST(NormsCuda, TwoL2NormsInOneLaunchGiveTheirOwnCallsBits) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{16 * 1000, 128}, {37, 2048}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + ", dim " + std::to_string(dim));
+    const size_t n = size_t(rows * dim);
+    Dev<A> x0(normal_vec(rng, n)), x1(normal_vec(rng, n)), dy0(normal_vec(rng, n)), dy1(normal_vec(rng, n));
+    std::vector<std::vector<char>> outs;
+    for (bool pair : {true, false}) {
+      Dev<A> y0(n), y1(n), dx0(n), dx1(n);
+      Dev<float> r0(static_cast<size_t>(rows)), r1(static_cast<size_t>(rows));
+      for (auto* d : {&y0, &y1, &dx0, &dx1}) d->poison();
+      FlagScope scope(l2norm_pair_for_thread(), pair);
+      const L2NormRows<A> fwd[2] = {{x0.p, y0.p, r0.p}, {x1.p, y1.p, r1.p}};
+      l2norm_forward_pair_cuda<A>(fwd, rows, dim, 1e-6, nullptr);
+      const L2NormRows<A> bwd[2] = {{nullptr, y0.p, r0.p, dy0.p, dx0.p}, {nullptr, y1.p, r1.p, dy1.p, dx1.p}};
+      l2norm_backward_pair_cuda<A>(bwd, rows, dim, nullptr);
+      sync_ok();
+      std::vector<char> out;
+      for (const Dev<A>* d : {&y0, &y1, &dx0, &dx1}) d->append_bytes(out);
+      r0.append_bytes(out), r1.append_bytes(out);
+      outs.push_back(out);
+    }
+    EXPECT_TRUE(outs[0] == outs[1]);
+  }
+}
+
 // The gated norm's z and dz as a column block of a wider matrix (GateRows: the GDN's output gate
 // beside q, k and v in one GEMM's output): the bits of contiguous ones, columns outside left alone.
 TYPED_TEST(NormsCuda, GateColumnBlocksGiveTheContiguousBits) {

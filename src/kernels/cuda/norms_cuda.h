@@ -62,4 +62,22 @@ template <class A>
 void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int64_t rows, int64_t dim,
                           cudaStream_t stream);
 
+// Two L2 norms of the same shape (the GDN's q and k) in one launch each way, bitwise the two
+// calls (which l2norm_pair_for_thread() false, STATEFLOW_LEVERS_OFF=l2norm_pair, makes; the tests
+// set it to compare). Forward: x in, y and rstd out; backward: y, rstd and dy in, dx out.
+bool& l2norm_pair_for_thread();
+template <class A>
+struct L2NormRows {
+  const A* x = nullptr;
+  A* y = nullptr;
+  float* rstd = nullptr;
+  const A* dy = nullptr;
+  A* dx = nullptr;
+};
+template <class A>
+void l2norm_forward_pair_cuda(const L2NormRows<A> (&norms)[2], int64_t rows, int64_t dim, double eps,
+                              cudaStream_t stream);
+template <class A>
+void l2norm_backward_pair_cuda(const L2NormRows<A> (&norms)[2], int64_t rows, int64_t dim, cudaStream_t stream);
+
 }  // namespace stateflow

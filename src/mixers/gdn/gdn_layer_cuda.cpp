@@ -168,8 +168,9 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   s->rq = f32_out({rows * H_}), s->rk = f32_out({rows * H_});
   {
     OpScope part("gdn.l2norm");
-    l2norm_forward_cuda<bf16>(bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq), rows * H_, dk_, kL2Eps, st);
-    l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
+    const L2NormRows<bf16> qk[2] = {{bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq)},
+                                    {bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk)}};
+    l2norm_forward_pair_cuda<bf16>(qk, rows * H_, dk_, kL2Eps, st);
   }
   side.join();  // the core reads g and beta
   SideWork by_core;
@@ -306,8 +307,9 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   Tensor dqc = bf16_out({rows, HK}), dkc = bf16_out({rows, HK});
   {
     OpScope part("gdn.l2norm");
-    l2norm_backward_cuda<bf16>(bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc), rows * H_, dk_, st);
-    l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
+    const L2NormRows<bf16> qk[2] = {{nullptr, bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc)},
+                                    {nullptr, bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc)}};
+    l2norm_backward_pair_cuda<bf16>(qk, rows * H_, dk_, st);
   }
   {
     OpScope part("gdn.conv");
