@@ -231,27 +231,32 @@ TEST_F(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
 
 // The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step
 // with everything on the main stream, chunked and unchunked: with each layer waiting for its
-// weight gradients, and with them left running into the next layer's backward (side_defer).
+// weight gradients, and with them left running into the next layer's backward (side_defer);
+// each also with the norms' and convs' dw reductions on the side stream (dw_beside).
 TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
   Model gpu = gpu_model();
   const int64_t S = kWeightGradTokens, T = S + 200;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   bool& overlap = side_work_enabled_for_thread();
   bool& defer = side_work_deferral_for_thread();
-  const bool was_overlap = overlap, was_defer = defer;
+  bool& dw_beside = dw_beside_for_thread();
+  const bool was_overlap = overlap, was_defer = defer, was_dw_beside = dw_beside;
   for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77}}) {
     overlap = false;
     const StepResult serial = run_step(gpu, b, lengths);
     overlap = true;
-    for (const bool deferred : {false, true}) {
-      defer = deferred;
-      const StepResult beside = run_step(gpu, b, lengths);
-      const std::string diff = first_difference(gpu, beside, serial);
-      std::printf("[ chunks %s, side stream%s vs serial ] first difference: %s\n", lengths_name(lengths).c_str(),
-                  deferred ? " deferred" : "", diff.empty() ? "none (bitwise equal)" : diff.c_str());
-      EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << (deferred ? ", deferred" : "");
-    }
-    overlap = was_overlap, defer = was_defer;
+    for (const bool deferred : {false, true})
+      for (const bool reductions : {false, true}) {
+        defer = deferred, dw_beside = reductions;
+        const StepResult beside = run_step(gpu, b, lengths);
+        const std::string diff = first_difference(gpu, beside, serial);
+        std::printf("[ chunks %s, side stream%s%s vs serial ] first difference: %s\n", lengths_name(lengths).c_str(),
+                    deferred ? " deferred" : "", reductions ? ", dw reductions beside" : "",
+                    diff.empty() ? "none (bitwise equal)" : diff.c_str());
+        EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << (deferred ? ", deferred" : "")
+                            << (reductions ? ", dw reductions beside" : "");
+      }
+    overlap = was_overlap, defer = was_defer, dw_beside = was_dw_beside;
   }
 }
 

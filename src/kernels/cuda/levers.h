@@ -3,7 +3,7 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,l2norm_pair,add_vectors
+//                      b4_ring_early,l2norm_pair,add_vectors,dw_beside
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -78,6 +78,11 @@
 //                 one launch, a grid row each; same bits)
 //   add_vectors   residual adds (add_inplace_cuda): one value a thread (instead of 8, with
 //                 16-byte loads and stores, where both arrays are 16-byte aligned; same bits)
+//   dw_beside     the GDN's gated-norm and conv dw reductions and the pre-norm residual's norm dw
+//                 reduction on the main stream in place (instead of on the side stream beside the
+//                 layer's other work, like the weight gradients: at 1-2K-token chunks two launches
+//                 of a few memory latencies each that the main stream waited for; same kernels,
+//                 same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -103,12 +108,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
-                                           "l2norm_pair", "add_vectors"};
+                                           "l2norm_pair", "add_vectors", "dw_beside"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like graphs, fused_mlp and
 // sweep_multicast, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast", "l2norm_pair", "add_vectors"};
+inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast", "l2norm_pair", "add_vectors", "dw_beside"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

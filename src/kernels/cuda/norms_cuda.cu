@@ -269,9 +269,10 @@ void norm_forward(const char* name, const NormArgs<A>& a, cudaStream_t stream, c
 }
 
 // second (optional, L2 only): the rows of another norm of the same shape, in the same launch.
+// dw_later (optional): where the dw reduction goes instead of onto `stream`.
 template <Norm K, class A>
 void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& tokens, void* workspace,
-                   cudaStream_t stream, const NormArgs<A>* second = nullptr) {
+                   cudaStream_t stream, const NormArgs<A>* second = nullptr, DwReduction* dw_later = nullptr) {
   SF_CHECK(tokens.batch > 0 && tokens.rows_per_token > 0 && a.rows % (tokens.batch * tokens.rows_per_token) == 0,
            name, ": rows = ", a.rows, " is not batch ", tokens.batch, " x tokens x ", tokens.rows_per_token,
            " rows per token");
@@ -307,8 +308,13 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
       launch(std::false_type{});
     }
     cuda_check_launch(name);
-    if (K != Norm::L2)
-      add_token_block_partials_cuda(a.partial, tokens.batch, tr.blocks, tr.blocks, tr.segs, a.dim, dw, stream);
+    if (K == Norm::L2) return;
+    DwReduction reduce = [partial = a.partial, batch = tokens.batch, blocks = tr.blocks, segs = tr.segs, dim = a.dim,
+                          dw](cudaStream_t s) {
+      add_token_block_partials_cuda(partial, batch, blocks, blocks, segs, dim, dw, s);
+    };
+    if (dw_later) *dw_later = std::move(reduce);
+    else reduce(stream);
   });
 }
 
@@ -346,11 +352,11 @@ void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
                            int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                           cudaStream_t stream, const A* add_to_dx) {
+                           cudaStream_t stream, const A* add_to_dx, DwReduction* dw_later) {
   NormArgs<A> a;
   a.x = x, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.rows = rows, a.dim = dim;
   a.add_to_dx = add_to_dx;
-  norm_backward<Norm::Rms>("rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
+  norm_backward<Norm::Rms, A>("rmsnorm_backward_cuda", a, dw, tokens, workspace, stream, nullptr, dw_later);
 }
 
 template <class A>
@@ -365,11 +371,11 @@ void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, fl
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
                                  A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                                 cudaStream_t stream, GateRows z_rows) {
+                                 cudaStream_t stream, GateRows z_rows, DwReduction* dw_later) {
   NormArgs<A> a;
   a.x = x, a.z = z, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.dz = dz, a.rows = rows, a.dim = dim;
   a.z_rows = checked_gate_rows("gated_rmsnorm_backward_cuda", z_rows, rows, dim);
-  norm_backward<Norm::GatedRms>("gated_rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
+  norm_backward<Norm::GatedRms, A>("gated_rmsnorm_backward_cuda", a, dw, tokens, workspace, stream, nullptr, dw_later);
 }
 
 template <class A>
@@ -419,12 +425,12 @@ void l2norm_backward_pair_cuda(const L2NormRows<A> (&norms)[2], int64_t rows, in
   template void rmsnorm_forward_cuda<A>(const A*, const float*, A*, float*, int64_t, int64_t, double,           \
                                         cudaStream_t);                                                          \
   template void rmsnorm_backward_cuda<A>(const A*, const float*, const float*, const A*, A*, float*, int64_t,   \
-                                         int64_t, const TokenRows&, void*, cudaStream_t, const A*);             \
+                                         int64_t, const TokenRows&, void*, cudaStream_t, const A*, DwReduction*); \
   template void gated_rmsnorm_forward_cuda<A>(const A*, const A*, const float*, A*, float*, int64_t, int64_t,   \
                                               double, cudaStream_t, GateRows);                                  \
   template void gated_rmsnorm_backward_cuda<A>(const A*, const A*, const float*, const float*, const A*, A*,    \
                                                A*, float*, int64_t, int64_t, const TokenRows&, void*, cudaStream_t, \
-                                               GateRows);                                                       \
+                                               GateRows, DwReduction*);                                         \
   template void l2norm_forward_cuda<A>(const A*, A*, float*, int64_t, int64_t, double, cudaStream_t);           \
   template void l2norm_backward_cuda<A>(const A*, const float*, const A*, A*, int64_t, int64_t, cudaStream_t);    \
   template void l2norm_forward_pair_cuda<A>(const L2NormRows<A>(&)[2], int64_t, int64_t, double, cudaStream_t);   \

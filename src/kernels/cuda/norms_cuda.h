@@ -41,11 +41,12 @@ void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t
                           cudaStream_t stream);
 // add_to_dx (optional, rows x dim): added to each dx value after it is rounded to A, so
 // dx = A(A(dx) + add_to_dx): bitwise the separate add_inplace_cuda(dx, add_to_dx) after the
-// call, in one pass (a pre-norm residual block's dx = norm backward + dy).
+// call, in one pass (a pre-norm residual block's dx = norm backward + dy). dw_later (optional,
+// both RMS kinds): dw's reduction is left to the caller (reduce_cuda.h, DwReduction).
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
                            int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                           cudaStream_t stream, const A* add_to_dx = nullptr);
+                           cudaStream_t stream, const A* add_to_dx = nullptr, DwReduction* dw_later = nullptr);
 
 template <class A>
 void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,
@@ -53,7 +54,7 @@ void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, fl
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
                                  A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                                 cudaStream_t stream, GateRows z_rows = {});
+                                 cudaStream_t stream, GateRows z_rows = {}, DwReduction* dw_later = nullptr);
 
 template <class A>
 void l2norm_forward_cuda(const A* x, A* y, float* rstd, int64_t rows, int64_t dim, double eps, cudaStream_t stream);
