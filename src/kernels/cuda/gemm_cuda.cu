@@ -102,7 +102,9 @@ std::vector<cublasLtMatmulAlgo_t> heuristic_algos(const CublasGemm& g, const LtP
   for (int i = 0; i < found; ++i) {
     cublasLtMatmulAlgo_t algo = r[size_t(i)].algo;
     const uint32_t reduction = algo_config<uint32_t>(algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME);
-    if (!split_k || (reduction != CUBLASLT_REDUCTION_SCHEME_NONE && reduction != CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE)) {
+    const bool ordered =
+        reduction == CUBLASLT_REDUCTION_SCHEME_NONE || reduction == CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (!split_k || !ordered) {
       const int32_t one_split = 1;
       const uint32_t none = CUBLASLT_REDUCTION_SCHEME_NONE;
       cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &one_split, sizeof one_split);
@@ -182,8 +184,8 @@ void pinned_gemm(const CublasGemm& g, bool short_rows, bool ta, bool tb, int64_t
            "gemm_cuda: dimensions ", M, " x ", N, " x ", K, " exceed cuBLAS's 32-bit sizes; split the rows");
   const cudaDataType_t in = cuda_type<In>(), out = cuda_type<Out>();
   const uint32_t align = common_alignment({A, B, C});
-  const CublasGemm::AlgoKey key{ta,       tb,        ta ? M : 0,  N,     K,           lda,       ldb,
-                                ldc,      int(in),   int(out),    beta != 0.f, int(align), short_rows};
+  const CublasGemm::AlgoKey key{ta,  tb,      ta ? M : 0, N,           K,          lda,       ldb,
+                                ldc, int(in), int(out),   beta != 0.f, int(align), short_rows};
   auto& pinned = g.algorithms();
   auto it = pinned.find(key);
   if (it == pinned.end()) {
