@@ -90,7 +90,7 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
     }
     report = is_reporting_rank(*pipe);
     std::vector<PipelineStepResult> timed;
-    double seconds = 0;
+    double seconds = 0, host_issue = 0;
     for (int i = 0; i < o.warmup_steps + o.steps; ++i) {
       if (i == o.warmup_steps)
         for (Stage* s : pipe->stages()) s->tracker().reset_peaks(), s->executor().reset_peak_stash();
@@ -101,6 +101,8 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         row.bubble_measured += r.bubble_fraction / o.steps;
         row.loss += r.loss / o.steps;
+        for (const StageStepResult& st : r.stages) host_issue = std::max(host_issue, st.host_issue_s);
+        row.host_issue_s += host_issue / o.steps, host_issue = 0;
         timed.push_back(std::move(r));
         keep_max(row.gpu_used_bytes, gpu_used_bytes());
       }
@@ -119,6 +121,7 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
       row.units_per_stage = pc.microbatches * row.chunks();
     }
     row.step_s = seconds / o.steps;
+    row.host_issue_s = pipe->max_over_processes(row.host_issue_s);
     row.tokens_per_s = double(o.batch * o.seq_len) * o.steps / seconds;
     row.costs = measured_costs(timed, *pipe, pc.stages, row.chunks());
     row.bubble_simulated = simulate(make_schedule(pc.schedule, pc.stages, pc.microbatches, row.chunks()), row.costs)
@@ -144,6 +147,12 @@ static void print_progress(const BenchRow& row, size_t done, size_t total, doubl
   if (row.oom)
     std::snprintf(line, sizeof line, "bench [%zu/%zu] %s N=%d: OOM (run %.1f s, elapsed %.1f s): ", done, total,
                   row.schedule.c_str(), row.chunks(), run_s, elapsed_s);
+  else if (row.host_issue_s > 0)  // a GPU: how much of the step the host's launches took
+    std::snprintf(line, sizeof line,
+                  "bench [%zu/%zu] %s N=%d: %.0f tokens/s, %.4f s/step (host issued it in %.4f s), loss %.6f (run "
+                  "%.1f s, elapsed %.1f s)",
+                  done, total, row.schedule.c_str(), row.chunks(), row.tokens_per_s, row.step_s, row.host_issue_s,
+                  row.loss, run_s, elapsed_s);
   else
     std::snprintf(line, sizeof line,
                   "bench [%zu/%zu] %s N=%d: %.0f tokens/s, %.4f s/step, loss %.6f (run %.1f s, elapsed %.1f s)", done,
@@ -385,6 +394,7 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
     jr.update({{"best", row.best},
                {"tokens_per_s", row.tokens_per_s},
                {"step_s", row.step_s},
+               {"host_issue_s", row.host_issue_s},
                {"loss", row.loss},
                {"bubble_measured", row.bubble_measured},
                {"bubble_simulated", row.bubble_simulated},
@@ -441,6 +451,7 @@ BenchResult bench_from_json(const nlohmann::json& j, BenchOptions& o, const std:
       }
       row.best = jr.at("best").get<bool>();
       row.tokens_per_s = jr.at("tokens_per_s").get<double>(), row.step_s = jr.at("step_s").get<double>();
+      row.host_issue_s = jr.value("host_issue_s", 0.0);  // older records: not measured
       row.bubble_measured = jr.at("bubble_measured").get<double>();
       row.bubble_simulated = jr.at("bubble_simulated").get<double>();
       row.stage_peak_stash = jr.at("peak_stash_bytes").get<std::vector<int64_t>>();
