@@ -275,9 +275,9 @@ TEST_P(MixerConformanceCuda, GraphsGiveBitwiseTheStepWithoutThem) {
     for (const int64_t per_graph : {blocks, int64_t(1)}) {
       setenv("STATEFLOW_GRAPH_LAYERS", std::to_string(per_graph).c_str(), 1);
       graphs = true;
-      const CudaGraphCounts before = cuda_graph_counts();
+      const DeviceGraphCounts before = cuda_graph_counts();
       const StepResult recorded = run_step(gpu, b, lengths);
-      const CudaGraphCounts after = cuda_graph_counts();
+      const DeviceGraphCounts after = cuda_graph_counts();
       graphs = was;
       const std::string diff = first_difference(gpu, recorded, plain);
       const int64_t launched = after.launched - before.launched;

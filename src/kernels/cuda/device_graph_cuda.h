@@ -49,12 +49,7 @@ const CublasGemm* recording_gemm_for_thread();
 // A graph for the calling thread (nullptr when graphs are off for it).
 std::unique_ptr<DeviceGraph> make_cuda_graph();
 
-// What the process's graphs did so far: recordings launched, and of those how many updated the
-// graph instantiated from an earlier recording and how many had to be instantiated anew.
-struct CudaGraphCounts {
-  int64_t launched = 0, updated = 0, instantiated = 0;
-  int64_t nodes = 0;  // summed over the launches: kernels, memsets, copies, event edges
-};
-CudaGraphCounts cuda_graph_counts();
+// What the process's graphs did so far (core/device.h).
+DeviceGraphCounts cuda_graph_counts();
 
 }  // namespace stateflow
