@@ -37,8 +37,8 @@
 
 namespace stateflow {
 
-// Whether the stage executor records graphs on this thread: the lever `graphs` (untried, so off
-// unless STATEFLOW_LEVERS_ON names it: kernels/cuda/levers.h); tests switch it per thread. A
+// Whether the stage executor records graphs on this thread: the lever `graphs` (on unless
+// STATEFLOW_LEVERS_OFF names it: kernels/cuda/levers.h); tests switch it per thread. A
 // stage sharing its GPU with other stage threads records none (StageExecutor::allow_graphs).
 bool& device_graphs_enabled_for_thread();
 
