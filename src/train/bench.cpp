@@ -90,9 +90,11 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
     }
     report = is_reporting_rank(*pipe);
     std::vector<PipelineStepResult> timed;
-    double seconds = 0, host_issue = 0;
+    double seconds = 0;
     DeviceGraphCounts graphs_before;
-    auto graph_counts = [&] { return pc.device == Device::CPU ? DeviceGraphCounts{} : device_backend(pc.device).graph_counts(); };
+    auto graph_counts = [&] {
+      return pc.device == Device::CPU ? DeviceGraphCounts{} : device_backend(pc.device).graph_counts();
+    };
     for (int i = 0; i < o.warmup_steps + o.steps; ++i) {
       if (i == o.warmup_steps) {
         for (Stage* s : pipe->stages()) s->tracker().reset_peaks(), s->executor().reset_peak_stash();
@@ -105,8 +107,9 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         row.bubble_measured += r.bubble_fraction / o.steps;
         row.loss += r.loss / o.steps;
+        double host_issue = 0;  // the slowest stage's
         for (const StageStepResult& st : r.stages) host_issue = std::max(host_issue, st.host_issue_s);
-        row.host_issue_s += host_issue / o.steps, host_issue = 0;
+        row.host_issue_s += host_issue / o.steps;
         timed.push_back(std::move(r));
         keep_max(row.gpu_used_bytes, gpu_used_bytes());
       }
