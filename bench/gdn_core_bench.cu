@@ -10,7 +10,8 @@
 //   gdn_core_bench [--batch 1] [--heads 16] [--len 8192,32768,131072] [--reps 20]
 //                  [--sweep default,rows,tiles] [--sweep-key-split 0] [--sweep-warps 0] [--value-tile 0]
 //                  [--split default,off,512,...] [--piece-tile 0] [--b4-slab 0,16,32,64]
-//                  [--chunk-len 1024,2048,...] [--json FILE]
+//                  [--chunk-len 1024,2048,...] [--overlap default,off,on] [--overlap-segment 0,16,32]
+//                  [--overlap-streams 0,1,2] [--json FILE]
 // --sweep: the unsplit core's sweeps to run, each over every --split and --len: "default"
 // (STATEFLOW_GDN_SWEEP, rows when unset), "rows" (each warp keeps 16 state rows in registers)
 // or "tiles" (the earlier tile sweeps). --sweep-key-split: warps per 16 state rows of the row
@@ -20,6 +21,11 @@
 // sweeps) or tokens per piece (a multiple of 64). --piece-tile: rows per piece-sweep block (32, 64, 128; 0 = core's).
 // --b4-slab: value rows of the state B4 streams at a time, each over every --sweep, --split and --len
 // (0 = core's: 16, two blocks per SM; 64 keeps one block per SM as the earlier kernel did).
+// --overlap: the backward's B3 overlapped with B4 (GdnCudaConfig::overlap): "default" (the lever
+// core_overlap), "off" or "on", each over every other setting; --overlap-segment: sub-chunks per
+// segment (0 = core's), each over every --overlap; --overlap-streams: streams the B4 launches take
+// turns on (0 = core's), each over every segment. Overlapped, the per-stage B3 column includes B4
+// (B4 reads 0).
 // After the main table, one per stage of every unsplit one-call row: time, the bytes the stage's kernels
 // must move (gdn_cuda_stage_cost) over it (GB/s, against the H200's 4.8 TB/s) and its tensor-core
 // FLOP rate, for the default backward (recomputing the forward).
@@ -64,6 +70,7 @@ struct Result {
   int piece_len;           // 0: unsplit
   int sweep;               // GdnCudaConfig::Sweep as resolved (meaningful when unsplit)
   int b4_slab;             // GdnCudaConfig::b4_slab as asked (0: the core's)
+  int overlap, overlap_segment, overlap_streams;  // GdnCudaConfig::overlap, overlap_segment, overlap_streams as asked
   stateflow::GdnStageCost cost;  // of the default (recomputing) backward
   float chunked_fwd_ms, chunked_fwdbwd_ms, chunked_fwdbwd_kept_ms, chunked_fwdbwd_sweep_ms;
   // in o, dq, dk, dv, dbeta, dg, S_out, dS_in; recomputing T, with T kept, with T and the sweep kept
@@ -90,7 +97,10 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
                                        .with("value_tile", cfg.value_tile)
                                        .with("piece_len", cfg.piece_len)
                                        .with("piece_tile", cfg.piece_tile)
-                                       .with("b4_slab", cfg.b4_slab);
+                                       .with("b4_slab", cfg.b4_slab)
+                                       .with("overlap", cfg.overlap)
+                                       .with("overlap_segment", cfg.overlap_segment)
+                                       .with("overlap_streams", cfg.overlap_streams);
   GdnDims d;
   d.batch = B, d.heads = H, d.len = T, d.dk = 128, d.dv = 128, d.block = 64, d.scale = 1.0 / std::sqrt(128.0);
   const int64_t nt = B * T * H, nk = nt * 128, ns = B * H * 128 * 128;
@@ -123,6 +133,7 @@ Result run(int64_t B, int64_t H, int64_t T, int reps, const stateflow::GdnCudaCo
   r.piece_len = stateflow::gdn_cuda_piece_len(d, cfg);
   r.sweep = cfg.sweep ? cfg.sweep : stateflow::gdn_cuda_default_sweep();
   r.b4_slab = cfg.b4_slab;
+  r.overlap = cfg.overlap, r.overlap_segment = cfg.overlap_segment, r.overlap_streams = cfg.overlap_streams;
   r.cost = stateflow::gdn_cuda_stage_cost(d, false);
   r.fwd_ms = time_it(fwd);
   r.fwdbwd_ms = time_it([&] { fwd(), bwd(); });
@@ -257,6 +268,14 @@ std::string sweep_name(const Result& r) {
 
 std::string slab_name(const Result& r) { return r.b4_slab ? std::to_string(r.b4_slab) : "auto"; }
 
+// The overlap as asked, its segment and streams: "def" (the lever), "off", or "32x2" (0: "a", the core's).
+std::string overlap_name(const Result& r) {
+  if (r.overlap == 0) return "def";
+  if (r.overlap < 0) return "off";
+  auto asked = [](int x) { return x ? std::to_string(x) : std::string("a"); };
+  return asked(r.overlap_segment) + "x" + asked(r.overlap_streams);
+}
+
 // Splits "a,b,c" into its items.
 std::vector<std::string> parse_words(const char* s) {
   std::vector<std::string> out;
@@ -278,6 +297,8 @@ int main(int argc, char** argv) {
   std::vector<int> sweeps = {stateflow::GdnCudaConfig::kDefaultSweep};
   std::vector<int> splits = {0};  // piece lengths; 0 = default, GdnCudaConfig::kUnsplit = off
   std::vector<int64_t> chunk_lens;
+  std::vector<int> overlaps = {0};
+  std::vector<int64_t> overlap_segments = {0}, overlap_streams = {0};
   const char* json = nullptr;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];
@@ -320,6 +341,18 @@ int main(int argc, char** argv) {
       }
     }
     else if (a == "--chunk-len") chunk_lens = parse_list(argv[i + 1]);
+    else if (a == "--overlap") {
+      overlaps.clear();
+      for (const std::string& item : parse_words(argv[i + 1])) {
+        if (item != "default" && item != "off" && item != "on") {
+          std::fprintf(stderr, "--overlap takes default, off or on, got %s\n", item.c_str());
+          return 2;
+        }
+        overlaps.push_back(item == "on" ? 1 : item == "off" ? -1 : 0);
+      }
+    }
+    else if (a == "--overlap-segment") overlap_segments = parse_list(argv[i + 1]);
+    else if (a == "--overlap-streams") overlap_streams = parse_list(argv[i + 1]);
     else if (a == "--json") json = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown option %s (see the header of gdn_core_bench.cu)\n", argv[i]);
@@ -343,31 +376,38 @@ int main(int argc, char** argv) {
   std::vector<Result> res;
   try {
     for (int64_t b4_slab : b4_slabs)
-    for (int sweep : sweeps)
-      for (int split : splits)
-        for (int64_t T : lens) {
-          stateflow::GdnCudaConfig cfg;
-          cfg.sweep = sweep, cfg.sweep_warps = sweep_warps, cfg.sweep_key_split = key_split;
-          cfg.b4_slab = int(b4_slab);
-          cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
-          res.push_back(run(B, H, T, reps, cfg, 0));
-          for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
-        }
+      for (int sweep : sweeps)
+        for (int split : splits)
+          for (int64_t T : lens)
+            for (int overlap : overlaps)
+              for (int64_t segment : overlap_segments)
+                for (int64_t streams : overlap_streams) {
+                  // segments and streams matter only when on
+                  if (overlap <= 0 && (segment != overlap_segments.front() || streams != overlap_streams.front())) continue;
+                  stateflow::GdnCudaConfig cfg;
+                  cfg.sweep = sweep, cfg.sweep_warps = sweep_warps, cfg.sweep_key_split = key_split;
+                  cfg.b4_slab = int(b4_slab);
+                  cfg.overlap = overlap, cfg.overlap_segment = int(segment), cfg.overlap_streams = int(streams);
+                  cfg.value_tile = value_tile, cfg.piece_tile = piece_tile, cfg.piece_len = split;
+                  res.push_back(run(B, H, T, reps, cfg, 0));
+                  for (int64_t L : chunk_lens) res.push_back(run(B, H, T, reps, cfg, L));
+                }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "gdn_core_bench: %s\n", e.what());
     return 1;
   }
-  std::printf("\n%8s %6s %6s %4s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %5s | %11s "
+  std::printf("\n%8s %6s %6s %4s %7s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %8s %7s | %17s | %23s | %17s | %5s | %11s "
               "| %6s %6s %6s | %s\n",
-              "T", "sweep", "piece", "b4sl", "fwd ms", "TFLOP/s", "f+b ms", "TFLOP/s", "f+b kT", "TFLOP/s", "f+b kS",
+              "T", "sweep", "piece", "b4sl", "overlap", "fwd ms", "TFLOP/s", "f+b ms", "TFLOP/s", "f+b kT", "TFLOP/s", "f+b kS",
               "TFLOP/s", "f+b sv", "TFLOP/s", "Pre   ST    Out", "B1    B2    B3    B4", "sv B2 B3    B4", "kT B1",
               "kS B1 B3", "wsGiB", "allGiB", "memGiB", "nonfinite");
   for (const Result& r : res) {
     if (r.chunk_len) continue;
-    std::printf("%8lld %6s %6s %4s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | "
+    std::printf("%8lld %6s %6s %4s %7s | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | %8.3f %7.1f | "
                 "%5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f %5.3f | %5.3f %5.3f %5.3f | %5.3f | %5.3f %5.3f | "
                 "%6.2f %6.2f %6.2f | %llu\n",
-                (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), slab_name(r).c_str(), r.fwd_ms,
+                (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), slab_name(r).c_str(),
+                overlap_name(r).c_str(), r.fwd_ms,
                 r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_kept_ms, r.fwdbwd_kept_tflops, r.fwdbwd_sweep_ms,
                 r.fwdbwd_sweep_tflops, r.fwdbwd_saved_ms, r.fwdbwd_saved_tflops, r.stage_ms[0], r.stage_ms[1],
                 r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5], r.stage_ms[6], r.stage_ms[8], r.stage_ms[9],
@@ -375,13 +415,14 @@ int main(int argc, char** argv) {
                 r.meminfo_gib, r.nonfinite);
   }
   std::printf("\nPer stage, unsplit one-call rows, default backward: ms, GB/s of the bytes the stage must move, "
-              "tensor-core TFLOP/s\n%8s %6s %4s |", "T", "sweep", "b4sl");
+              "tensor-core TFLOP/s\n%8s %6s %4s %7s |", "T", "sweep", "b4sl", "overlap");
   const char* stage_names[7] = {"Pre", "ST", "Out", "B1", "B2", "B3", "B4"};
   for (const char* name : stage_names) std::printf(" %20s |", name);
   std::printf("\n");
   for (const Result& r : res) {
     if (r.chunk_len || r.piece_len) continue;
-    std::printf("%8lld %6s %4s |", (long long)r.len, sweep_name(r).c_str(), slab_name(r).c_str());
+    std::printf("%8lld %6s %4s %7s |", (long long)r.len, sweep_name(r).c_str(), slab_name(r).c_str(),
+                overlap_name(r).c_str());
     for (int i = 0; i < 7; ++i) {
       const double s = r.stage_ms[i] * 1e-3;
       std::printf(" %6.3f %6.0f %6.1f |", r.stage_ms[i], s > 0 ? r.cost.bytes[i] / s / 1e9 : 0.0,
@@ -391,8 +432,8 @@ int main(int argc, char** argv) {
   }
   if (!chunk_lens.empty()) {
     std::printf("\nIn chunks (state carried; backward last chunk first), against one call on the same inputs:\n");
-    std::printf("%8s %6s %6s %4s %8s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "sweep", "piece",
-                "b4sl", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call", "f+b kT", "x 1 call", "f+b kS", "x 1 call",
+    std::printf("%8s %6s %6s %4s %7s %8s | %8s %8s | %8s %8s | %8s %8s | %8s %8s | %6s | %s\n", "T", "sweep", "piece",
+                "b4sl", "overlap", "chunk", "fwd ms", "x 1 call", "f+b ms", "x 1 call", "f+b kT", "x 1 call", "f+b kS", "x 1 call",
                 "chunks", "bytes differing from one call (recomputing T / T kept / T and sweep kept)");
     const Result* whole = nullptr;
     for (const Result& r : res) {
@@ -400,10 +441,10 @@ int main(int argc, char** argv) {
         whole = &r;
         continue;
       }
-      std::printf("%8lld %6s %6s %4s %8lld | %8.3f %8.2f | %8.3f %8.2f | %8.3f %8.2f | %8.3f %8.2f | %6lld | "
+      std::printf("%8lld %6s %6s %4s %7s %8lld | %8.3f %8.2f | %8.3f %8.2f | %8.3f %8.2f | %8.3f %8.2f | %6lld | "
                   "%llu / %llu / %llu\n",
                   (long long)r.len, sweep_name(r).c_str(), piece_name(r.piece_len).c_str(), slab_name(r).c_str(),
-                  (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwd_ms / whole->fwd_ms, r.chunked_fwdbwd_ms,
+                  overlap_name(r).c_str(), (long long)r.chunk_len, r.chunked_fwd_ms, r.chunked_fwd_ms / whole->fwd_ms, r.chunked_fwdbwd_ms,
                   r.chunked_fwdbwd_ms / whole->fwdbwd_ms, r.chunked_fwdbwd_kept_ms,
                   r.chunked_fwdbwd_kept_ms / whole->fwdbwd_kept_ms, r.chunked_fwdbwd_sweep_ms,
                   r.chunked_fwdbwd_sweep_ms / whole->fwdbwd_sweep_ms,
@@ -422,7 +463,8 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < res.size(); ++i) {
       const Result& r = res[i];
       std::fprintf(f,
-                   "  {\"len\": %lld, \"sweep\": \"%s\", \"b4_slab\": %d, \"piece_len\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
+                   "  {\"len\": %lld, \"sweep\": \"%s\", \"b4_slab\": %d, \"piece_len\": %d, \"overlap\": %d, "
+                   "\"overlap_segment\": %d, \"overlap_streams\": %d, \"fwd_ms\": %.4f, \"fwd_tflops\": %.2f, \"fwdbwd_ms\": %.4f, "
                    "\"fwdbwd_tflops\": %.2f, \"fwdbwd_saved_ms\": %.4f, \"fwdbwd_saved_tflops\": %.2f, \"fwdbwd_kept_T_ms\": %.4f, \"fwdbwd_kept_sweep_ms\": %.4f, "
                    "\"stage_ms\": {\"pre\": %.4f, \"st\": %.4f, \"out\": %.4f, \"b1\": %.4f, \"b2\": %.4f, "
                    "\"b3\": %.4f, \"b4\": %.4f, \"saved_b2\": %.4f, \"saved_b3\": %.4f, \"saved_b4\": %.4f, \"kept_T_b1\": %.4f, "
@@ -431,7 +473,7 @@ int main(int argc, char** argv) {
                    "\"chunked_fwd_ms\": %.4f, \"chunked_fwdbwd_ms\": %.4f, \"chunked_bytes_differing\": %llu, "
                    "\"chunked_fwdbwd_kept_T_ms\": %.4f, \"chunked_kept_T_bytes_differing\": %llu, "
                    "\"chunked_fwdbwd_kept_sweep_ms\": %.4f, \"chunked_kept_sweep_bytes_differing\": %llu}%s\n",
-                   (long long)r.len, sweep_name(r).c_str(), r.b4_slab, r.piece_len, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
+                   (long long)r.len, sweep_name(r).c_str(), r.b4_slab, r.piece_len, r.overlap, r.overlap_segment, r.overlap_streams, r.fwd_ms, r.fwd_tflops, r.fwdbwd_ms, r.fwdbwd_tflops, r.fwdbwd_saved_ms,
                    r.fwdbwd_saved_tflops, r.fwdbwd_kept_ms, r.fwdbwd_sweep_ms, r.stage_ms[0], r.stage_ms[1],
                    r.stage_ms[2], r.stage_ms[3], r.stage_ms[4], r.stage_ms[5], r.stage_ms[6], r.stage_ms[8],
                    r.stage_ms[9], r.stage_ms[10], r.stage_ms[11], r.stage_ms[15], r.stage_ms[17], r.workspace_gib,

@@ -3,7 +3,7 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early
+//                      b4_ring_early,core_overlap
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -75,6 +75,10 @@
 //   b4_ring_early  GDN core B4's deep ring: the second pass's first slabs and v issued after the Out
 //                 terms' product (instead of as soon as the first pass ends, dPG and T placed where
 //                 dO was; GdnCudaConfig::kB4EarlySlabs; same bits)
+//   core_overlap  GDN core backward: B3 then B4 (instead of B4 beside B3's sweeps, each launch for
+//                 the sub-chunks they have finished, behind GPU-side stream waits:
+//                 mixers/gdn/gdn_core_overlap_cuda.h; GdnCudaConfig::overlap; same kernels, same
+//                 bits; untried)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -99,12 +103,13 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_deep", "norm_staged", "sweep_quarters",
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
                                            "b4_ring",     "pre_mma",     "fused_proj",
-                                           "fused_mlp",   "sweep_multicast", "b4_ring_early"};
+                                           "fused_mlp",   "sweep_multicast", "b4_ring_early",
+                                           "core_overlap"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast"};
+inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast", "core_overlap"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

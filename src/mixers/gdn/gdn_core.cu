@@ -18,6 +18,7 @@
 //   Hs  bf16 [NS][dv][dk]   state entering each sub-chunk      (ST; or sweep_buffer)
 //   dVn bf16 [Tp][dv]       dV_new_local, then dV_new in place (B2, B3)
 //   dHs bf16 [NS][dv][dk]   gradient of the state leaving each sub-chunk (B3)
+//   progress u32 [2][NS]    the overlap's segment counters (GdnCudaConfig::overlap)
 #include "mixers/gdn/gdn_core_cuda.h"
 
 #include <algorithm>
@@ -29,6 +30,7 @@
 #include "kernels/cuda/levers.h"
 #include "kernels/cuda/mma_tile.cuh"
 #include "kernels/cuda/wgmma_tile.cuh"
+#include "mixers/gdn/gdn_core_overlap_cuda.h"
 
 namespace stateflow {
 namespace {
@@ -62,6 +64,10 @@ struct Args {
   // Split core, fp32 [B][H][NP][128][128] each: the pieces' transitions (Ap), their maps of a zero
   // state (Up: forward state, backward state gradient) and the states the fold hands them (Sp).
   float *Ap, *Up, *Sp;
+  // Overlap (gdn_core_overlap.cuh): the sweeps' segment counters (forward nseg, then reverse; null:
+  // count nothing) and sub-chunks per segment; the first sub-chunk of a B4 launch.
+  unsigned* progress;
+  int seg, nseg, n0;
 
   // Row index of token (b, t, h) in the [B, T, H, *] tensors.
   __device__ int64_t tok(int b, int t, int h) const { return (int64_t(b) * T + t) * H + h; }
@@ -877,6 +883,7 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
   if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
+#include "mixers/gdn/gdn_core_overlap.cuh"
 #include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
 
 // Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
@@ -896,8 +903,9 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(
 
 // B3, and B1' when the forward is recomputed: grid ((recompute ? 2 : 1) DV / (16 RG), H, B);
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
-// SMs of their own, beside the reverse sweeps.
-template <int RG, int KS, bool CW, int CB = 0>
+// SMs of their own, beside the reverse sweeps. kCount: both count their segments for the overlap
+// (gdn_core_overlap.cuh).
+template <int RG, int KS, bool CW, int CB = 0, bool kCount = false>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
   constexpr int tiles = DV / (RG * RW);
@@ -908,8 +916,8 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel
   const float* from = forward ? (a.S_in ? a.S_in + tile : nullptr) : (a.dS_out ? a.dS_out + tile : nullptr);
   constexpr int fwd_stages = row_stages<RG, KS, false>(), rev_stages = row_stages<RG, KS, true>();
   if constexpr (KS == KQ) {
-    if (forward) quarter_forward_sweep<RG, fwd_stages, CW, CB>(a, b, h, row0, from, nullptr, sm);
-    else quarter_reverse_sweep<RG, rev_stages, CW, CB>(a, b, h, row0, from, a.dS_in + tile, sm);
+    if (forward) quarter_forward_sweep<RG, fwd_stages, CW, CB, kCount>(a, b, h, row0, from, nullptr, sm);
+    else quarter_reverse_sweep<RG, rev_stages, CW, CB, kCount>(a, b, h, row0, from, a.dS_in + tile, sm);
     if constexpr (CB > 0) cuda::cluster_sync();
   } else {
     if (forward) row_forward_sweep<RG, KS, fwd_stages>(a, b, h, row0, from, nullptr, sm);
@@ -1266,7 +1274,7 @@ __global__ void __launch_bounds__(256, B4Smem<SR, P>::blocks_per_sm) b4_kernel(A
   using TS = typename S::TS;
   constexpr int HK = DK / 2, HV = DV / 2;
   extern __shared__ __align__(128) char sm[];
-  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int n = a.n0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, wm = warp & 3, wn = warp >> 2, m0 = wm * 16;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n), sub = a.ws_sub(b, h, n);
@@ -1526,7 +1534,7 @@ int sub_chunks_per_piece(const GdnDims& d, const GdnCudaConfig& cfg) {
 }
 
 struct WsLayout {
-  size_t G, W, U, Vn, Hs, Tm, dVn, dHs, Ap, Up, Sp, total;
+  size_t G, W, U, Vn, Hs, Tm, dVn, dHs, Ap, Up, Sp, progress, total;
   WsLayout(const GdnDims& d, const GdnCudaConfig& cfg) {
     const size_t bh = size_t(d.batch) * d.heads, ns = size_t((d.len + C - 1) / C), tp = ns * C;
     size_t off = 0;
@@ -1548,6 +1556,7 @@ struct WsLayout {
     Ap = take(bh * np * DK * DK * 4);
     Up = take(bh * np * DV * DK * 4);
     Sp = take(bh * np * DV * DK * 4);
+    progress = take(2 * ns * sizeof(unsigned));  // room for segments of one sub-chunk
     total = off;
   }
 };
@@ -1695,9 +1704,11 @@ void launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, cudaStream
 
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed. CB > 0:
 // the quarter sweeps' copy warp multicasts to clusters of CB blocks (their barriers after the
-// shared memory the sweep uses).
-template <int RG, int KS, bool CW = false, int CB = 0>
+// shared memory the sweep uses). kCount: B3's quarter sweeps count their segments (a.progress).
+template <int RG, int KS, bool CW = false, int CB = 0, bool kCount = false>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
+  if constexpr (KS == KQ && !kCount)
+    if (reverse && a.progress) return row_sweeps<RG, KS, CW, CB, true>(reverse, recompute, a, stream);
   constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
   constexpr int bars = CB > 0 ? kMulticastBarrierBytes : 0;
   constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes + bars;
@@ -1707,10 +1718,11 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
   const int bwd_bytes = recompute ? std::max(fwd_smem, bwd_smem) : bwd_smem;
   if constexpr (CB > 0) {
     if (!reverse) return launch_clusters<CB>(row_forward_kernel<RG, KS, CW, CB>, fwd_grid, threads, fwd_smem, stream, a);
-    return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
+    return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB, kCount>, bwd_grid, threads, bwd_bytes, stream, a,
+                               recompute);
   }
   if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, fwd_grid, threads, fwd_smem, stream, a);
-  launch(row_backward_kernel<RG, KS, CW>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
+  launch(row_backward_kernel<RG, KS, CW, 0, kCount>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
 }
 
 // warps: per block; key_split: warps per 16 state rows (key_split_of); warps 0 takes the
@@ -1719,9 +1731,12 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
 // that re-runs the forward sweep beside its own (its 2 x 64 blocks fit on the GPU at once;
 // 2 x 128 do not). copies: the quarter sweeps' copy warp and its multicast (copies_of), with one row group
 // per block only (nine warps would cap the eight sweep warps at 168 registers).
+int row_sweep_warps(int warps, int key_split, bool reverse, bool recompute) {
+  return warps ? warps : (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
+}
 void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompute, const Args& a,
                 cudaStream_t stream) {
-  if (warps == 0) warps = (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
+  warps = row_sweep_warps(warps, key_split, reverse, recompute);
   switch (key_split * 100 + warps) {
     case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
     case 104: return row_sweeps<4, 1>(reverse, recompute, a, stream);
@@ -1857,6 +1872,61 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
         : b4_with<WgmmaProducts, false>(cfg.b4_slab, grid, a, stream);
 }
 
+// Sub-chunks per overlap segment (GdnCudaConfig::overlap_segment); refuses a bad overlap setting.
+int overlap_segment_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.overlap >= -1 && cfg.overlap <= 1,
+           "GDN CUDA core: overlap must be 1 (on), -1 (off) or 0 (the lever core_overlap), got ", cfg.overlap);
+  SF_CHECK(cfg.overlap_segment >= 0, "GDN CUDA core: overlap_segment must be a number of sub-chunks >= 1 (or 0 for ",
+           "STATEFLOW_GDN_OVERLAP_SEGMENT, default ", GdnCudaConfig::kDefaultOverlapSegment, "), got ",
+           cfg.overlap_segment);
+  SF_CHECK(cfg.overlap_streams >= 0 && cfg.overlap_streams <= kMaxOverlapStreams,
+           "GDN CUDA core: overlap_streams must be 1 to ", kMaxOverlapStreams, " (or 0 for ",
+           GdnCudaConfig::kDefaultOverlapStreams, "), got ", cfg.overlap_streams);
+  return cfg.overlap_segment ? cfg.overlap_segment : gdn_cuda_default_overlap_segment();
+}
+
+// Whether the config asks for the overlap and its sweeps can count their segments (the unsplit
+// quarter sweeps); refuses overlap = 1 with other sweeps (called before anything runs).
+bool overlap_asked(const GdnCudaConfig& cfg) {
+  overlap_segment_of(cfg);
+  if (cfg.overlap < 0 || (cfg.overlap == 0 && lever_off("core_overlap"))) return false;
+  const bool quarters = !is_split(cfg) && sweep_of(cfg) == GdnCudaConfig::kRowSweeps && key_split_of(cfg) == KQ;
+  SF_CHECK(quarters || cfg.overlap == 0, "GDN CUDA core: overlap = 1 needs the unsplit quarter sweeps (row sweeps ",
+           "with sweep_key_split 4 or 0, piece_len kUnsplit); set overlap to 0 or -1 for these sweeps");
+  return quarters;
+}
+
+// Whether this backward overlaps B3 with B4: asked for, at least two segments, and a stream the
+// overlap can run on now.
+bool overlaps(const Args& a, const GdnCudaConfig& cfg, cudaStream_t stream) {
+  return overlap_asked(cfg) && a.NS >= 2 * overlap_segment_of(cfg) && gdn_overlap_can_run(stream);
+}
+
+// B3 (with the forward sweep beside it when recompute) on `stream` and beside it B4 on the
+// sub-chunks the sweeps have finished, per the overlap plan.
+void overlapped_b3_b4(const GdnCudaConfig& cfg, bool recompute, const Args& a, void* workspace, const WsLayout& L,
+                      cudaStream_t stream) {
+  Args swept = a;
+  swept.seg = overlap_segment_of(cfg), swept.nseg = overlap_segments(a.NS, swept.seg);
+  swept.progress = reinterpret_cast<unsigned*>(static_cast<char*>(workspace) + L.progress);
+  // B4's block does not fit beside B3's 4-warp block (registers and shared memory): alone, B3 takes
+  // two row groups a block (64 blocks) and leaves B4 the other SMs, unless the config picks.
+  const int warps = row_sweep_warps(cfg.sweep_warps ? cfg.sweep_warps : recompute ? 0 : 2 * KQ, KQ, true, recompute);
+  const unsigned blocks = unsigned(DV / (RW * (warps / KQ))) * a.H * a.B;  // per sweep
+  SweepCounters c;
+  c.counters = swept.progress, c.nseg = swept.nseg;
+  c.forward_blocks = recompute ? blocks : 0, c.reverse_blocks = blocks;
+  gdn_run_overlapped(
+      stream, c, overlap_plan(a.NS, swept.seg, recompute),
+      cfg.overlap_streams ? cfg.overlap_streams : GdnCudaConfig::kDefaultOverlapStreams,
+      [&](cudaStream_t s) { row_sweeps(warps, KQ, copies_of(cfg), true, recompute, swept, s); },
+      [&](int first, int count, cudaStream_t s) {
+        Args at = a;
+        at.n0 = first;
+        b4(cfg, dim3(count, a.H, a.B), at, s);
+      });
+}
+
 }  // namespace
 
 bool gdn_cuda_wgmma_available() {
@@ -1890,6 +1960,16 @@ int gdn_cuda_default_piece_len() {
            C, " (64, 128, 256, 512, 1024 or 2048, so that chunk cuts at 2048-token multiples stay bitwise), got '",
            env, "'");
   return int(len);
+}
+
+int gdn_cuda_default_overlap_segment() {
+  const char* env = std::getenv("STATEFLOW_GDN_OVERLAP_SEGMENT");
+  if (env == nullptr) return GdnCudaConfig::kDefaultOverlapSegment;
+  char* end = nullptr;
+  const long seg = std::strtol(env, &end, 10);
+  SF_CHECK(*env != '\0' && *end == '\0' && seg >= 1 && seg <= (1 << 20),
+           "STATEFLOW_GDN_OVERLAP_SEGMENT must be a number of 64-token sub-chunks >= 1, got '", env, "'");
+  return int(seg);
 }
 
 int gdn_cuda_default_sweep() {
@@ -1956,6 +2036,7 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   check_dims(d);
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
+  overlap_asked(cfg);  // refuses a bad overlap setting (the backward's) before anything runs
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
@@ -1983,6 +2064,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.dO = dO, a.dS_out = dS_out;
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
   b4_kernel_of(cfg);  // refuses a bad B4 setting before anything runs
+  overlap_asked(cfg);  // and a bad overlap setting
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
@@ -1995,6 +2077,12 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
+  if (overlaps(a, cfg, stream)) {
+    overlapped_b3_b4(cfg, !sweep_kept, a, workspace, WsLayout(d, cfg), stream);
+    timer.mark();
+    timer.mark();
+    return;
+  }
   if (is_split(cfg)) {
     const int tile = pick_piece_tile(cfg.piece_tile);
     if (!cfg.saved_forward) {  // V_new and Hs for B4, and the transitions A_p (S_out not needed)

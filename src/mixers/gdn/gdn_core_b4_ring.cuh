@@ -97,7 +97,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   using P = MmaSyncProducts;
   constexpr int HK = DK / 2, HV = DV / 2, SR = TS::rows;
   extern __shared__ __align__(128) char sm[];
-  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
+  const int n = a.n0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, wm = warp & 3, wn = warp >> 2, m0 = wm * 16;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n), sub = a.ws_sub(b, h, n);

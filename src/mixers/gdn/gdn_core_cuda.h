@@ -50,7 +50,8 @@
 // Workspace: gdn_cuda_workspace_bytes() bytes of global memory,
 // 4 dk dv / C + 2 dk + 6 dv + 2 C + 4 bytes per token and head (2180 at dk = dv = 128:
 // 1.06 GiB for 32K tokens x 16 heads), plus 3 x 64 KiB per piece and head when split
-// (384 bytes per token and head at piece_len 512).
+// (384 bytes per token and head at piece_len 512), plus 8 bytes per sub-chunk for the overlap's
+// counters (GdnCudaConfig::overlap).
 #pragma once
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -157,8 +158,30 @@ struct GdnCudaConfig {
   // Split core: rows per block of the piece sweeps (32, 64 or 128; 0 = 64). The reverse sweeps
   // use at most 64.
   int piece_tile = 0;
+  // Backward: B3 overlapped with B4 (docs/design.md "The GDN core's overlap"): B4 for the sub-chunks
+  // B3's sweeps have finished runs beside them, on streams of the calling thread, each launch queued
+  // behind GPU-side waits (no SM spins) on counters the sweep blocks bump per segment. Only the
+  // schedule changes: the same kernels on the same inputs, so the same results, bitwise. 1 = on,
+  // -1 = off, 0 = the lever core_overlap (untried: off unless STATEFLOW_LEVERS_ON names it). Needs
+  // the unsplit quarter sweeps (1 with other sweeps is an error; the lever skips them) and a call
+  // of at least two segments; runs the stages in sequence under CUDA graph capture and where the
+  // driver has no stream waits (a one-line notice). The forward runs in sequence either way (Out
+  // beside ST measured slower: the sweep slows beside it).
+  int overlap = 0;
+  // Sub-chunks per overlap segment (>= 1): how often a sweep block reports progress and how many
+  // sub-chunks one B4 launch takes; calls shorter than two segments run in sequence. 0 =
+  // gdn_cuda_default_overlap_segment(). 64 (4096 tokens): at 32K x 16 heads on the H200 as fast as
+  // 32 and faster than 8 or 16 (docs/benchmarks.md); the overlap is then off for calls under 8192
+  // tokens, where it did not pay (2048-token chunks with segments of 4 or 8 were slower).
+  static constexpr int kDefaultOverlapSegment = 64;
+  int overlap_segment = 0;
+  // Streams the B4 launches take turns on (1 to 4), so that a launch need not wait for the one
+  // before it to end; 0 = kDefaultOverlapStreams.
+  static constexpr int kDefaultOverlapStreams = 2;
+  int overlap_streams = 0;
   // When non-null: synchronises after each stage and writes its time in ms here (forward:
   // 3 entries Pre, ST, Out; backward: 4 entries B1 (0 when skipped), B2, B3, B4). For benchmarks.
+  // Overlapped, B3 includes B4 (which then reads 0).
   float* stage_ms = nullptr;
 };
 
@@ -175,6 +198,9 @@ int gdn_cuda_default_b4_mma();
 // What piece_len = 0 means: the environment variable STATEFLOW_GDN_PIECE_LEN, "off" (kUnsplit,
 // also when unset) or tokens per piece dividing 2048 (anything else is an error naming it).
 int gdn_cuda_default_piece_len();
+// What overlap_segment = 0 means: STATEFLOW_GDN_OVERLAP_SEGMENT (sub-chunks >= 1), else
+// GdnCudaConfig::kDefaultOverlapSegment; anything else is an error naming it.
+int gdn_cuda_default_overlap_segment();
 // What sweep = kDefaultSweep means: STATEFLOW_GDN_SWEEP, "rows" (kRowSweeps, also when unset) or
 // "tiles" (kTileSweeps); anything else is an error naming it.
 int gdn_cuda_default_sweep();

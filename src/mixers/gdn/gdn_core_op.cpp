@@ -57,7 +57,9 @@ using bf16 = __nv_bfloat16;
 
 // The shape's kernel settings: sweep (0: STATEFLOW_GDN_SWEEP, default rows; 1 rows; 2 tiles),
 // sweep_key_split, sweep_warps, value_tile, piece_len / piece_tile of the split core (piece_len 0:
-// STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit) and B4's slab height b4_slab (0: the core's).
+// STATEFLOW_GDN_PIECE_LEN, default unsplit; -1: unsplit), B4's slab height b4_slab (0: the core's)
+// and the overlap of the sweeps with Out and B4, overlap (1 on, -1 off, 0 the lever core_overlap)
+// overlap_segment and overlap_streams (0: the core's).
 // How the backward reuses the forward: not at all, T only (kept_T), T and the forward sweep's
 // V_new and states (kept_T, kept_sweep), or the whole workspace (saved_forward).
 enum class Reuse { kNothing, kT, kTAndSweep, kWorkspace };
@@ -71,6 +73,9 @@ GdnCudaConfig config_of(const OpShape& s, Reuse reuse = Reuse::kNothing) {
   cfg.piece_len = int(s["piece_len"]);
   cfg.piece_tile = int(s["piece_tile"]);
   cfg.b4_slab = int(s["b4_slab"]);
+  cfg.overlap = int(s["overlap"]);
+  cfg.overlap_segment = int(s["overlap_segment"]);
+  cfg.overlap_streams = int(s["overlap_streams"]);
   cfg.kept_T = reuse == Reuse::kT || reuse == Reuse::kTAndSweep;
   cfg.kept_sweep = reuse == Reuse::kTAndSweep;
   cfg.saved_forward = reuse == Reuse::kWorkspace;
@@ -105,7 +110,8 @@ OpDef make_gdn_core_op() {
                   int64_t piece_len, int64_t piece_tile, int64_t b4_slab = 0) {
     return OpShape{{{"batch", batch}, {"len", len}, {"heads", heads}, {"sweep", sweep},
                     {"sweep_key_split", key_split}, {"sweep_warps", 0}, {"value_tile", value_tile},
-                    {"piece_len", piece_len}, {"piece_tile", piece_tile}, {"b4_slab", b4_slab}}};
+                    {"piece_len", piece_len}, {"piece_tile", piece_tile}, {"b4_slab", b4_slab},
+                    {"overlap", 0}, {"overlap_segment", 0}, {"overlap_streams", 0}}};
   };
   op.test_shapes = {shape(1, 150, 2, 1, 1, 0, -1, 0),  shape(2, 200, 3, 1, 2, 0, -1, 0),
                     shape(1, 150, 2, 2, 0, 16, -1, 0), shape(2, 200, 3, 2, 0, 0, -1, 0),

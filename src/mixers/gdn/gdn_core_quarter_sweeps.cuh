@@ -114,9 +114,10 @@ __host__ __device__ constexpr int row_threads() {
 // issues step i + STAGES - 1's tiles (issue(i, buffer); zero-fills past the sweep's end) once
 // every warp has met at the barrier that opens step i, the one the sweep warps wait at for step
 // i's tiles. The sweep warps then spend no instruction on copies or their addresses: about half
-// of a step's 507 instructions in their SASS when they issue them (270 without).
-template <int STAGES, class Issue>
-__device__ void quarter_copies(int steps, Issue&& issue) {
+// of a step's 507 instructions in their SASS when they issue them (270 without). on_step(i) runs
+// after the barrier that opens step i (the overlap's count, gdn_core_overlap.cuh, off the chain).
+template <int STAGES, class Issue, class OnStep>
+__device__ void quarter_copies(int steps, Issue&& issue, OnStep&& on_step) {
   for (int i = 0; i < STAGES - 1; ++i) {
     issue(i, i);
     cuda::cp_async_commit();
@@ -124,6 +125,7 @@ __device__ void quarter_copies(int steps, Issue&& issue) {
   for (int i = 0; i < steps; ++i) {
     cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();  // step i's tiles have landed; every warp is done with the buffer refilled next
+    on_step(i);
     issue(i + STAGES - 1, (i + STAGES - 1) % STAGES);
     cuda::cp_async_commit();
   }
@@ -164,9 +166,10 @@ struct StageBarriers {
 // The copy warp's loop with multicast: as quarter_copies, but the shared tiles of step m go out
 // once the cluster's blocks are all done with step m - STAGES (their empty barrier), and the
 // sweep warps pass the block barrier of step i only once its bytes are in (the full barrier).
-// shared(m, s) gives step m's NS SharedTiles in stage s; own(m, s) issues the block's cp.async.
-template <int CB, int STAGES, int NS, class Shared, class Own>
-__device__ void multicast_copies(int steps, StageBarriers bars, Shared&& shared, Own&& own) {
+// shared(m, s) gives step m's NS SharedTiles in stage s; own(m, s) issues the block's cp.async;
+// on_step as quarter_copies'.
+template <int CB, int STAGES, int NS, class Shared, class Own, class OnStep>
+__device__ void multicast_copies(int steps, StageBarriers bars, Shared&& shared, Own&& own, OnStep&& on_step) {
   constexpr int rows = C / CB;  // rows of each shared tile this block fetches
   static_assert(rows <= 32, "a lane per fetched row and tile");
   const int l = threadIdx.x & 31, r = cuda::cluster_rank();
@@ -197,6 +200,7 @@ __device__ void multicast_copies(int steps, StageBarriers bars, Shared&& shared,
     cuda::cp_async_wait<STAGES - 2>();
     cuda::mbar_wait(bars.full(i % STAGES), (i / STAGES) & 1);
     __syncthreads();  // step i is in; every warp is done with step i - 1's stage, refilled below
+    on_step(i);
     const int m = i + STAGES - 1;
     if (m < steps) {
       if (i >= 1) {  // stage (i - 1) % STAGES held step i - 1 in every block: wait until all are done
@@ -224,8 +228,9 @@ __device__ StageBarriers multicast_begin(char* at, int stages) {
 
 // Forward sweep (ST) with key quarters: what row_forward_sweep computes, same arguments. CW: a
 // copy warp issues the tiles (quarter_copies) instead of the sweep warps; CB > 0: it multicasts
-// the W and K tiles to a cluster of CB blocks (multicast_copies). Same results, bitwise.
-template <int RG, int STAGES, bool CW, int CB = 0>
+// the W and K tiles to a cluster of CB blocks (multicast_copies). Same results, bitwise. kCount:
+// the block counts the segments it has finished (the overlap, gdn_core_overlap.cuh).
+template <int RG, int STAGES, bool CW, int CB = 0, bool kCount = false>
 __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
   using S = RowSmem<RG, KQ, STAGES, false>;
   constexpr int NT = CW ? 32 : S::NWB * 32, BV = S::BV;  // threads that copy
@@ -258,8 +263,12 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   if constexpr (CB > 0) bars = multicast_begin<CB>(sm + S::bytes, STAGES);
   if constexpr (CW) {
     if (w.warp == S::NWB) {
+      auto copy_warp_counts = [&](int i) {  // its first lane, after the barrier that opens step i
+        if constexpr (kCount)
+          if ((threadIdx.x & 31) == 0) count_at_step(a, false, i);
+      };
       if constexpr (CB == 0) {
-        return quarter_copies<STAGES>(a.NS, issue);
+        return quarter_copies<STAGES>(a.NS, issue, copy_warp_counts);
       } else {
         auto shared = [&](int n, int s) {
           const int t0 = n * C;
@@ -271,7 +280,7 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
           copy_u(Ut(s), a.U + ws0 * DV + row0, DV, C);
           copy_g_async(Gt(s), a.G + ws0, tid, true);
         };
-        return multicast_copies<CB, STAGES, 2>(a.NS, bars, shared, own);
+        return multicast_copies<CB, STAGES, 2>(a.NS, bars, shared, own, copy_warp_counts);
       }
     }
   }
@@ -290,6 +299,8 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     const int s = n % STAGES;
     if constexpr (!CW) cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();  // sub-chunk n has landed; every warp is done with the buffer refilled below
+    if constexpr (kCount && !CW)
+      if (threadIdx.x == 0) count_at_step(a, false, n);
     if constexpr (CB > 0) cuda::mbar_wait(bars.full(s), (n / STAGES) & 1);  // the bulk copies' bytes, seen here too
     AFrags<KWQ> sa;  // the entering state rounded to bf16: operand of S W^T and the snapshot
     cuda::acc_to_a(st, sa);
@@ -322,12 +333,13 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     store_state_rows<KWQ, KWQ>(sa, stage, a.Hs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
     store_quarter_tokens(vq[0], stage, a.Vn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
   }
+  if constexpr (kCount) count_last_segment<S::NWB>(a, false);
   if (to) st.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }
 
 // Reverse sweep (B3) with key quarters: what row_reverse_sweep computes, same arguments; CW and
-// CB as the forward's (K, W and Q multicast).
-template <int RG, int STAGES, bool CW, int CB = 0>
+// CB as the forward's (K, W and Q multicast), kCount too.
+template <int RG, int STAGES, bool CW, int CB = 0, bool kCount = false>
 __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
   using S = RowSmem<RG, KQ, STAGES, true>;
   constexpr int NT = CW ? 32 : S::NWB * 32, BV = S::BV;
@@ -364,8 +376,12 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
   if constexpr (CB > 0) bars = multicast_begin<CB>(sm + S::bytes, STAGES);
   if constexpr (CW) {
     if (w.warp == S::NWB) {
+      auto copy_warp_counts = [&](int i) {  // its first lane, after the barrier that opens step i
+        if constexpr (kCount)
+          if ((threadIdx.x & 31) == 0) count_at_step(a, true, i);
+      };
       if constexpr (CB == 0) {
-        return quarter_copies<STAGES>(a.NS, [&](int i, int s) { issue(a.NS - 1 - i, s); });
+        return quarter_copies<STAGES>(a.NS, [&](int i, int s) { issue(a.NS - 1 - i, s); }, copy_warp_counts);
       } else {
         auto shared = [&](int i, int s) {  // step i works on sub-chunk NS - 1 - i
           const int n = a.NS - 1 - i, t0 = n * C, nv = min(C, a.T - t0);
@@ -381,7 +397,7 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
           copy_v(dVlt(s), a.dVn + ws0 * DV + row0, DV, C);
           copy_g_async(Gt(s), a.G + ws0, tid, true);
         };
-        return multicast_copies<CB, STAGES, 3>(a.NS, bars, shared, own);
+        return multicast_copies<CB, STAGES, 3>(a.NS, bars, shared, own, copy_warp_counts);
       }
     }
   }
@@ -399,6 +415,8 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     const int n = a.NS - 1 - i, s = i % STAGES;
     if constexpr (!CW) cuda::cp_async_wait<STAGES - 2>();
     __syncthreads();
+    if constexpr (kCount && !CW)
+      if (threadIdx.x == 0) count_at_step(a, true, i);
     if constexpr (CB > 0) cuda::mbar_wait(bars.full(s), (i / STAGES) & 1);
     AFrags<KWQ> da;  // dSe, the gradient of the state leaving sub-chunk n, rounded to bf16
     cuda::acc_to_a(ds, da);
@@ -440,5 +458,6 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     store_state_rows<KWQ, KWQ>(da, stage, a.dHs + (a.ws_sub(b, h, n) * DV + row0 + w.v0) * DK + w.k0);
     store_quarter_tokens(dvq[0], stage, a.dVn + (a.ws_row(b, h, n) + TQ * q) * DV + row0 + w.v0);
   }
+  if constexpr (kCount) count_last_segment<S::NWB>(a, true);
   if (to) ds.each([&](int r, int c, float& x) { to[(w.v0 + r) * DK + w.k0 + c] = x; });
 }

@@ -96,6 +96,9 @@ struct RunOptions {
   bool keep_sweep = false;
   // With keep_T, >= 0: the backward's GdnCudaConfig::pre (the forward runs cfg's).
   int backward_pre = -1;
+  // The workspace filled with NaN before the forward, so that a kernel reading what another has
+  // not yet written (an overlapped consumer ahead of its sweep) reads NaN, not an earlier run's bits.
+  bool poison_workspace = false;
   GdnCudaConfig cfg;
 };
 
@@ -142,6 +145,7 @@ Gpu run_gpu(const Problem& p, const RunOptions& opt = {}) {
   if (opt.keep_T) cfg.T_buffer = kept_T.p;
   if (opt.keep_sweep) cfg.sweep_buffer = kept_sweep.p;
   Dev<char> ws(gdn_cuda_workspace_bytes(d, cfg));
+  if (opt.poison_workspace) EXPECT_EQ(cudaMemset(ws.p, 0xff, ws.n), cudaSuccess);
   const float* s_in = opt.with_S_in ? S_in.p : nullptr;
   gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, s_in, o.p, S_out.p, ws.p, nullptr, cfg);
   if (opt.keep_T || opt.keep_sweep) {
@@ -512,6 +516,69 @@ TEST_F(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   }
 }
 
+// B3 overlapped with B4 (GdnCudaConfig::overlap) changes only the schedule, so outputs and every
+// gradient are bitwise the sequential ones: the backward that re-runs the forward sweep beside B3
+// (recomputing T, or from a kept T: B4 waits for both sweeps) and the backward from a kept sweep
+// or the saved forward (B4 waits for the reverse sweep alone); with one row group per block (copy
+// warp on and off) and two; segments of 1, 2 and
+// 3 sub-chunks (the last one short) on 1, 2 and 3 streams, a short last sub-chunk, two sequences
+// and carried states, the workspace poisoned first. Calls cut at multiples of 64 are bitwise the sequential one call.
+TEST_F(GdnCoreCuda, OverlapGivesTheSequentialBits) {
+  SKIP_WITHOUT_GPU();
+  const Problem p = make_problem(rng, 2, 333, 3);  // 6 sub-chunks, the last of 13 tokens
+  struct Reuse {
+    const char* name;
+    bool keep_T, keep_sweep, saved;
+  };
+  const Reuse reuses[] = {{"recomputing backward", false, false, false},
+                          {"T kept", true, false, false},
+                          {"T and sweep kept", true, true, false},
+                          {"saved forward", false, false, true}};
+  // Row groups and copies: the defaults (two row groups a block when overlapped), one row group with
+  // the sweep warps copying, or with a copy warp that counts the segments (multicasting with the
+  // untried lever sweep_multicast on), and two row groups asked for.
+  for (auto [warps, copy_warp] : {std::pair{0, 0}, {4, -1}, {4, 1}, {8, 0}})
+    for (const Reuse& reuse : reuses) {
+      SCOPED_TRACE(std::string(reuse.name) + ", sweep_warps " + std::to_string(warps) + ", sweep_copy_warp " +
+                   std::to_string(copy_warp));
+      RunOptions seq = unsplit(GdnCudaConfig::kRowSweeps, 4, warps);
+      seq.cfg.sweep_copy_warp = copy_warp;
+      seq.keep_T = reuse.keep_T, seq.keep_sweep = reuse.keep_sweep, seq.cfg.saved_forward = reuse.saved;
+      seq.poison_workspace = true;
+      seq.cfg.overlap = -1;
+      const Gpu want = run_gpu(p, seq);
+      for (int segment : {1, 2, 3}) {
+        const int streams = segment;  // launches on 1, 2 or 3 streams
+        SCOPED_TRACE("segments of " + std::to_string(segment) + " on " + std::to_string(streams) + " streams");
+        RunOptions on = seq;
+        on.cfg.overlap = 1, on.cfg.overlap_segment = segment, on.cfg.overlap_streams = streams;
+        expect_bitwise_equal(run_gpu(p, on), want);
+        if (segment == 1 && !reuse.saved) {
+          SCOPED_TRACE("cut at 128 and 192");
+          expect_bitwise_equal(run_split(p, {128, 192}, on), want);
+        }
+      }
+    }
+}
+
+// Long enough that the consumers run while the sweeps go on (79 segments of 64 tokens): bitwise
+// the sequential calls, one call and calls cut at 2048 (the model's rule), T kept as the layer keeps it.
+TEST_F(GdnCoreCuda, OverlapOfLongCallsGivesTheSequentialBits) {
+  SKIP_WITHOUT_GPU();
+  const Problem p = make_problem(rng, 1, 5000, 4);
+  for (bool keep_sweep : {false, true}) {
+    SCOPED_TRACE(keep_sweep ? "T and sweep kept" : "T kept");
+    RunOptions seq = unsplit(GdnCudaConfig::kRowSweeps, 4);
+    seq.keep_T = true, seq.keep_sweep = keep_sweep, seq.poison_workspace = true;
+    seq.cfg.overlap = -1;
+    RunOptions on = seq;
+    on.cfg.overlap = 1, on.cfg.overlap_segment = 1;
+    const Gpu want = run_gpu(p, seq);
+    expect_bitwise_equal(run_gpu(p, on), want);
+    expect_bitwise_equal(run_split(p, {2048, 4096}, on), want);
+  }
+}
+
 // B1 from a kept T (the layer's default): outputs and every gradient bitwise those of the
 // backward that recomputes T, for each unsplit sweep and the split core, with a short last
 // sub-chunk and the workspace poisoned between the calls (nothing but T may survive).
@@ -751,6 +818,20 @@ TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
       EXPECT_NE(std::string(e.what()).find("sweep_multicast"), std::string::npos) << e.what();
     }
   }
+  for (auto [overlap, segment, streams, sweep] : {std::tuple{2, 0, 0, 0}, {1, -1, 0, 0}, {1, 0, 5, 0},
+                                                  {1, 0, 0, int(GdnCudaConfig::kTileSweeps)}}) {
+    GdnCudaConfig bad_overlap;  // 1, -1 or 0; segments of >= 1 sub-chunk; 1-4 streams; only the quarter sweeps count
+    bad_overlap.overlap = overlap, bad_overlap.overlap_segment = segment, bad_overlap.overlap_streams = streams;
+    bad_overlap.sweep = sweep;
+    try {
+      gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad_overlap,
+                             nullptr, bad_overlap);
+      ADD_FAILURE() << "overlap " << overlap << ", segment " << segment << ", streams " << streams << ", sweep " << sweep
+                    << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
+    }
+  }
   GdnCudaConfig bad_pre;
   bad_pre.pre = 3;  // kDefaultPre, kPreScalar or kPreMma
   try {
@@ -796,7 +877,7 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-TEST_F(GdnCoreCuda, DefaultPieceLengthSweepAndB4ComeFromTheEnvironment) {
+TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4AndOverlapSegmentComeFromTheEnvironment) {
   const char* var = "STATEFLOW_GDN_PIECE_LEN";
   GdnDims d;
   d.len = 4096, d.heads = 2;
@@ -832,6 +913,15 @@ TEST_F(GdnCoreCuda, DefaultPieceLengthSweepAndB4ComeFromTheEnvironment) {
   for (const char* bad : {"WGMMA", "mma", ""}) {
     ScopedEnv env("STATEFLOW_GDN_B4", bad);
     EXPECT_THROW(gdn_cuda_default_b4_mma(), Error) << "accepted '" << bad << "'";
+  }
+  EXPECT_EQ(gdn_cuda_default_overlap_segment(), GdnCudaConfig::kDefaultOverlapSegment);
+  {
+    ScopedEnv env("STATEFLOW_GDN_OVERLAP_SEGMENT", "8");
+    EXPECT_EQ(gdn_cuda_default_overlap_segment(), 8);
+  }
+  for (const char* bad : {"0", "-4", "8x", ""}) {
+    ScopedEnv env("STATEFLOW_GDN_OVERLAP_SEGMENT", bad);
+    EXPECT_THROW(gdn_cuda_default_overlap_segment(), Error) << "accepted '" << bad << "'";
   }
   // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
   for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
