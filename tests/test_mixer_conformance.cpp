@@ -12,12 +12,14 @@
 #include <filesystem>
 #include <map>
 
+#include "gradient_terms.h"
 #include "layer_testing.h"
 #include "model/mixer.h"
 #include "temp_dir.h"
 #include "pipeline/pipeline.h"
 #include "test_util.h"
 #include "train/checkpoint.h"
+#include "train/step.h"
 #include "train/train_options.h"
 #include "train/verify.h"
 
@@ -189,6 +191,34 @@ TEST_P(MixerConformance, RecomputeGivesBitwiseTheSameGradients) {
   auto [loss_again, again] = run(true);
   EXPECT_EQ(loss_plain, loss_again);
   for (auto& [name, g] : plain) EXPECT_EQ(max_rel_diff(again.at(name), g), 0.0) << name;
+}
+
+// What the GPU suite's per-head-scalar band is relative to (gradient_terms.h): its step of
+// 1-token chunks gives the whole-sequence gradients, and each entry's sum of |per-token terms|
+// is at least |the entry|, and larger where the terms cancel.
+TEST_P(MixerConformance, GradientTermMagnitudesBoundTheGradientsTheySum) {
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  const ModelConfig mc = config_for(GetParam(), std::string(2, GetParam().letter));
+  Model m(mc, DType::F64);
+  const Batch b = random_batch(rng, 2, 23, mc.vocab_size);
+  auto params = m.params();
+  zero_grads(params);
+  forward_backward(m, b, 1, {b.seq_len});
+  std::vector<Tensor> whole;
+  std::vector<size_t> all;
+  for (size_t i = 0; i < params.size(); ++i) whole.push_back(params[i]->grad.clone()), all.push_back(i);
+  const std::vector<std::vector<double>> magnitude = gradient_term_magnitudes(m, b, all);
+  int64_t below = 0, cancelling = 0;
+  for (size_t i = 0; i < params.size(); ++i) {
+    EXPECT_LE(max_rel_diff(params[i]->grad, whole[i]), 1e-10) << params[i]->name;
+    for (int64_t e = 0; e < whole[i].numel(); ++e) {
+      const double g = std::abs(whole[i].data<double>()[e]);
+      below += magnitude[i][e] < g * (1 - 1e-9);
+      cancelling += magnitude[i][e] > 1.01 * g;
+    }
+  }
+  EXPECT_EQ(below, 0) << "entries whose terms' magnitudes are below the gradient";
+  EXPECT_GT(cancelling, 0) << "no entry's terms cancel";
 }
 
 TEST_P(MixerConformance, CheckpointRoundTripRestoresEveryWeight) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a GPU machine: configure with CUDA (sm_90a + compute_80 PTX), build with ninja, run the CUDA
-# tests and then every test through CTest, then the GDN, Mamba-3 and attention kernel benchmarks and the benchmark of
-# the other kernels (GEMM ceiling, fused kernels' bandwidth). cuDNN comes from the nvidia-cudnn
+# tests and then every test through CTest, then the GDN, Mamba-3 and attention kernel benchmarks, the benchmark of
+# the other kernels (GEMM ceiling, fused kernels' bandwidth) and the pinned GEMM algorithms' (gemm_bench). cuDNN comes from the nvidia-cudnn
 # wheel where the image has it (STATEFLOW_ATTENTION picks the attention). Logs go to $OUT when set (else
 # build-gpu/logs); a summary table is printed last.
 #   SANITIZE=1  also runs one small GPU test under compute-sanitizer (memcheck, racecheck);
@@ -117,6 +117,10 @@ if [[ ${status[build]} == ok ]]; then
     timeout 300 "$BUILD/kernels_bench" ${KERNELS_BENCH_ARGS:-} 2>&1 | tee "$LOG/kernels_bench.log"
     status[kernels_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
   fi
+  if [[ -x $BUILD/gemm_bench ]]; then
+    timeout 120 "$BUILD/gemm_bench" 2>&1 | tee "$LOG/gemm_bench.log"
+    status[gemm_bench]=$([[ ${PIPESTATUS[0]} == 0 ]] && echo ok || echo FAILED)
+  fi
 fi
 
 if [[ ${MATRIX:-} == quick && ${status[build]} == ok && -x $BUILD/stateflow ]]; then
@@ -131,12 +135,13 @@ fi
 echo
 echo "================ gpu-check summary ================"
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
-for step in build cuda_tests memcheck racecheck ctest bench mamba3_bench attention_bench kernels_bench matrix; do
+for step in build cuda_tests memcheck racecheck ctest bench mamba3_bench attention_bench kernels_bench gemm_bench matrix; do
   [[ -n ${status[$step]:-} ]] && printf '%-12s %s\n' "$step" "${status[$step]}"
 done
 grep -E '^\[  (PASSED|FAILED) |tests passed|rel err|unsplit' "$LOG/cuda_tests.log" "$LOG/ctest.log" 2>/dev/null | sed 's|^.*/||'
 [[ -f $LOG/bench.log ]] && sed -n '/^ *T .*fwd ms/,$p' "$LOG/bench.log"
 [[ -f $LOG/mamba3_bench.log ]] && sed -n '/^ *R  *T |/,$p' "$LOG/mamba3_bench.log"
 [[ -f $LOG/kernels_bench.log ]] && sed -n '/^| kernel |/,$p' "$LOG/kernels_bench.log"
+[[ -f $LOG/gemm_bench.log ]] && sed -n '/^| product |/,$p' "$LOG/gemm_bench.log"
 [[ -f $LOG/bench-matrix.md ]] && cat "$LOG/bench-matrix.md"
 for step in "${!status[@]}"; do [[ ${status[$step]} == ok ]] || exit 1; done

@@ -9,12 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <optional>
 #include <string>
 
 #include "cuda_test_util.h"
+#include "gradient_terms.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/device_graph_cuda.h"
 #include "kernels/cuda/side_stream_cuda.h"
@@ -40,6 +42,10 @@ using testing::random_batch;
 struct GpuMixerCase {
   char letter;
   nlohmann::json section;
+  // A weight whose gradient reaches it through a suffix sum over every later token (mamba3's
+  // angle projection: the cumulative angle's gradient), which cancels as the per-head scalars'
+  // sums do: it gets kSuffixSumBand instead of kTensorBand.
+  const char* suffix_sum_weight = "";
 };
 const GpuMixerCase kGpuMixerCases[] = {
     {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}},
@@ -48,8 +54,9 @@ const GpuMixerCase kGpuMixerCases[] = {
     // the core's forward sweep kept in the stash (gdn.keep_sweep), grouped values
     {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64},
            {"keep_sweep", true}}},
-    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}},
-    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}}},
+    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 1}, {"block_size", 64}}, "Wang"},
+    {'M', {{"heads", 2}, {"head_dim", 64}, {"state_size", 128}, {"rank", 4}, {"block_size", 16}, {"output_norm", true}},
+     "Wang"},
     {'A', {{"heads", 2}, {"kv_heads", 1}, {"head_dim", 128}, {"rotary_dim", 64}}},
 };
 
@@ -110,26 +117,71 @@ StepResult run_step(Model& m, const Batch& b, const std::vector<int64_t>& length
 
 // Parameters with fewer elements than this are per-head scalars (dt_bias, A_log, D, ...):
 // each gradient entry is one sum over every token of terms of both signs, so bf16 rounding of
-// the terms shows relative to a net that can be far smaller than they are (seen: dt_bias
-// 5.7e-2 and 1.25e-1 on two seeds of 2-head models). They get a looser band than the rest.
+// the terms shows relative to the sum of their magnitudes (testing::gradient_term_magnitudes),
+// and cancellation can make the net far smaller than that (mamba3's dt_bias: 4 to 630 times).
 constexpr int64_t kPerHeadScalars = 64;
+// An entry's error may reach the larger of its two bands: of the parameter's largest |entry|
+// (normwise, as every other parameter: the first band, which GDN's dt_bias reached 1.25e-1 of) and
+// of the entry's terms' magnitudes (the two mamba3 seeds that broke the first band were 1.0e-3
+// and 2.5e-3 of them; 2^-8 = 3.9e-3). A token block counted twice gives 6e-2 to 2.4e-1 of the
+// magnitudes (docs/design.md, "The GPU conformance bands").
+constexpr double kPerHeadScalarNetBand = 2.5e-1, kPerHeadScalarTermsBand = 1e-2;
 
 struct WorstGradError {
-  double err = 0;
+  double err = 0, band = 0;
   std::string where;
 };
 
-enum class Params { All, Tensors, PerHeadScalars };
+// Normwise relative gradient error bands of the other parameters: bf16 rounding measured 2.0e-2
+// to 3.8e-2 (the largest: mamba3_rank4's B_bias, a bias summed over tokens); a wrong path gives
+// O(1). The suffix-summed weight: measured up to 7.0e-2, on a seed whose suffix sums cancel
+// 111-fold (up to 133-fold seen; docs/design.md, "The GPU conformance bands").
+constexpr double kTensorBand = 5e-2, kSuffixSumBand = 2e-1;
 
-// The worst normwise relative gradient error over the parameters of one kind, and which one.
-WorstGradError worst_grad_error(Model& m, const StepResult& a, const StepResult& ref, Params which) {
+// The parameter (not a per-head scalar) whose normwise relative gradient error is the largest
+// share of its band, its error and band.
+WorstGradError worst_tensor_grad_error(Model& m, const StepResult& a, const StepResult& ref,
+                                       const std::string& suffix_sum_weight) {
   WorstGradError worst;
   auto params = m.params();
   for (size_t i = 0; i < params.size(); ++i) {
-    const bool scalar = params[i]->value.numel() < kPerHeadScalars;
-    if ((which == Params::Tensors && scalar) || (which == Params::PerHeadScalars && !scalar)) continue;
-    const double e = max_rel_diff(a.grads[i].cast(DType::F64), ref.grads[i].cast(DType::F64));
-    if (!(e <= worst.err)) worst = {e, params[i]->name};
+    if (params[i]->value.numel() < kPerHeadScalars) continue;
+    const std::string& name = params[i]->name;
+    const bool suffix_sum =
+        !suffix_sum_weight.empty() && name.size() > suffix_sum_weight.size() &&
+        name.compare(name.size() - suffix_sum_weight.size() - 1, std::string::npos, "." + suffix_sum_weight) == 0;
+    const double e = max_rel_diff(a.grads[i].cast(DType::F64), ref.grads[i].cast(DType::F64)),
+                 band = suffix_sum ? kSuffixSumBand : kTensorBand;
+    if (worst.where.empty() || !(e / band <= worst.err / worst.band)) worst = {e, band, name};
+  }
+  return worst;
+}
+
+// The per-head-scalar entry whose error is the largest share of its band (kPerHeadScalar*Band,
+// the terms' magnitudes from the CPU model, whose gradients are left as its 1-token-chunk step's):
+// that share, and the entry with its error of the net and of the terms' magnitudes.
+WorstGradError worst_per_head_scalar_error(Model& cpu, const Batch& b, const StepResult& a, const StepResult& ref) {
+  auto params = cpu.params();
+  std::vector<size_t> scalars;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (params[i]->value.numel() < kPerHeadScalars) scalars.push_back(i);
+  const std::vector<std::vector<double>> magnitude = testing::gradient_term_magnitudes(cpu, b, scalars);
+  WorstGradError worst{0, 1, "none"};
+  for (size_t k = 0; k < scalars.size(); ++k) {
+    const Tensor got = a.grads[scalars[k]].cast(DType::F64), want = ref.grads[scalars[k]].cast(DType::F64);
+    double net = 0;
+    for (int64_t e = 0; e < want.numel(); ++e) net = std::max(net, std::abs(want.data<double>()[e]));
+    for (int64_t e = 0; e < got.numel(); ++e) {
+      const double diff = std::abs(got.data<double>()[e] - want.data<double>()[e]),
+                   band = std::max(kPerHeadScalarNetBand * net, kPerHeadScalarTermsBand * magnitude[k][e]),
+                   share = band > 0 ? diff / band : (diff == 0 ? 0.0 : INFINITY);
+      if (!(share <= worst.err)) {
+        char what[160];
+        std::snprintf(what, sizeof what, "%s[%lld]: %.2e of the net, %.2e of the terms' magnitudes",
+                      params[scalars[k]]->name.c_str(), (long long)e, diff / net, diff / magnitude[k][e]);
+        worst = {share, 1, what};
+      }
+    }
   }
   return worst;
 }
@@ -142,14 +194,15 @@ TEST_P(MixerConformanceCuda, LossAndGradientsMatchTheCpuModelInTheBf16Band) {
   const StepResult ref = run_step(cpu, b, {T});
   const StepResult got = run_step(gpu, b, {T});
   const double loss_err = std::abs(got.loss - ref.loss) / std::abs(ref.loss);
-  const WorstGradError tensors = worst_grad_error(gpu, got, ref, Params::Tensors),
-                       scalars = worst_grad_error(gpu, got, ref, Params::PerHeadScalars);
-  std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e (%s), "
-              "of per-head scalars %.2e (%s)\n",
-              got.loss, ref.loss, loss_err, tensors.err, tensors.where.c_str(), scalars.err, scalars.where.c_str());
+  const WorstGradError tensors = worst_tensor_grad_error(gpu, got, ref, GetParam().suffix_sum_weight),
+                       scalars = worst_per_head_scalar_error(cpu, b, got, ref);
+  std::printf("[ model on GPU vs CPU fp32 ] loss %.6f vs %.6f (rel %.2e), worst gradient rel error %.2e of band "
+              "%.0e (%s), per-head scalars at %.2f of their band (%s)\n",
+              got.loss, ref.loss, loss_err, tensors.err, tensors.band, tensors.where.c_str(), scalars.err,
+              scalars.where.c_str());
   EXPECT_LE(loss_err, 1e-2);
-  EXPECT_LE(tensors.err, 5e-2) << tensors.where;  // measured 2.1e-2 to 2.3e-2; a wrong path gives O(1)
-  EXPECT_LE(scalars.err, 2.5e-1) << scalars.where;  // measured up to 1.25e-1 (see kPerHeadScalars)
+  EXPECT_LE(tensors.err, tensors.band) << tensors.where;
+  EXPECT_LE(scalars.err, 1.0) << scalars.where;
 }
 
 std::string lengths_name(const std::vector<int64_t>& lengths) {
@@ -341,10 +394,11 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
     const StepResult got = run_step(gpu, b, lengths);
     const double loss_err = std::abs(got.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
     const double grad_err = mean_grad_error(gpu, got, ref);
-    const auto [worst, where] = worst_grad_error(gpu, got, ref, Params::All);
+    const WorstGradError worst = worst_tensor_grad_error(gpu, got, ref, GetParam().suffix_sum_weight);
     std::printf("[ chunks %s vs fp64 CPU ] loss rel error %.2e (unsplit %.2e), mean gradient error %.2e (unsplit "
-                "%.2e), worst %.2e (%s)\n",
-                lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, worst, where.c_str());
+                "%.2e), worst tensor %.2e (%s)\n",
+                lengths_name(lengths).c_str(), loss_err, whole_loss_err, grad_err, whole_grad_err, worst.err,
+                worst.where.c_str());
     EXPECT_LE(loss_err, 2 * std::max(whole_loss_err, 1e-4)) << lengths_name(lengths);
     EXPECT_LE(grad_err, 2 * whole_grad_err) << lengths_name(lengths);
   }

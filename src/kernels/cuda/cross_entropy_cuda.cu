@@ -208,7 +208,7 @@ void lm_head_cross_entropy_cuda(const CublasGemm& g, const In* x, const In* W, c
     const int64_t n = std::min(block_tokens, len - t0);  // tokens of each sequence in this block
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t r0 = b * len + t0;  // the sequence's first row of the block; its logits at row b * n
-      linear_forward_cuda<In, float>(g, x + r0 * dim, W, logits + b * n * vocab, n, dim, vocab);
+      linear_forward_cuda<In, float>(g, x + r0 * dim, W, logits + b * n * vocab, n, dim, vocab, 1);
       cross_entropy_row_kernel<In><<<unsigned(n), kRowThreads, 0, stream>>>(
           logits + b * n * vocab, targets + r0, vocab, scale, dlogits ? dlogits + b * n * vocab : nullptr,
           row_loss + b * n, row_flags + b * n);

@@ -13,6 +13,19 @@
 // and lda bounds M: such products (sums over the rows, not row-wise) pin per M as well. Each output row is then computed identically for
 // any row count: row-wise GEMMs (y = x W, dx += dy W^T) are chunk-invariant. CublasGemm owns
 // a fixed workspace. Weight gradients (a sum over the rows) go through weight_grad_cuda.
+//
+// Short rows (linear_forward_cuda, linear_backward_data_cuda; lever gemm_short). A chunk of 1K
+// tokens gives a 2048-wide projection 64 tiles of 128 x 256 for 132 SMs; the algorithm pinned at
+// 2048 rows then leaves half the GPU idle. Chunked == unchunked must be bitwise only where the
+// cuts fall on multiples of kGemmAlignedRows tokens, so the rows of a sequence past its last
+// multiple of 2048 (its "tail": len % 2048 tokens) may run a second pinned algorithm, chosen at
+// 1024 rows with split-K allowed in its deterministic form (partials kept in fp32 in the
+// workspace and summed by a separate kernel in a fixed order; never the in-place reduction, whose
+// order follows the blocks' arrival). With aligned cuts every chunk but the last is whole
+// multiples of 2048 and the last has the whole sequence's tail, so each token runs the same
+// algorithm in both: bitwise. Tails take the second algorithm only where they are short
+// (batch x tail < 2048 rows, the same in both runs): then a call of short chunks (len < 2048) is
+// one call of it, and a longer chunk's tails are calls of their own beside its head's.
 #pragma once
 #include <cublasLt.h>
 #include <cuda_bf16.h>
@@ -20,12 +33,20 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
+#include <vector>
 
 
 namespace stateflow {
+
+// Rows of a sequence in whole multiples of this run the GEMM algorithm pinned for them; cuts of a
+// sequence at multiples of it give bitwise the unsplit run's rows (and weight gradients:
+// kWeightGradTokens).
+constexpr int64_t kGemmAlignedRows = 2048;
 
 struct LtProblem;  // the cuBLASLt descriptors of one GEMM shape (gemm_cuda.cu)
 
@@ -44,8 +65,9 @@ class CublasGemm {
   size_t workspace_bytes() const { return workspace_bytes_; }
 
   // (trans_a, trans_b, M if trans_a else 0, N, K, lda, ldb, ldc, operand type, result type, beta != 0,
-  //  pointer alignment in bytes up to 16)
-  using AlgoKey = std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, int>;
+  //  pointer alignment in bytes up to 16, short rows)
+  using AlgoKey =
+      std::tuple<bool, bool, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int, int, bool, int, bool>;
   // A pinned algorithm, and per row count M met so far the cuBLASLt descriptors of the call and
   // the algorithm it runs (the pinned one wherever that can run M): built once, not per call.
   struct Pinned {
@@ -72,7 +94,12 @@ template <class In, class Out>
 void gemm_cuda(const CublasGemm& g, bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
                const In* A, int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc);
 
-// Dense layers on row-major x[rows, in], W[in, out], as in kernels/cpu/gemm.h:
+// Whether this thread's row-wise GEMMs run short tails on the short-row algorithm (above): the
+// gemm_short lever's setting (kernels/cuda/levers.h) unless a test switches it.
+bool& gemm_short_rows_for_thread();
+
+// Dense layers on row-major x[rows, in], W[in, out], as in kernels/cpu/gemm.h; the rows are
+// `batch` sequences of rows / batch tokens, one after another (the short rows' split, above):
 //   linear_forward_cuda:         y  = x W      (y overwritten)
 //   linear_backward_data_cuda:   dx += dy W^T  (dx = dy W^T with accumulate = false: no zero-fill
 //                                needed for the first product into dx)
@@ -81,13 +108,29 @@ void gemm_cuda(const CublasGemm& g, bool trans_a, bool trans_b, int64_t M, int64
 //                                ldy: dy's row stride when it is a column block of a wider matrix)
 template <class In, class Out>
 void linear_forward_cuda(const CublasGemm& g, const In* x, const In* W, Out* y, int64_t rows, int64_t in,
-                         int64_t out);
+                         int64_t out, int64_t batch);
 template <class In, class Out>
 void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, Out* dx, int64_t rows, int64_t in,
-                               int64_t out, bool accumulate = true);
+                               int64_t out, int64_t batch, bool accumulate = true);
 template <class In>
 void linear_backward_weight_cuda(const CublasGemm& g, const In* x, const In* dy, float* dW, int64_t rows,
                                  int64_t in, int64_t out, int64_t batch, int64_t ldy = 0);
+
+// For gemm_bench: the algorithms the pinning would consider for a bf16 row-wise product with a
+// bf16 result (y = x W: trans_b false; dx = dy W^T: true; M x N, inner K, rows packed): the
+// heuristic's first `count` at `choose_rows` rows, with split-K in its deterministic form allowed
+// when `split_k` (as for short rows). The first is the one the pinning takes.
+struct GemmCandidate {
+  cublasLtMatmulAlgo_t algo;
+  std::string config;  // in words: tile, stages, split-K count, reduction scheme, cluster
+};
+std::vector<GemmCandidate> gemm_candidates(const CublasGemm& g, bool trans_b, int64_t N, int64_t K,
+                                           int64_t choose_rows, bool split_k, int count);
+// One such product of M rows by candidate c on g's stream, or an empty function where c cannot run
+// M within g's workspace. A: M x K, B: K x N (trans_b: N x K), C: M x N.
+std::function<void()> gemm_candidate_call(const CublasGemm& g, const GemmCandidate& c, bool trans_b, int64_t M,
+                                          int64_t N, int64_t K, const __nv_bfloat16* A, const __nv_bfloat16* B,
+                                          __nv_bfloat16* C);
 
 // bf16 copies of fp32 values (round to nearest even): the bf16 weights the GEMMs read are
 // cast from the fp32 master weights after every optimizer step. With ld > cols, src is rows of

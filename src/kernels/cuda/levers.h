@@ -3,7 +3,7 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,core_overlap
+//                      b4_ring_early,core_overlap,gemm_short
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -79,6 +79,11 @@
 //                 the sub-chunks they have finished, behind GPU-side stream waits:
 //                 mixers/gdn/gdn_core_overlap_cuda.h; GdnCudaConfig::overlap; same kernels, same
 //                 bits; untried)
+//   gemm_short    row-wise GEMMs: every row on the algorithm pinned at 2048 rows (instead of the
+//                 tails of a sequence past its last multiple of 2048 tokens, where short, on a second
+//                 one pinned at 1024 rows, deterministic split-K allowed: kernels/cuda/gemm_cuda.h;
+//                 bitwise at 2048-token cuts either way, other rounding elsewhere; default since its
+//                 H200 run in the seventh session)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -104,7 +109,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
-                                           "core_overlap"};
+                                           "core_overlap", "gemm_short"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).

@@ -24,6 +24,8 @@ namespace stateflow {
 
 // Chunk boundaries at multiples of this many tokens give bitwise-equal weight gradients.
 constexpr int64_t kWeightGradTokens = 2048;
+// One unit of cuts for every exact product: the row-wise GEMMs' aligned rows are the same.
+static_assert(kWeightGradTokens == kGemmAlignedRows, "weight-gradient steps and aligned GEMM rows must agree");
 
 template <class In>
 struct WeightGradOperands {

@@ -79,14 +79,14 @@ OpDef make_linear_op() {
   op.passes[0].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);
-      linear_forward_cuda<A, A>(l.gemm, l.at<A>("x"), l.at<A>("W"), l.at<A>("y"), l["rows"], l["in"], l["out"]);
+      linear_forward_cuda<A, A>(l.gemm, l.at<A>("x"), l.at<A>("W"), l.at<A>("y"), l["rows"], l["in"], l["out"], 1);
     });
   };
   op.passes[1].run = [](const OpLaunch& l) {
     dispatch_act(l.act, [&](auto a) {
       using A = decltype(a);
       linear_backward_data_cuda<A, A>(l.gemm, l.at<A>("dy"), l.at<A>("W"), l.at<A>("dx"), l["rows"], l["in"],
-                                      l["out"]);
+                                      l["out"], 1);
     });
   };
   op.passes[2].run = [](const OpLaunch& l) {

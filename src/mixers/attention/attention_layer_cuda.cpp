@@ -42,7 +42,7 @@ Tensor Attention::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State
   s->x = x;
   auto proj = [&](const Param& W, int64_t out) {
     Tensor y = bf16_out({rows, out});
-    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
+    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out, B);
     return y;
   };
   Tensor k;
@@ -80,7 +80,7 @@ Tensor Attention::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State
     sigmoid_gate_forward_cuda(bf16_ptr(s->o), bf16_ptr(s->gate), bf16_ptr(s->y), rows * QW, st);
   }
   Tensor out = bf16_out({rows, D_});
-  linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, QW, D_);
+  linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, QW, D_, B);
   stash = std::move(s);
   return out;
 }
@@ -96,7 +96,7 @@ Tensor Attention::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const S
   // output projection and gate
   linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.y), bf16_ptr(dout), f32_ptr(Wo_.grad), rows, QW, D_, B);
   Tensor dy = bf16_zeros({rows, QW});
-  linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, QW, D_);
+  linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, QW, D_, B);
   Tensor d_o = dy, dgate;
   if (cfg_.output_gate) {
     d_o = bf16_out({rows, QW}), dgate = bf16_out({rows, QW});
@@ -142,7 +142,7 @@ Tensor Attention::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const S
   Tensor dx = bf16_zeros({rows, D_});
   auto proj_back = [&](Param& W, const Tensor& dY, int64_t out) {
     linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
-    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out);
+    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out, B);
   };
   proj_back(Wq_, dqp, QW), proj_back(Wk_, dkp, KW), proj_back(Wv_, dv, KW);
   if (cfg_.output_gate) proj_back(Wg_, dgate, QW);

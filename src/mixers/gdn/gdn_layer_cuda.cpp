@@ -118,7 +118,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   SideWork side;
   const CublasGemm& beside = side.fork();
   auto proj = [&](const CublasGemm& on, const Param& W, bf16* y, int64_t out) {
-    linear_forward_cuda<bf16, bf16>(on, bf16_ptr(x), bf16_ptr(W.value_bf16), y, rows, D_, out);
+    linear_forward_cuda<bf16, bf16>(on, bf16_ptr(x), bf16_ptr(W.value_bf16), y, rows, D_, out, B);
   };
   const bool out_gate_by_core = !lever_off("out_gate_by_core") && !fused;
   {
@@ -210,7 +210,7 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   Tensor out = bf16_out({rows, D_});
   {
     OpScope part("gdn.out_proj");
-    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_);
+    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_, B);
   }
   stash = std::move(s);
   return out;
@@ -238,7 +238,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   {
     OpScope part("gdn.out_proj.dgrad");
     linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(dy), rows, HV,
-                                          D_, /*accumulate=*/false);
+                                          D_, B, /*accumulate=*/false);
   }
   // The gradients of the q, k, v projections and of the gate z, laid out as the projections
   const InProj d_in = in_proj_out(rows, HK, HV, s.in.fused);
@@ -339,7 +339,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   // input projections
   Tensor dx = bf16_out({rows, D_});  // the first product overwrites it
   auto dgrad = [&](Param& W, const bf16* dY, int64_t out, bool accumulate = true) {
-    linear_backward_data_cuda<bf16, bf16>(gemm, dY, bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out, accumulate);
+    linear_backward_data_cuda<bf16, bf16>(gemm, dY, bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out, B, accumulate);
   };
   {
     OpScope part("gdn.in_proj.wgrad");

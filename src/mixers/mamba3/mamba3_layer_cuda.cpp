@@ -47,7 +47,7 @@ Tensor Mamba3Mixer::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const Sta
   s->state_in = state_in;
   auto proj = [&](const Param& W, int64_t out) {
     Tensor y = bf16_out({rows, out});
-    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out);
+    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(x), bf16_ptr(W.value_bf16), bf16_ptr(y), rows, D_, out, B);
     return y;
   };
   {
@@ -120,7 +120,7 @@ Tensor Mamba3Mixer::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const Sta
   Tensor out = bf16_out({rows, D_});
   {
     OpScope part("mamba3.out_proj");
-    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->o), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HP, D_);
+    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->o), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HP, D_, B);
   }
   stash = std::move(s);
   return out;
@@ -144,7 +144,7 @@ Tensor Mamba3Mixer::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const
   Tensor d_o = bf16_zeros({rows, HP});
   {
     OpScope part("mamba3.out_proj.dgrad");
-    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(d_o), rows, HP, D_);
+    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dout), bf16_ptr(Wo_.value_bf16), bf16_ptr(d_o), rows, HP, D_, B);
   }
   Tensor dy = bf16_out({rows, H_, R_, P_}), dz = bf16_out({rows, HP});
   {
@@ -241,7 +241,7 @@ Tensor Mamba3Mixer::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, const
       linear_backward_weight_cuda<bf16>(gemm, bf16_ptr(s.x), bf16_ptr(dY), f32_ptr(W.grad), rows, D_, out, B);
     }
     OpScope part("mamba3.in_proj.dgrad");
-    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out);
+    linear_backward_data_cuda<bf16, bf16>(gemm, bf16_ptr(dY), bf16_ptr(W.value_bf16), bf16_ptr(dx), rows, D_, out, B);
   };
   proj_back(Wz_, dz, HP), proj_back(Wx_, dxr, HP), proj_back(WB_, dBp, BC), proj_back(WC_, dCp, BC);
   proj_back(Wdt_, d_dd_dt, H_), proj_back(WA_, d_dd_A, H_), proj_back(Wtrap_, dtrap, H_), proj_back(Wang_, dang, NA_);

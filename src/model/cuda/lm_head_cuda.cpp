@@ -98,7 +98,7 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State&, 
   if (ctx.logits) {  // inference only: the fused kernel above never holds them all
     Tensor logits = f32_zeros({rows, proj_.value.dim(1)});
     linear_forward_cuda<bf16, float>(cublas_for_thread(), bf16_ptr(s->xn), bf16_ptr(proj_.value_bf16),
-                                     f32_ptr(logits), rows, D, proj_.value.dim(1));
+                                     f32_ptr(logits), rows, D, proj_.value.dim(1), ctx.batch);
     cuda_check(cudaStreamSynchronize(layer_stream()), "lm_head logits");
     *ctx.logits = logits.to(Device::CPU, MemCategory::Activations);
   }

@@ -25,7 +25,7 @@ bool fused(const Param& w1, const Param& w3) {
 }
 }  // namespace
 
-Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
+Tensor SwiGluMlp::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
   const int64_t rows = x.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
   auto s = std::make_unique<MlpCudaStash>();
@@ -36,15 +36,15 @@ Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, S
     OpScope part("mlp.up_proj");
     s->ld = 2 * F, s->a = bf16_out({rows, 2 * F});
     s->b_at = bf16_ptr(s->a) + F;
-    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, 2 * F);
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, 2 * F, ctx.batch);
   } else {
     // x W3 on the side stream beside x W1 (a short chunk's GEMM alone leaves SMs idle)
     OpScope part("mlp.up_proj");
     s->ld = F, s->a = bf16_out({rows, F}), s->b = bf16_out({rows, F});
     s->b_at = bf16_ptr(s->b);
     SideWork side;
-    linear_forward_cuda<bf16, bf16>(side.fork(), bf16_ptr(x), bf16_ptr(w3_.value_bf16), s->b_at, rows, D, F);
-    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, F);
+    linear_forward_cuda<bf16, bf16>(side.fork(), bf16_ptr(x), bf16_ptr(w3_.value_bf16), s->b_at, rows, D, F, ctx.batch);
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(x), bf16_ptr(w1_.value_bf16), bf16_ptr(s->a), rows, D, F, ctx.batch);
     side.join();
   }
   {
@@ -53,7 +53,7 @@ Tensor SwiGluMlp::forward_cuda(const ChunkCtx&, const Tensor& x, const State&, S
   }
   {
     OpScope part("mlp.down_proj");
-    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(s->h), bf16_ptr(w2_.value_bf16), bf16_ptr(y), rows, F, D);
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(s->h), bf16_ptr(w2_.value_bf16), bf16_ptr(y), rows, F, D, ctx.batch);
   }
   stash = std::move(s);
   return y;
@@ -79,7 +79,7 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
   {
     OpScope part("mlp.down_proj.dgrad");
     linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(dy), bf16_ptr(w2_.value_bf16), bf16_ptr(dh), rows, F, D,
-                                          /*accumulate=*/false);
+                                          ctx.batch, /*accumulate=*/false);
   }
   {
     OpScope part("mlp.swiglu");
@@ -97,9 +97,9 @@ Tensor SwiGluMlp::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, const Sta
     // to bf16 after da W1^T and again after adding db W3^T.
     OpScope part("mlp.up_proj.dgrad");
     linear_backward_data_cuda<bf16, bf16>(g, bf16_ptr(da), bf16_ptr(w1_.value_bf16), bf16_ptr(dx), rows, D, s.ld,
-                                          /*accumulate=*/false);
+                                          ctx.batch, /*accumulate=*/false);
     if (!fuse)
-      linear_backward_data_cuda<bf16, bf16>(g, db_at, bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F);
+      linear_backward_data_cuda<bf16, bf16>(g, db_at, bf16_ptr(w3_.value_bf16), bf16_ptr(dx), rows, D, F, ctx.batch);
   }
   // The weight gradients may go on beside the next layer's backward (side_stream_cuda.h)
   side.join_later({s.x, s.h, dy, da, db});
