@@ -3,7 +3,7 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,core_overlap,gemm_short
+//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -84,6 +84,16 @@
 //                 one pinned at 1024 rows, deterministic split-K allowed: kernels/cuda/gemm_cuda.h;
 //                 bitwise at 2048-token cuts either way, other rounding elsewhere; default since its
 //                 H200 run in the seventh session)
+//   l2norm_pair   GDN: the L2 norms of q and of k one launch each, both ways (instead of both in
+//                 one launch, a grid row each; same bits)
+//   add_vectors   residual adds (add_inplace_cuda): one value a thread (instead of 8, with
+//                 16-byte loads and stores, where both arrays are 16-byte aligned; same bits)
+//   dw_beside     the GDN's gated-norm and conv dw reductions and the pre-norm residual's norm dw
+//                 reduction on the main stream in place (instead of on the side stream beside the
+//                 layer's other work, like the weight gradients: at 1-2K-token chunks two launches
+//                 of a few memory latencies each that the main stream waited for; same kernels,
+//                 same bits; l2norm_pair, add_vectors and dw_beside default since their H200 run
+//                 in the seventh session)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -109,7 +119,8 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
-                                           "core_overlap", "gemm_short"};
+                                           "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
+                                           "dw_beside"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
