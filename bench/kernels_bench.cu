@@ -252,7 +252,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "training step: %s\n", e.what());
       return 1;
     }
-    const CudaGraphCounts g = cuda_graph_counts();
+    const DeviceGraphCounts g = cuda_graph_counts();
     if (g.launched > 0)
       std::printf("CUDA graphs of the blocks' passes (kernels/cuda/device_graph_cuda.h): %lld launched, %.0f nodes "
                   "each on average, %lld updated in place, %lld instantiated\n",

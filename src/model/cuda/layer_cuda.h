@@ -42,7 +42,7 @@ inline Tensor scratch_f32(size_t bytes) {
 // A device copy of host tensor t (token ids, targets) for the work queued after it on
 // layer_stream(); unlike t.to(Device::CUDA), the host does not wait for the GPU.
 inline Tensor to_device_async(const Tensor& t) {
-  Tensor d = Tensor::zeros(t.shape(), t.dtype(), current_category(), Device::CUDA);
+  Tensor d = Tensor::uninitialized(t.shape(), t.dtype(), current_category(), Device::CUDA);  // the copy fills it
   upload_async(d.raw(), t.raw(), t.nbytes(), layer_stream());
   return d;
 }
