@@ -9,6 +9,7 @@
 //
 //   kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] [--train-warmup 1]
 //                 [--train-preset gdn-1.3b] [--train-config FILE] [--train-chunks 1] [--train-recompute]
+//                 [--back-to-back] [--ops rmsnorm,short_conv,...]
 //
 // Every kernel op registered for this program (kernels/op_def.h: OpDef::bench ==
 // "kernels_bench"), in name order, at the shapes its definition makes from T, D and the
@@ -16,7 +17,10 @@
 // same definitions drive the kernels' test (tests/cuda/test_op_defs_cuda.cpp). Bytes and FLOPs
 // are the definition's: bytes the fewest each pass must move (every input read once, every
 // output written once, at bf16 activations); GB/s = those bytes / median time.
-// --train-steps 0 leaves the training steps out.
+// --train-steps 0 leaves the training steps out. --back-to-back times each pass as the mean of
+// --reps calls issued back to back between one pair of events: the device's time per call when
+// it never waits for the host, as a chunk's kernels run in a step (a single call of a small op is
+// mostly the host's launch latency). --ops times only the named ops (the copy ceiling always).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -42,10 +46,14 @@ using bf16 = __nv_bfloat16;
 using namespace stateflow;
 using namespace stateflow::bench;
 
-// Median of `reps` event-timed calls after 3 warm-ups, in ms.
+bool g_back_to_back = false;  // --back-to-back
+
+// Median of `reps` event-timed calls after 3 warm-ups, in ms; with --back-to-back the mean of
+// `reps` calls between one pair of events.
 double time_ms(const std::function<void()>& fn, int reps) {
   CK(cudaDeviceSynchronize());
-  return median_ms(fn, reps);
+  if (!g_back_to_back) return median_ms(fn, reps);
+  return median_ms([&] { for (int i = 0; i < reps; ++i) fn(); }, 1) / reps;
 }
 
 struct Row {
@@ -153,6 +161,7 @@ int main(int argc, char** argv) {
   std::string train_preset = "gdn-1.3b", train_config;
   int64_t train_chunks = 1;
   bool train_recompute = false;
+  std::string ops;  // --ops: ",name,name," (empty: every op)
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&] {
@@ -168,10 +177,12 @@ int main(int argc, char** argv) {
     else if (a == "--train-config" && i + 1 < argc) train_config = argv[++i];
     else if (a == "--train-chunks") train_chunks = next();
     else if (a == "--train-recompute") train_recompute = true;
+    else if (a == "--back-to-back") g_back_to_back = true;
+    else if (a == "--ops" && i + 1 < argc) ops = std::string(",") + argv[++i] + ",";
     else
       std::fprintf(stderr, "usage: kernels_bench [--tokens 32768] [--dim 2048] [--reps 20] [--train-steps 5] "
                            "[--train-warmup 1] [--train-preset gdn-1.3b] [--train-config FILE] [--train-chunks 1] "
-                           "[--train-recompute]\n"),
+                           "[--train-recompute] [--back-to-back] [--ops NAME,...]\n"),
           std::exit(2);
   }
   if (T < 1 || D < 1 || reps < 1 || train_steps < 0 || train_warmup < 0 || train_chunks < 1 || train_chunks > T)
@@ -180,8 +191,9 @@ int main(int argc, char** argv) {
         std::exit(2);
   cudaDeviceProp prop{};
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("device: %s, %d SMs, %.0f MiB; T = %lld, D = %lld, median of %d\n", prop.name, prop.multiProcessorCount,
-              double(prop.totalGlobalMem) / 1048576.0, (long long)T, (long long)D, reps);
+  std::printf("device: %s, %d SMs, %.0f MiB; T = %lld, D = %lld, %s of %d\n", prop.name, prop.multiProcessorCount,
+              double(prop.totalGlobalMem) / 1048576.0, (long long)T, (long long)D,
+              g_back_to_back ? "mean of back-to-back runs" : "median", reps);
 
   BenchSizes sizes;  // the model's other sizes are gdn-1.3b's
   sizes.tokens = T, sizes.dim = D;
@@ -205,7 +217,7 @@ int main(int argc, char** argv) {
   std::vector<double> gemm_tflops_at_T;
   uint64_t seed = 1;
   for (const OpDef& op : all_ops()) {
-    if (op.bench != "kernels_bench") continue;
+    if (op.bench != "kernels_bench" || (!ops.empty() && ops.find("," + op.name + ",") == std::string::npos)) continue;
     const DType act = op.acts.back();  // bf16 where the op runs with it
     for (const OpShape& shape : op.bench_shapes(sizes)) {
       try {
@@ -240,7 +252,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "training step: %s\n", e.what());
       return 1;
     }
-    const CudaGraphCounts g = cuda_graph_counts();
+    const DeviceGraphCounts g = cuda_graph_counts();
     if (g.launched > 0)
       std::printf("CUDA graphs of the blocks' passes (kernels/cuda/device_graph_cuda.h): %lld launched, %.0f nodes "
                   "each on average, %lld updated in place, %lld instantiated\n",

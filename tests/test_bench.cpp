@@ -46,6 +46,7 @@ TEST(Bench, ComparesSchedulesAndMeasuresTheStashRatio) {
     ASSERT_EQ(row.stage_memory.size(), 2u);
     EXPECT_GT(row.stage_memory[1].peak_of(MemCategory::Weights), 0);
     EXPECT_TRUE(row.gpu_used_bytes.empty());  // a CPU run asks no GPU
+    EXPECT_EQ(row.host_issue_s, 0.0);         // the host's work is the step: nothing issued ahead
   }
   // 1f1b holds P = 2 sequences on stage 0, stateflow (4 + 2 - 1) / 4 of one.
   const double ratio = double(r.rows[1].stage_peak_stash[0]) / double(r.rows[0].stage_peak_stash[0]);
@@ -53,6 +54,7 @@ TEST(Bench, ComparesSchedulesAndMeasuresTheStashRatio) {
 
   nlohmann::json j = nlohmann::json::parse(bench_json(r, o).dump());
   ASSERT_EQ(j["results"].size(), 2u);
+  EXPECT_EQ(j["results"][1]["host_issue_s"].get<double>(), 0.0);
   EXPECT_NEAR(j["results"][1]["stash_stage0_vs_1f1b"].get<double>(), ratio, 1e-12);
   EXPECT_NEAR(j["results"][1]["peak_bytes_vs_1f1b"].get<double>(),
               double(r.rows[1].peak_bytes()) / double(r.rows[0].peak_bytes()), 1e-12);

@@ -50,6 +50,8 @@ TEST(LayerProfile, TimesNamedPartsNestedAndTheRest) {
   EXPECT_EQ(b->calls, 2);
   EXPECT_NEAR(b->device_s, 2 * 1e-3, 1e-12);  // inside a: counted in a too, not twice in the rest
   EXPECT_NEAR(rest->device_s, 2 * 3e-3, 1e-12);
+  EXPECT_EQ(rest->boundaries, 2 * 3);  // before, between and after the two outermost parts
+  EXPECT_EQ(a->boundaries, 0);
   ASSERT_EQ(profile.timings().size(), 1u);
   EXPECT_NEAR(profile.timings()[0].device_s, 2 * 7e-3, 1e-12);
   EXPECT_NEAR(profile.last_device_s(), 7e-3, 1e-12);  // the last call alone

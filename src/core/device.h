@@ -3,6 +3,7 @@
 // core, and everything CPU-only, builds and runs without CUDA.
 #pragma once
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -52,6 +53,13 @@ class DeviceGraph {
   virtual void abandon() noexcept = 0;
 };
 
+// What a device's graphs did so far in this process: recordings launched, and of those how many
+// updated the graph instantiated from an earlier recording and how many had to be instantiated
+// anew; nodes (kernels, memsets, copies) summed over the launches.
+struct DeviceGraphCounts {
+  int64_t launched = 0, updated = 0, instantiated = 0, nodes = 0;
+};
+
 // Memory operations of one non-host device. Device memory is charged to a MemoryTracker
 // category exactly as host memory is. Device work goes to the calling thread's current
 // device (use_device), so each pipeline stage's thread can drive its own GPU.
@@ -79,6 +87,7 @@ class DeviceBackend {
   // A graph for the calling thread's work, or nullptr when the device has none or graphs are
   // switched off for the thread (the caller then launches its work as it goes).
   virtual std::unique_ptr<DeviceGraph> make_graph() { return nullptr; }
+  virtual DeviceGraphCounts graph_counts() const { return {}; }
 };
 
 // Installs `b` for device d (not CPU); b must outlive every tensor on d.

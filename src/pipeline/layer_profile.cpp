@@ -25,12 +25,12 @@ void LayerProfile::end() {
   open_.pop_back();
 }
 
-void LayerProfile::add_op(const std::string& name, Pass pass, double device_s) {
+void LayerProfile::add_op(const std::string& name, Pass pass, double device_s, int boundaries) {
   OpTiming* t = nullptr;
   for (OpTiming& e : op_timings_)
     if (e.name == name && e.pass == pass) t = &e;
   if (!t) t = &op_timings_.emplace_back(OpTiming{name, pass});
-  ++t->calls, t->device_s += device_s;
+  ++t->calls, t->device_s += device_s, t->boundaries += boundaries;
 }
 
 void LayerProfile::time(int layer, const std::string& kind, Pass pass, const std::function<void()>& fn) {
@@ -59,12 +59,13 @@ void LayerProfile::time(int layer, const std::string& kind, Pass pass, const std
     device_s = clock_->seconds_between(start, end);
     waited = clock_->hold_timed_out();
     double in_parts = 0;
+    int outermost = 0;
     for (const Part& p : parts_) {
       const double s = clock_->seconds_between(p.start, p.end);
       add_op(p.name, pass, s);
-      if (p.depth == 0) in_parts += s;
+      if (p.depth == 0) in_parts += s, ++outermost;
     }
-    if (!parts_.empty()) add_op(kind + ".(rest)", pass, device_s - in_parts);
+    if (!parts_.empty()) add_op(kind + ".(rest)", pass, device_s - in_parts, outermost + 1);
   } else {
     const auto t0 = Clock::now();
     fn();

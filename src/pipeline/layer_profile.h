@@ -35,12 +35,17 @@ struct LayerTiming {
 };
 
 // One named part (OpScope) of one pass, summed over every layer call that ran it. A layer
-// kind's "<kind>.(rest)" entry is its calls' device time outside any outermost part.
+// kind's "<kind>.(rest)" entry is its calls' device time outside any outermost part: work no
+// part names, and the device's gaps between one kernel and the next where they fall between
+// parts (a gap inside a part counts in that part). Where every kernel is inside some part, as in
+// the GPU blocks, the rest is these gaps alone, about the same per boundary.
 struct OpTiming {
   std::string name;
   Pass pass = Pass::Forward;
   int calls = 0;
   double device_s = 0;
+  // "(rest)" entries: the calls' part boundaries (outermost parts + 1 a call), summed.
+  int boundaries = 0;
 };
 
 class LayerProfile final : public OpTimer {
@@ -66,7 +71,7 @@ class LayerProfile final : public OpTimer {
     const char* name;
     int start, end, depth;
   };
-  void add_op(const std::string& name, Pass pass, double device_s);
+  void add_op(const std::string& name, Pass pass, double device_s, int boundaries = 0);
 
   std::unique_ptr<DeviceClock> clock_;  // nullptr on the CPU
   std::vector<LayerTiming> timings_;

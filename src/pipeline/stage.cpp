@@ -216,6 +216,7 @@ StageStepResult Stage::forward_backward(const Batch& batch) {
   if (gpu) {
     // Device kernels run asynchronously: the step ends when they are done, and the device
     // marks give the times of the work rather than of its launch.
+    r.host_issue_s = now();
     const int end_mark = clock_->mark();
     device_backend(cfg_.device).synchronize();
     take_device_times(*clock_, marks, end_mark, r);

@@ -49,6 +49,9 @@ struct StageStepResult {
   std::vector<TimedAction> timeline;  // this stage's actions (sends/receives too), seconds from step start
   double busy_s = 0;                  // time in compute actions (sum of their durations)
   double wall_s = 0;                  // from the step start to this stage's last action end
+  // On a GPU, host seconds from the step start until every action was issued (the device may
+  // still be running them); near wall_s, the host's issuing is what paces the step.
+  double host_issue_s = 0;
   double makespan_s = 0;              // max wall_s over all stages (all-reduced)
   double total_busy_s = 0;            // sum of busy_s over all stages (all-reduced)
   double bubble_fraction() const { return makespan_s > 0 ? 1.0 - total_busy_s / (P * makespan_s) : 0.0; }

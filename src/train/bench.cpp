@@ -91,9 +91,15 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
     report = is_reporting_rank(*pipe);
     std::vector<PipelineStepResult> timed;
     double seconds = 0;
+    DeviceGraphCounts graphs_before;
+    auto graph_counts = [&] {
+      return pc.device == Device::CPU ? DeviceGraphCounts{} : device_backend(pc.device).graph_counts();
+    };
     for (int i = 0; i < o.warmup_steps + o.steps; ++i) {
-      if (i == o.warmup_steps)
+      if (i == o.warmup_steps) {
         for (Stage* s : pipe->stages()) s->tracker().reset_peaks(), s->executor().reset_peak_stash();
+        graphs_before = graph_counts();
+      }
       pipe->zero_grads();
       auto t0 = std::chrono::steady_clock::now();
       PipelineStepResult r = pipe->forward_backward(batches[i]);
@@ -101,6 +107,9 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
         row.bubble_measured += r.bubble_fraction / o.steps;
         row.loss += r.loss / o.steps;
+        double host_issue = 0;  // the slowest stage's
+        for (const StageStepResult& st : r.stages) host_issue = std::max(host_issue, st.host_issue_s);
+        row.host_issue_s += host_issue / o.steps;
         timed.push_back(std::move(r));
         keep_max(row.gpu_used_bytes, gpu_used_bytes());
       }
@@ -119,6 +128,11 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
       row.units_per_stage = pc.microbatches * row.chunks();
     }
     row.step_s = seconds / o.steps;
+    row.host_issue_s = pipe->max_over_processes(row.host_issue_s);
+    const DeviceGraphCounts graphs = graph_counts();
+    const double launched = double(graphs.launched - graphs_before.launched);
+    row.graphs_per_step = launched / o.steps;
+    row.nodes_per_graph = launched > 0 ? double(graphs.nodes - graphs_before.nodes) / launched : 0;
     row.tokens_per_s = double(o.batch * o.seq_len) * o.steps / seconds;
     row.costs = measured_costs(timed, *pipe, pc.stages, row.chunks());
     row.bubble_simulated = simulate(make_schedule(pc.schedule, pc.stages, pc.microbatches, row.chunks()), row.costs)
@@ -140,10 +154,16 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
 // One line on stderr per finished run, as it finishes: a long matrix shows life, and a bench
 // stopped by a timeout leaves what it measured in the log.
 static void print_progress(const BenchRow& row, size_t done, size_t total, double run_s, double elapsed_s) {
-  char line[256];
+  char line[320];
   if (row.oom)
     std::snprintf(line, sizeof line, "bench [%zu/%zu] %s N=%d: OOM (run %.1f s, elapsed %.1f s): ", done, total,
                   row.schedule.c_str(), row.chunks(), run_s, elapsed_s);
+  else if (row.host_issue_s > 0)  // a GPU: how much of the step the host's launches took, and its graphs
+    std::snprintf(line, sizeof line,
+                  "bench [%zu/%zu] %s N=%d: %.0f tokens/s, %.4f s/step (host issued it in %.4f s; %.0f graphs a "
+                  "step, %.0f nodes each), loss %.6f (run %.1f s, elapsed %.1f s)",
+                  done, total, row.schedule.c_str(), row.chunks(), row.tokens_per_s, row.step_s, row.host_issue_s,
+                  row.graphs_per_step, row.nodes_per_graph, row.loss, run_s, elapsed_s);
   else
     std::snprintf(line, sizeof line,
                   "bench [%zu/%zu] %s N=%d: %.0f tokens/s, %.4f s/step, loss %.6f (run %.1f s, elapsed %.1f s)", done,
@@ -321,9 +341,15 @@ static void print_op_breakdown(const BenchRow& row, std::vector<OpTiming> ops, s
   std::snprintf(line, sizeof line, "    %-28s %-9s %8s %10s %10s\n", "part", "pass", "calls", "device ms", "us/call");
   os << line;
   for (const OpTiming& t : ops) {
-    std::snprintf(line, sizeof line, "    %-28s %-9s %8d %10.3f %10.1f\n", t.name.c_str(), pass_name(t.pass), t.calls,
+    std::snprintf(line, sizeof line, "    %-28s %-9s %8d %10.3f %10.1f", t.name.c_str(), pass_name(t.pass), t.calls,
                   t.device_s * 1e3, t.calls ? t.device_s * 1e6 / t.calls : 0.0);
     os << line;
+    if (t.boundaries > 0) {  // the rest: mostly the device's gaps at the part boundaries
+      std::snprintf(line, sizeof line, "   (%.0f part boundaries a call: %.2f us each)", double(t.boundaries) / t.calls,
+                    t.device_s * 1e6 / t.boundaries);
+      os << line;
+    }
+    os << "\n";
   }
 }
 
@@ -385,6 +411,9 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
     jr.update({{"best", row.best},
                {"tokens_per_s", row.tokens_per_s},
                {"step_s", row.step_s},
+               {"host_issue_s", row.host_issue_s},
+               {"graphs_per_step", row.graphs_per_step},
+               {"nodes_per_graph", row.nodes_per_graph},
                {"loss", row.loss},
                {"bubble_measured", row.bubble_measured},
                {"bubble_simulated", row.bubble_simulated},
@@ -410,7 +439,7 @@ nlohmann::json bench_json(const BenchResult& r, const BenchOptions& o) {
     for (size_t stage = 0; stage < row.op_timings.size(); ++stage)
       for (const OpTiming& t : row.op_timings[stage])
         jr["op_breakdown"].push_back({{"stage", stage}, {"part", t.name}, {"pass", pass_name(t.pass)},
-                                      {"calls", t.calls}, {"device_s", t.device_s}});
+                                      {"calls", t.calls}, {"device_s", t.device_s}, {"boundaries", t.boundaries}});
     jr["measured_costs"] = {{"forward_s", row.costs.forward_time},
                             {"backward_s", row.costs.backward_time},
                             {"send_s", row.costs.send_time}};
@@ -441,6 +470,9 @@ BenchResult bench_from_json(const nlohmann::json& j, BenchOptions& o, const std:
       }
       row.best = jr.at("best").get<bool>();
       row.tokens_per_s = jr.at("tokens_per_s").get<double>(), row.step_s = jr.at("step_s").get<double>();
+      // older records: not measured
+      row.host_issue_s = jr.value("host_issue_s", 0.0), row.graphs_per_step = jr.value("graphs_per_step", 0.0);
+      row.nodes_per_graph = jr.value("nodes_per_graph", 0.0);
       row.bubble_measured = jr.at("bubble_measured").get<double>();
       row.bubble_simulated = jr.at("bubble_simulated").get<double>();
       row.stage_peak_stash = jr.at("peak_stash_bytes").get<std::vector<int64_t>>();

@@ -83,6 +83,12 @@ struct BenchRow {
   int64_t predicted_peak_bytes = 0;
   double tokens_per_s = 0;
   double step_s = 0;                         // mean wall time of a timed step
+  // GPU: mean host time of a timed step until all its work was issued (most over stages; 0 on
+  // the CPU): near step_s, the host's launches pace the step rather than the device's work.
+  double host_issue_s = 0;
+  // Device graphs (the `graphs` lever) launched in a timed step, and their nodes (kernels,
+  // memsets, copies) on average: what a step hands the device; 0 without graphs.
+  double graphs_per_step = 0, nodes_per_graph = 0;
   double loss = 0;                           // mean loss of the timed steps (every row: the same model)
   double bubble_measured = 0;                // mean over timed steps
   double bubble_simulated = 0;               // simulator with the measured per-action times

@@ -6,9 +6,9 @@
 namespace stateflow {
 
 StepLoss forward_backward(Model& model, const Batch& batch, int microbatches,
-                          const std::vector<int64_t>& chunk_lengths) {
+                          const std::vector<int64_t>& chunk_lengths, bool recompute) {
   UnitPlan plan(batch, microbatches, chunk_lengths);
-  StageExecutor stage(model.layers(), model.begin());
+  StageExecutor stage(model.layers(), model.begin(), recompute);
   StepLoss out;
   for (int m = 0; m < plan.microbatches(); ++m) {
     std::vector<Unit> units;

@@ -15,7 +15,9 @@ struct StepLoss {
   LossStats stats;
 };
 
+// recompute: each layer's forward runs again inside its backward (--recompute full; the same
+// results).
 StepLoss forward_backward(Model& model, const Batch& batch, int microbatches,
-                          const std::vector<int64_t>& chunk_lengths);
+                          const std::vector<int64_t>& chunk_lengths, bool recompute = false);
 
 }  // namespace stateflow

@@ -104,6 +104,12 @@ struct Dev {
     for (T x : raw()) h.push_back(double(float(x)));
     return h;
   }
+  // The array's bytes appended to out (for comparing several outputs byte for byte at once).
+  void append_bytes(std::vector<char>& out) const {
+    const std::vector<T> v = raw();
+    const char* b = reinterpret_cast<const char*>(v.data());
+    out.insert(out.end(), b, b + v.size() * sizeof(T));
+  }
 };
 
 // Integer device arrays (token ids, targets).

@@ -106,10 +106,10 @@ struct StepResult {
   std::vector<Tensor> grads;  // on the host
 };
 
-StepResult run_step(Model& m, const Batch& b, const std::vector<int64_t>& lengths) {
+StepResult run_step(Model& m, const Batch& b, const std::vector<int64_t>& lengths, bool recompute = false) {
   auto params = m.params();
   zero_grads(params);
-  const StepLoss l = forward_backward(m, b, 1, lengths);
+  const StepLoss l = forward_backward(m, b, 1, lengths, recompute);
   StepResult r{l.loss, l.stats.loss_sum, {}};
   for (Param* p : params) r.grads.push_back(p->grad.to(Device::CPU));
   return r;
@@ -292,27 +292,32 @@ TEST_F(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
 
 // The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step
 // with everything on the main stream, chunked and unchunked: with each layer waiting for its
-// weight gradients, and with them left running into the next layer's backward (side_defer).
+// weight gradients, and with them left running into the next layer's backward (side_defer);
+// each also with the norms' and convs' dw reductions on the side stream (dw_beside).
 TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
   Model gpu = gpu_model();
   const int64_t S = kWeightGradTokens, T = S + 200;
   const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
   bool& overlap = side_work_enabled_for_thread();
   bool& defer = side_work_deferral_for_thread();
-  const bool was_overlap = overlap, was_defer = defer;
+  bool& dw_beside = dw_beside_for_thread();
+  const bool was_overlap = overlap, was_defer = defer, was_dw_beside = dw_beside;
   for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77}}) {
     overlap = false;
     const StepResult serial = run_step(gpu, b, lengths);
     overlap = true;
-    for (const bool deferred : {false, true}) {
-      defer = deferred;
-      const StepResult beside = run_step(gpu, b, lengths);
-      const std::string diff = first_difference(gpu, beside, serial);
-      std::printf("[ chunks %s, side stream%s vs serial ] first difference: %s\n", lengths_name(lengths).c_str(),
-                  deferred ? " deferred" : "", diff.empty() ? "none (bitwise equal)" : diff.c_str());
-      EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << (deferred ? ", deferred" : "");
-    }
-    overlap = was_overlap, defer = was_defer;
+    for (const bool deferred : {false, true})
+      for (const bool reductions : {false, true}) {
+        defer = deferred, dw_beside = reductions;
+        const StepResult beside = run_step(gpu, b, lengths);
+        const std::string diff = first_difference(gpu, beside, serial);
+        std::printf("[ chunks %s, side stream%s%s vs serial ] first difference: %s\n", lengths_name(lengths).c_str(),
+                    deferred ? " deferred" : "", reductions ? ", dw reductions beside" : "",
+                    diff.empty() ? "none (bitwise equal)" : diff.c_str());
+        EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << (deferred ? ", deferred" : "")
+                            << (reductions ? ", dw reductions beside" : "");
+      }
+    overlap = was_overlap, defer = was_defer, dw_beside = was_dw_beside;
   }
 }
 
@@ -320,7 +325,8 @@ TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
 // step launched kernel by kernel, unchunked and chunked (the side stream and its deferred weight
 // gradients on, as by default), with each pass's four block layers in one graph and in a graph
 // each (STATEFLOW_GRAPH_LAYERS=1: side work deferred at every cut); middle chunks of one length
-// update one graph instead of instantiating their own.
+// update one graph instead of instantiating their own. With recomputation (a layer's forward
+// recorded again inside its backward) graphs give bitwise the recomputed step without them.
 TEST_P(MixerConformanceCuda, GraphsGiveBitwiseTheStepWithoutThem) {
   Model gpu = gpu_model();
   const int64_t S = kWeightGradTokens, T = S + 200, blocks = 4;
@@ -336,9 +342,9 @@ TEST_P(MixerConformanceCuda, GraphsGiveBitwiseTheStepWithoutThem) {
     for (const int64_t per_graph : {blocks, int64_t(1)}) {
       setenv("STATEFLOW_GRAPH_LAYERS", std::to_string(per_graph).c_str(), 1);
       graphs = true;
-      const CudaGraphCounts before = cuda_graph_counts();
+      const DeviceGraphCounts before = cuda_graph_counts();
       const StepResult recorded = run_step(gpu, b, lengths);
-      const CudaGraphCounts after = cuda_graph_counts();
+      const DeviceGraphCounts after = cuda_graph_counts();
       graphs = was;
       const std::string diff = first_difference(gpu, recorded, plain);
       const int64_t launched = after.launched - before.launched;
@@ -353,6 +359,18 @@ TEST_P(MixerConformanceCuda, GraphsGiveBitwiseTheStepWithoutThem) {
       EXPECT_EQ(launched, 2 * int64_t(lengths.size()) * (blocks / per_graph)) << lengths_name(lengths);
       if (lengths.size() == 5)  // chunks 1 to 3: one shape, so chunks 2 and 3 update its graphs
         EXPECT_GE(after.updated - before.updated, 4 * (blocks / per_graph)) << lengths_name(lengths);
+    }
+    if (lengths.size() == 3) {  // recomputation records each layer's forward again inside its backward
+      setenv("STATEFLOW_GRAPH_LAYERS", std::to_string(blocks).c_str(), 1);
+      graphs = false;
+      const StepResult launched_one_by_one = run_step(gpu, b, lengths, /*recompute=*/true);
+      graphs = true;
+      const StepResult recorded = run_step(gpu, b, lengths, /*recompute=*/true);
+      graphs = was;
+      const std::string diff = first_difference(gpu, recorded, launched_one_by_one);
+      std::printf("[ chunks %s, recomputed, graphs vs no graphs ] first difference: %s\n",
+                  lengths_name(lengths).c_str(), diff.empty() ? "none (bitwise equal)" : diff.c_str());
+      EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << ", recomputed with graphs";
     }
   }
   if (was_layers.empty())

@@ -5,6 +5,8 @@
 // (kernels/ops/norm_ops.cpp, tests/cuda/test_op_defs_cuda.cpp).
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/cuda/norms_cuda.h"
 #include "cuda_test_util.h"
@@ -163,6 +165,90 @@ TYPED_TEST(NormsCuda, StagedRowsGiveTheBitsOfLoadsAsTheyGo) {
     sync_ok();
     EXPECT_TRUE(bitwise_equal(d_dx_on.raw(), d_dx_off.raw())) << "dx with the residual, dim " << dim;
     EXPECT_TRUE(bitwise_equal(d_dw_on.raw(), d_dw_off.raw())) << "dw with the residual, dim " << dim;
+  }
+}
+
+// A backward's dw reduction left to the caller (dw_later, what dw_beside runs on the side stream)
+// and run on another stream afterwards gives the in-place call's dw, and the same dx: both RMS
+// kinds, 1K tokens of 2048-wide rows and of 16 heads of 128.
+TYPED_TEST(NormsCuda, DwReductionLeftToTheCallerGivesTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  cudaStream_t other = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&other, cudaStreamNonBlocking), cudaSuccess);
+  for (const auto& [kind, dim, per_token] : {std::tuple<Kind, int64_t, int64_t>{Kind::Rms, 2048, 1},
+                                             {Kind::Gated, 128, 16}}) {
+    SCOPED_TRACE(kind_name(kind));
+    const int64_t rows = 1024 * per_token;
+    const TokenRows tokens{1, per_token};
+    const size_t n = size_t(rows * dim);
+    Dev<A> x(normal_vec(rng, n)), z(normal_vec(rng, n)), dy(normal_vec(rng, n));
+    Dev<float> w(normal_vec(rng, dim)), rstd(static_cast<size_t>(rows));
+    const Vec dw0 = normal_vec(rng, dim);
+    Dev<A> y(n);
+    if (kind == Kind::Rms) rmsnorm_forward_cuda<A>(x.p, w.p, y.p, rstd.p, rows, dim, 1e-5, nullptr);
+    else gated_rmsnorm_forward_cuda<A>(x.p, z.p, w.p, y.p, rstd.p, rows, dim, 1e-5, nullptr);
+    std::vector<std::vector<char>> outs;
+    for (bool later : {false, true}) {
+      Dev<A> dx(n), dz(n);
+      Dev<float> dw(dw0);
+      Dev<char> ws(norm_backward_workspace_bytes(rows, dim, tokens));
+      DwReduction dw_sum;
+      DwReduction* dw_later = later ? &dw_sum : nullptr;
+      if (kind == Kind::Rms)
+        rmsnorm_backward_cuda<A>(x.p, w.p, rstd.p, dy.p, dx.p, dw.p, rows, dim, tokens, ws.p, nullptr, nullptr, dw_later);
+      else
+        gated_rmsnorm_backward_cuda<A>(x.p, z.p, w.p, rstd.p, dy.p, dx.p, dz.p, dw.p, rows, dim, tokens, ws.p, nullptr,
+                                       GateRows{}, dw_later);
+      sync_ok();
+      EXPECT_EQ(bool(dw_sum), later);
+      if (dw_sum) {
+        dw_sum(other);
+        ASSERT_EQ(cudaStreamSynchronize(other), cudaSuccess);
+      }
+      std::vector<char> out;
+      dw.append_bytes(out), dx.append_bytes(out);
+      if (kind == Kind::Gated) dz.append_bytes(out);
+      outs.push_back(out);
+    }
+    EXPECT_TRUE(outs[0] == outs[1]);
+  }
+  cudaStreamDestroy(other);
+}
+
+// Two L2 norms in one launch (l2norm_pair: the GDN's q and k) give each norm's own call's bits,
+// forward (y, rstd) and backward (dx): 16 heads of 128 (16-lane teams) over 1000 tokens, and
+// 37 rows of 2048 (whole warps, a part-filled last one).
+TYPED_TEST(NormsCuda, TwoL2NormsInOneLaunchGiveTheirOwnCallsBits) {
+  SKIP_WITHOUT_GPU();
+  using A = TypeParam;
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  for (const auto& [rows, dim] : {std::pair<int64_t, int64_t>{16 * 1000, 128}, {37, 2048}}) {
+    SCOPED_TRACE("rows " + std::to_string(rows) + ", dim " + std::to_string(dim));
+    const size_t n = size_t(rows * dim);
+    Dev<A> x0(normal_vec(rng, n)), x1(normal_vec(rng, n)), dy0(normal_vec(rng, n)), dy1(normal_vec(rng, n));
+    std::vector<std::vector<char>> outs;
+    for (bool pair : {true, false}) {
+      Dev<A> y0(n), y1(n), dx0(n), dx1(n);
+      Dev<float> r0(static_cast<size_t>(rows)), r1(static_cast<size_t>(rows));
+      for (auto* d : {&y0, &y1, &dx0, &dx1}) d->poison();
+      FlagScope scope(l2norm_pair_for_thread(), pair);
+      const L2NormRows<A> fwd[2] = {{x0.p, y0.p, r0.p}, {x1.p, y1.p, r1.p}};
+      l2norm_forward_pair_cuda<A>(fwd, rows, dim, 1e-6, nullptr);
+      const L2NormRows<A> bwd[2] = {{nullptr, y0.p, r0.p, dy0.p, dx0.p}, {nullptr, y1.p, r1.p, dy1.p, dx1.p}};
+      l2norm_backward_pair_cuda<A>(bwd, rows, dim, nullptr);
+      sync_ok();
+      std::vector<char> out;
+      for (const Dev<A>* d : {&y0, &y1, &dx0, &dx1}) d->append_bytes(out);
+      r0.append_bytes(out), r1.append_bytes(out);
+      outs.push_back(out);
+    }
+    EXPECT_TRUE(outs[0] == outs[1]);
   }
 }
 

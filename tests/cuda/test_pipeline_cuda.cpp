@@ -120,6 +120,9 @@ TEST(PipelineCuda, TimelineComesFromTheGpuAndLiesWithinTheStep) {
       // The device marks lie inside the host's view of the step; the host adds only the
       // line-up, the final synchronisation and the all-reduces of the results.
       EXPECT_LE(s.wall_s, host_s + 1e-4);
+      // The host issued every action before the step's end, which waits for the device.
+      EXPECT_GT(s.host_issue_s, 0.0);
+      EXPECT_LE(s.host_issue_s, host_s);
       makespan = std::max(makespan, s.wall_s);
       if (step == 2) {
         EXPECT_GE(s.wall_s, 0.5 * host_s) << "wall " << s.wall_s << " s, host " << host_s << " s";

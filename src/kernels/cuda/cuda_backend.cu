@@ -156,6 +156,7 @@ class CudaBackend final : public DeviceBackend {
   }
   std::unique_ptr<DeviceClock> make_clock() override { return std::make_unique<CudaClock>(); }
   std::unique_ptr<DeviceGraph> make_graph() override { return make_cuda_graph(); }
+  DeviceGraphCounts graph_counts() const override { return cuda_graph_counts(); }
 
   DeviceAllocator& allocator_for(MemoryTracker& t) {
     const int gpu = current_gpu();

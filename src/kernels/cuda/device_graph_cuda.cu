@@ -132,7 +132,7 @@ bool& device_graphs_enabled_for_thread() {
 
 const CublasGemm* recording_gemm_for_thread() { return recording_for_thread(); }
 
-CudaGraphCounts cuda_graph_counts() {
+DeviceGraphCounts cuda_graph_counts() {
   return {g_launched.load(), g_updated.load(), g_instantiated.load(), g_nodes.load()};
 }
 

@@ -37,8 +37,8 @@
 
 namespace stateflow {
 
-// Whether the stage executor records graphs on this thread: the lever `graphs` (untried, so off
-// unless STATEFLOW_LEVERS_ON names it: kernels/cuda/levers.h); tests switch it per thread. A
+// Whether the stage executor records graphs on this thread: the lever `graphs` (on unless
+// STATEFLOW_LEVERS_OFF names it: kernels/cuda/levers.h); tests switch it per thread. A
 // stage sharing its GPU with other stage threads records none (StageExecutor::allow_graphs).
 bool& device_graphs_enabled_for_thread();
 
@@ -49,12 +49,7 @@ const CublasGemm* recording_gemm_for_thread();
 // A graph for the calling thread (nullptr when graphs are off for it).
 std::unique_ptr<DeviceGraph> make_cuda_graph();
 
-// What the process's graphs did so far: recordings launched, and of those how many updated the
-// graph instantiated from an earlier recording and how many had to be instantiated anew.
-struct CudaGraphCounts {
-  int64_t launched = 0, updated = 0, instantiated = 0;
-  int64_t nodes = 0;  // summed over the launches: kernels, memsets, copies, event edges
-};
-CudaGraphCounts cuda_graph_counts();
+// What the process's graphs did so far (core/device.h).
+DeviceGraphCounts cuda_graph_counts();
 
 }  // namespace stateflow

@@ -10,6 +10,9 @@ namespace stateflow {
 
 template <class A>
 void add_inplace_cuda(A* y, const A* x, int64_t n, cudaStream_t stream);
+// Whether the calling thread's add_inplace_cuda works on 8 values a thread where both arrays are
+// 16-byte aligned (lever add_vectors) or on one: the same results; the tests set it to compare.
+bool& add_vectors_for_thread();
 
 // n floats in device memory.
 struct DeviceFloats {

@@ -3,7 +3,7 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,core_overlap,gemm_short
+//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -50,7 +50,8 @@
 //                 5440 -> 3976 instructions; same bits; GdnCudaConfig::tile_copies)
 //   graphs        stage executor: every kernel of a unit's blocks launched on its own (instead of
 //                 each run of consecutive blocks recorded as one CUDA graph and launched as one:
-//                 kernels/cuda/device_graph_cuda.h; the same kernels, so the same bits)
+//                 kernels/cuda/device_graph_cuda.h; the same kernels, so the same bits; default
+//                 since its H200 run in the seventh session: gdn-1.3b 32K, N = 32 0.847 -> 0.823 s)
 //   b4_ring       GDN core B4: the state slabs through a two-slot ring, dV_new loaded at the start
 //                 (instead of four slots, three slabs in flight, dV_new loaded for the second pass:
 //                 mixers/gdn/gdn_core_b4_ring.cuh; GdnCudaConfig::b4_kernel; same bits)
@@ -74,15 +75,25 @@
 //   b4_ring_early  GDN core B4's deep ring: the second pass's first slabs and v issued after the Out
 //                 terms' product (instead of as soon as the first pass ends, dPG and T placed where
 //                 dO was; GdnCudaConfig::kB4EarlySlabs; same bits)
-//   core_overlap  GDN core backward: B3 then B4 (instead of B4 beside B3's sweeps, each launch for
-//                 the sub-chunks they have finished, behind GPU-side stream waits:
-//                 mixers/gdn/gdn_core_overlap_cuda.h; GdnCudaConfig::overlap; same kernels, same
-//                 bits; untried)
+//   core_overlap  GDN core backward from a kept forward sweep (gdn.keep_sweep): B3 then B4 (instead
+//                 of B4 beside B3, each launch for the sub-chunks B3 has finished, behind GPU-side
+//                 stream waits: mixers/gdn/gdn_core_overlap_cuda.h; GdnCudaConfig::overlap; same
+//                 kernels, same bits; default since its H200 runs in the seventh session)
 //   gemm_short    row-wise GEMMs: every row on the algorithm pinned at 2048 rows (instead of the
 //                 tails of a sequence past its last multiple of 2048 tokens, where short, on a second
 //                 one pinned at 1024 rows, deterministic split-K allowed: kernels/cuda/gemm_cuda.h;
 //                 bitwise at 2048-token cuts either way, other rounding elsewhere; default since its
 //                 H200 run in the seventh session)
+//   l2norm_pair   GDN: the L2 norms of q and of k one launch each, both ways (instead of both in
+//                 one launch, a grid row each; same bits)
+//   add_vectors   residual adds (add_inplace_cuda): one value a thread (instead of 8, with
+//                 16-byte loads and stores, where both arrays are 16-byte aligned; same bits)
+//   dw_beside     the GDN's gated-norm and conv dw reductions and the pre-norm residual's norm dw
+//                 reduction on the main stream in place (instead of on the side stream beside the
+//                 layer's other work, like the weight gradients: at 1-2K-token chunks two launches
+//                 of a few memory latencies each that the main stream waited for; same kernels,
+//                 same bits; l2norm_pair, add_vectors and dw_beside default since their H200 run
+//                 in the seventh session)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -108,12 +119,13 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "reduce_group", "sweep_copy_warp", "tile_copies", "graphs",
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
-                                           "core_overlap", "gemm_short"};
+                                           "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
+                                           "dw_beside"};
 
-// Levers not yet made defaults (not yet run on a GPU, or, like graphs, fused_mlp and
-// sweep_multicast, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
+// Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
+// run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"graphs", "fused_mlp", "sweep_multicast", "core_overlap"};
+inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

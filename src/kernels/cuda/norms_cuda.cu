@@ -1,6 +1,7 @@
 #include "kernels/cuda/norms_cuda.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <type_traits>
 
 #include "kernels/cuda/cuda_check.h"
@@ -61,8 +62,18 @@ struct Team {
   }
 };
 
-template <class A, int TPR, int VPT, Norm K>
-__global__ void norm_forward_kernel(NormArgs<A> a) {
+// A launch's rows: first, or with Pair (two L2 norms of the same shape in one launch,
+// l2norm_pair) first for blockIdx.y 0 and second for 1, copied field by field into registers
+// (a reference into the parameters would make every use a load through a generic address).
+template <bool Pair, class A>
+__device__ NormArgs<A> launch_rows(const NormArgs<A>& first, const NormArgs<A>& second) {
+  if constexpr (Pair) return blockIdx.y == 0 ? first : second;
+  return first;
+}
+
+template <class A, int TPR, int VPT, Norm K, bool Pair>
+__global__ void norm_forward_kernel(NormArgs<A> first, NormArgs<A> second) {
+  const NormArgs<A> a = launch_rows<Pair>(first, second);
   const Team<TPR, VPT> T;
   const int64_t row = T.id;
   const bool valid = row < a.rows;  // no early return: the team sum needs every lane
@@ -127,8 +138,9 @@ struct TeamRows {
 // more than 128 bytes a lane stay as they were, as with STATEFLOW_LEVERS_OFF=norm_staged).
 // Same arithmetic.
 constexpr size_t kMaxStagedBytes = 128;
-template <class A, int TPR, int VPT, Norm K, bool Staged>
-__global__ void norm_backward_kernel(NormArgs<A> a, TeamRows tr) {
+template <class A, int TPR, int VPT, Norm K, bool Staged, bool Pair>
+__global__ void norm_backward_kernel(NormArgs<A> first, NormArgs<A> second, TeamRows tr) {
+  const NormArgs<A> a = launch_rows<Pair>(first, second);
   const Team<TPR, VPT> T;
   if ((T.id - T.id % T.per_warp) >= tr.teams) return;  // whole warps only
   constexpr bool has_w = K != Norm::L2;
@@ -235,30 +247,42 @@ unsigned blocks_for_teams(int64_t teams, int tpr) {
   return unsigned((threads + per_block - 1) / per_block);
 }
 
+// second (optional): the rows of another norm of the same shape, in the same launch.
 template <Norm K, class A>
-void norm_forward(const char* name, const NormArgs<A>& a, cudaStream_t stream) {
-  for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.z),
-                        static_cast<const void*>(a.w), static_cast<const void*>(a.y)})
-    if (p) check_aligned16(p, name, "every row pointer");
+void norm_forward(const char* name, const NormArgs<A>& a, cudaStream_t stream, const NormArgs<A>* second = nullptr) {
+  for (const NormArgs<A>* n : {&a, second})
+    if (n)
+      for (const void* p : {static_cast<const void*>(n->x), static_cast<const void*>(n->z),
+                            static_cast<const void*>(n->w), static_cast<const void*>(n->y)})
+        if (p) check_aligned16(p, name, "every row pointer");
   dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
     if (a.rows == 0) return;
-    norm_forward_kernel<A, tpr.value, vpt.value, K>
-        <<<blocks_for_teams(a.rows, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a);
+    const unsigned blocks = blocks_for_teams(a.rows, tpr.value);
+    if constexpr (K == Norm::L2)  // the only kind run in pairs
+      if (second) {
+        norm_forward_kernel<A, tpr.value, vpt.value, K, true><<<dim3{blocks, 2}, kWarpsPerBlock * 32, 0, stream>>>(a, *second);
+        return cuda_check_launch(name);
+      }
+    norm_forward_kernel<A, tpr.value, vpt.value, K, false><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a, a);
     cuda_check_launch(name);
   });
 }
 
+// second (optional, L2 only): the rows of another norm of the same shape, in the same launch.
+// dw_later (optional): where the dw reduction goes instead of onto `stream`.
 template <Norm K, class A>
 void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& tokens, void* workspace,
-                   cudaStream_t stream) {
+                   cudaStream_t stream, const NormArgs<A>* second = nullptr, DwReduction* dw_later = nullptr) {
   SF_CHECK(tokens.batch > 0 && tokens.rows_per_token > 0 && a.rows % (tokens.batch * tokens.rows_per_token) == 0,
            name, ": rows = ", a.rows, " is not batch ", tokens.batch, " x tokens x ", tokens.rows_per_token,
            " rows per token");
-  for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.z),
-                        static_cast<const void*>(a.w), static_cast<const void*>(a.dy),
-                        static_cast<const void*>(a.dx), static_cast<const void*>(a.dz),
-                        static_cast<const void*>(a.add_to_dx)})
-    if (p) check_aligned16(p, name, "every row pointer");
+  for (const NormArgs<A>* n : std::initializer_list<const NormArgs<A>*>{&a, second})
+    if (n)
+      for (const void* p : {static_cast<const void*>(n->x), static_cast<const void*>(n->z),
+                            static_cast<const void*>(n->w), static_cast<const void*>(n->dy),
+                            static_cast<const void*>(n->dx), static_cast<const void*>(n->dz),
+                            static_cast<const void*>(n->add_to_dx)})
+        if (p) check_aligned16(p, name, "every row pointer");
   dispatch_width(name, a.dim, [&](auto tpr, auto vpt) {
     if (a.rows == 0) return;
     const TeamRows tr(a.rows, tokens, K == Norm::L2);
@@ -266,19 +290,31 @@ void norm_backward(const char* name, NormArgs<A> a, float* dw, const TokenRows& 
       SF_CHECK(workspace != nullptr, name, ": workspace is null; allocate norm_backward_workspace_bytes(rows, dim)");
       a.partial = static_cast<float*>(workspace);
     }
+    const unsigned blocks = blocks_for_teams(tr.teams, tpr.value);
     auto launch = [&](auto staged) {
-      norm_backward_kernel<A, tpr.value, vpt.value, K, staged.value>
-          <<<blocks_for_teams(tr.teams, tpr.value), kWarpsPerBlock * 32, 0, stream>>>(a, tr);
+      norm_backward_kernel<A, tpr.value, vpt.value, K, staged.value, false>
+          <<<blocks, kWarpsPerBlock * 32, 0, stream>>>(a, a, tr);
     };
     if constexpr (K == Norm::Rms) {  // the only kind with a residual to stage
       if (norm_staged_for_thread()) launch(std::true_type{});
       else launch(std::false_type{});
+    } else if constexpr (K == Norm::L2) {  // the only kind run in pairs
+      if (second)
+        norm_backward_kernel<A, tpr.value, vpt.value, K, false, true>
+            <<<dim3{blocks, 2}, kWarpsPerBlock * 32, 0, stream>>>(a, *second, tr);
+      else
+        launch(std::false_type{});
     } else {
       launch(std::false_type{});
     }
     cuda_check_launch(name);
-    if (K != Norm::L2)
-      add_token_block_partials_cuda(a.partial, tokens.batch, tr.blocks, tr.blocks, tr.segs, a.dim, dw, stream);
+    if (K == Norm::L2) return;
+    DwReduction reduce = [partial = a.partial, batch = tokens.batch, blocks = tr.blocks, segs = tr.segs, dim = a.dim,
+                          dw](cudaStream_t s) {
+      add_token_block_partials_cuda(partial, batch, blocks, blocks, segs, dim, dw, s);
+    };
+    if (dw_later) *dw_later = std::move(reduce);
+    else reduce(stream);
   });
 }
 
@@ -296,6 +332,11 @@ bool& norm_staged_for_thread() {
   return staged;
 }
 
+bool& l2norm_pair_for_thread() {
+  thread_local bool pair = !lever_off("l2norm_pair");
+  return pair;
+}
+
 size_t norm_backward_workspace_bytes(int64_t rows, int64_t dim, const TokenRows& tokens) {
   return size_t(TeamRows(rows, tokens, false).teams) * size_t(dim) * sizeof(float);
 }
@@ -311,11 +352,11 @@ void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
                            int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                           cudaStream_t stream, const A* add_to_dx) {
+                           cudaStream_t stream, const A* add_to_dx, DwReduction* dw_later) {
   NormArgs<A> a;
   a.x = x, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.rows = rows, a.dim = dim;
   a.add_to_dx = add_to_dx;
-  norm_backward<Norm::Rms>("rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
+  norm_backward<Norm::Rms, A>("rmsnorm_backward_cuda", a, dw, tokens, workspace, stream, nullptr, dw_later);
 }
 
 template <class A>
@@ -330,11 +371,11 @@ void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, fl
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
                                  A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                                 cudaStream_t stream, GateRows z_rows) {
+                                 cudaStream_t stream, GateRows z_rows, DwReduction* dw_later) {
   NormArgs<A> a;
   a.x = x, a.z = z, a.w = w, a.rstd_in = rstd, a.dy = dy, a.dx = dx, a.dz = dz, a.rows = rows, a.dim = dim;
   a.z_rows = checked_gate_rows("gated_rmsnorm_backward_cuda", z_rows, rows, dim);
-  norm_backward<Norm::GatedRms>("gated_rmsnorm_backward_cuda", a, dw, tokens, workspace, stream);
+  norm_backward<Norm::GatedRms, A>("gated_rmsnorm_backward_cuda", a, dw, tokens, workspace, stream, nullptr, dw_later);
 }
 
 template <class A>
@@ -352,18 +393,48 @@ void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int
   norm_backward<Norm::L2>("l2norm_backward_cuda", a, nullptr, TokenRows{}, nullptr, stream);
 }
 
+template <class A>
+void l2norm_forward_pair_cuda(const L2NormRows<A> (&norms)[2], int64_t rows, int64_t dim, double eps,
+                              cudaStream_t stream) {
+  NormArgs<A> a[2];
+  for (int i = 0; i < 2; ++i)
+    a[i].x = norms[i].x, a[i].y = norms[i].y, a[i].rstd_out = norms[i].rstd, a[i].rows = rows, a[i].dim = dim,
+    a[i].eps = float(eps);
+  if (!l2norm_pair_for_thread()) {
+    for (const NormArgs<A>& one : a) norm_forward<Norm::L2>("l2norm_forward_cuda", one, stream);
+    return;
+  }
+  norm_forward<Norm::L2>("l2norm_forward_pair_cuda", a[0], stream, &a[1]);
+}
+
+template <class A>
+void l2norm_backward_pair_cuda(const L2NormRows<A> (&norms)[2], int64_t rows, int64_t dim, cudaStream_t stream) {
+  NormArgs<A> a[2];
+  for (int i = 0; i < 2; ++i)
+    a[i].x = norms[i].y, a[i].rstd_in = norms[i].rstd, a[i].dy = norms[i].dy, a[i].dx = norms[i].dx,
+    a[i].rows = rows, a[i].dim = dim;
+  if (!l2norm_pair_for_thread()) {
+    for (const NormArgs<A>& one : a)
+      norm_backward<Norm::L2>("l2norm_backward_cuda", one, nullptr, TokenRows{}, nullptr, stream);
+    return;
+  }
+  norm_backward<Norm::L2>("l2norm_backward_pair_cuda", a[0], nullptr, TokenRows{}, nullptr, stream, &a[1]);
+}
+
 #define SF_INSTANTIATE(A)                                                                                        \
   template void rmsnorm_forward_cuda<A>(const A*, const float*, A*, float*, int64_t, int64_t, double,           \
                                         cudaStream_t);                                                          \
   template void rmsnorm_backward_cuda<A>(const A*, const float*, const float*, const A*, A*, float*, int64_t,   \
-                                         int64_t, const TokenRows&, void*, cudaStream_t, const A*);             \
+                                         int64_t, const TokenRows&, void*, cudaStream_t, const A*, DwReduction*); \
   template void gated_rmsnorm_forward_cuda<A>(const A*, const A*, const float*, A*, float*, int64_t, int64_t,   \
                                               double, cudaStream_t, GateRows);                                  \
   template void gated_rmsnorm_backward_cuda<A>(const A*, const A*, const float*, const float*, const A*, A*,    \
                                                A*, float*, int64_t, int64_t, const TokenRows&, void*, cudaStream_t, \
-                                               GateRows);                                                       \
+                                               GateRows, DwReduction*);                                         \
   template void l2norm_forward_cuda<A>(const A*, A*, float*, int64_t, int64_t, double, cudaStream_t);           \
-  template void l2norm_backward_cuda<A>(const A*, const float*, const A*, A*, int64_t, int64_t, cudaStream_t);
+  template void l2norm_backward_cuda<A>(const A*, const float*, const A*, A*, int64_t, int64_t, cudaStream_t);    \
+  template void l2norm_forward_pair_cuda<A>(const L2NormRows<A>(&)[2], int64_t, int64_t, double, cudaStream_t);   \
+  template void l2norm_backward_pair_cuda<A>(const L2NormRows<A>(&)[2], int64_t, int64_t, cudaStream_t);
 SF_INSTANTIATE(float)
 SF_INSTANTIATE(bf16)
 #undef SF_INSTANTIATE

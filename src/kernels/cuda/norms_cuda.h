@@ -41,11 +41,12 @@ void rmsnorm_forward_cuda(const A* x, const float* w, A* y, float* rstd, int64_t
                           cudaStream_t stream);
 // add_to_dx (optional, rows x dim): added to each dx value after it is rounded to A, so
 // dx = A(A(dx) + add_to_dx): bitwise the separate add_inplace_cuda(dx, add_to_dx) after the
-// call, in one pass (a pre-norm residual block's dx = norm backward + dy).
+// call, in one pass (a pre-norm residual block's dx = norm backward + dy). dw_later (optional,
+// both RMS kinds): dw's reduction is left to the caller (reduce_cuda.h, DwReduction).
 template <class A>
 void rmsnorm_backward_cuda(const A* x, const float* w, const float* rstd, const A* dy, A* dx, float* dw,
                            int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                           cudaStream_t stream, const A* add_to_dx = nullptr);
+                           cudaStream_t stream, const A* add_to_dx = nullptr, DwReduction* dw_later = nullptr);
 
 template <class A>
 void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, float* rstd, int64_t rows,
@@ -53,7 +54,7 @@ void gated_rmsnorm_forward_cuda(const A* x, const A* z, const float* w, A* y, fl
 template <class A>
 void gated_rmsnorm_backward_cuda(const A* x, const A* z, const float* w, const float* rstd, const A* dy, A* dx,
                                  A* dz, float* dw, int64_t rows, int64_t dim, const TokenRows& tokens, void* workspace,
-                                 cudaStream_t stream, GateRows z_rows = {});
+                                 cudaStream_t stream, GateRows z_rows = {}, DwReduction* dw_later = nullptr);
 
 template <class A>
 void l2norm_forward_cuda(const A* x, A* y, float* rstd, int64_t rows, int64_t dim, double eps, cudaStream_t stream);
@@ -61,5 +62,23 @@ void l2norm_forward_cuda(const A* x, A* y, float* rstd, int64_t rows, int64_t di
 template <class A>
 void l2norm_backward_cuda(const A* y, const float* rstd, const A* dy, A* dx, int64_t rows, int64_t dim,
                           cudaStream_t stream);
+
+// Two L2 norms of the same shape (the GDN's q and k) in one launch each way, bitwise the two
+// calls (which l2norm_pair_for_thread() false, STATEFLOW_LEVERS_OFF=l2norm_pair, makes; the tests
+// set it to compare). Forward: x in, y and rstd out; backward: y, rstd and dy in, dx out.
+bool& l2norm_pair_for_thread();
+template <class A>
+struct L2NormRows {
+  const A* x = nullptr;
+  A* y = nullptr;
+  float* rstd = nullptr;
+  const A* dy = nullptr;
+  A* dx = nullptr;
+};
+template <class A>
+void l2norm_forward_pair_cuda(const L2NormRows<A> (&norms)[2], int64_t rows, int64_t dim, double eps,
+                              cudaStream_t stream);
+template <class A>
+void l2norm_backward_pair_cuda(const L2NormRows<A> (&norms)[2], int64_t rows, int64_t dim, cudaStream_t stream);
 
 }  // namespace stateflow

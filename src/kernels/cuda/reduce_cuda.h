@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <functional>
 
 namespace stateflow {
 
@@ -34,6 +35,13 @@ struct TokenRows {
 // are scratch: with segs > 1 the block sums overwrite each block's first segment.
 void add_token_block_partials_cuda(float* partials, int64_t batch, int64_t blocks, int64_t seq_stride, int64_t segs,
                                    int64_t width, float* out, cudaStream_t stream);
+
+// A kernel's token-block reduction left to its caller (the kernels that take a `dw_later`): run
+// it on any stream once the kernel's work is done there (it reads the kernel's workspace, which
+// must live until then). The GDN and the pre-norm residual run theirs on the side stream beside
+// their other work (lever dw_beside; kernels/cuda/side_stream_cuda.h): the same kernels and
+// sums, so the same bits.
+using DwReduction = std::function<void(cudaStream_t)>;
 
 // One gradient of a group: its partials, width and output, as add_token_block_partials_cuda's.
 struct TokenBlockSum {

@@ -1,6 +1,7 @@
 #include "kernels/cuda/short_conv_cuda.h"
 
 #include <algorithm>
+#include <array>
 #include <initializer_list>
 #include <type_traits>
 
@@ -348,9 +349,10 @@ void launch_forward(const ShortConvForward<A>* convs, int n, int64_t batch, int6
   });
 }
 
+// dw_later (optional): the reduction is appended to it instead of issued on `stream`.
 template <class A>
 void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
-                     cudaStream_t stream) {
+                     cudaStream_t stream, DwReduction* dw_later) {
   int64_t ch = 0;
   for (int i = 0; i < n; ++i) ch += convs[i].ch;
   const int V = channels_per_thread();
@@ -372,10 +374,18 @@ void launch_backward(const ShortConvBackward<A>* convs, int n, int64_t batch, in
     });
   });
   // Blocks past the chunk's rows hold only prefix-gradient rows: their partials are not dw terms.
-  TokenBlockSum sums[kMaxConvGroup];
+  std::array<TokenBlockSum, kMaxConvGroup> sums;
   for (int i = 0; i < n; ++i) sums[i] = {group.conv[i].partial, convs[i].ch * K, convs[i].dw};
-  add_token_block_partials_group_cuda(sums, n, batch, token_blocks(len), tiling.tiles / tiling.segs, tiling.segs,
-                                      stream);
+  DwReduction reduce = [sums, n, batch, blocks = token_blocks(len), seq_stride = tiling.tiles / tiling.segs,
+                        segs = tiling.segs](cudaStream_t s) {
+    add_token_block_partials_group_cuda(sums.data(), n, batch, blocks, seq_stride, segs, s);
+  };
+  if (!dw_later) return reduce(stream);
+  // one conv a launch (conv_group off) appends each conv's
+  *dw_later = [before = std::move(*dw_later), reduce = std::move(reduce)](cudaStream_t s) {
+    if (before) before(s);
+    reduce(s);
+  };
 }
 
 void check_aligned16_all(const char* name, const char* what, std::initializer_list<const void*> arrays) {
@@ -458,9 +468,11 @@ bool short_conv_backward_walks_blocks(int64_t batch, int64_t len, int64_t channe
 
 template <class A>
 void short_conv_backward_group_cuda(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
-                                    cudaStream_t stream) {
-  check_and_run_group("short_conv_backward_cuda", convs, n, batch, len, K,
-                      [&](const ShortConvBackward<A>* some, int m) { launch_backward(some, m, batch, len, K, stream); });
+                                    cudaStream_t stream, DwReduction* dw_later) {
+  if (dw_later) *dw_later = nullptr;
+  check_and_run_group("short_conv_backward_cuda", convs, n, batch, len, K, [&](const ShortConvBackward<A>* some, int m) {
+    launch_backward(some, m, batch, len, K, stream, dw_later);
+  });
 }
 
 template <class A>
@@ -475,7 +487,7 @@ void short_conv_backward_cuda(const A* x, const A* prefix, const float* w, const
   template void short_conv_forward_group_cuda<A>(const ShortConvForward<A>*, int, int64_t, int64_t, int64_t,    \
                                                  cudaStream_t);                                                 \
   template void short_conv_backward_group_cuda<A>(const ShortConvBackward<A>*, int, int64_t, int64_t, int64_t,  \
-                                                  cudaStream_t);                                                \
+                                                  cudaStream_t, DwReduction*);                                  \
   template void short_conv_forward_cuda<A>(const A*, const A*, const float*, A*, A*, int64_t, int64_t, int64_t, \
                                            int64_t, cudaStream_t);                                              \
   template void short_conv_backward_cuda<A>(const A*, const A*, const float*, const A*, const float*, A*,      \

@@ -30,6 +30,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/reduce_cuda.h"
+
 namespace stateflow {
 
 constexpr int kMaxConvGroup = 4;
@@ -65,9 +67,10 @@ struct ShortConvBackward {
 template <class A>
 void short_conv_forward_group_cuda(const ShortConvForward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
                                    cudaStream_t stream);
+// dw_later (optional): the dw reductions are left to the caller (reduce_cuda.h, DwReduction).
 template <class A>
 void short_conv_backward_group_cuda(const ShortConvBackward<A>* convs, int n, int64_t batch, int64_t len, int64_t K,
-                                    cudaStream_t stream);
+                                    cudaStream_t stream, DwReduction* dw_later = nullptr);
 
 template <class A>
 void short_conv_forward_cuda(const A* x, const A* prefix, const float* w, A* y, A* prefix_out, int64_t batch,

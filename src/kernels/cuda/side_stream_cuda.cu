@@ -61,6 +61,11 @@ bool& side_work_deferral_for_thread() {
   return enabled;
 }
 
+bool& dw_beside_for_thread() {
+  thread_local bool enabled = !lever_off("dw_beside");
+  return enabled;
+}
+
 void prepare_side_work_for_thread() {
   if (side_work_enabled_for_thread()) side_stream_for_thread();
 }
@@ -98,6 +103,19 @@ void SideWork::join_later(std::vector<Tensor> operands) {
   // The main stream waits for the previous layer's side work now, one layer late; then this
   // layer's end is marked on the side stream (so one mark is pending at a time).
   finish_deferred_work();
+  defer_to_layer_end(std::move(operands));
+}
+
+void SideWork::join_with_deferred(std::vector<Tensor> operands) {
+  if (!pending_) return;
+  if (!side_work_deferral_for_thread() || !work_may_be_deferred()) return join();
+  pending_ = false;
+  // The pending mark moves to the end of this work: the deferred waits (the inner layer's and
+  // this one) wait for both.
+  defer_to_layer_end(std::move(operands));
+}
+
+void SideWork::defer_to_layer_end(std::vector<Tensor> operands) {
   cuda_check(cudaEventRecord(side_stream_for_thread().layer_end, side_stream_for_thread().stream),
              "cudaEventRecord (join_later)");
   defer_work([operands = std::move(operands)]() mutable {

@@ -45,6 +45,10 @@ bool& side_work_enabled_for_thread();
 // Whether join_later() may defer (inside a DeferredWorkScope): true unless STATEFLOW_LEVERS_OFF
 // names side_defer; tests switch it per thread.
 bool& side_work_deferral_for_thread();
+// Whether the GDN's and the pre-norm residual's dw token-block reductions (norms, short convs)
+// go to the side stream beside the rest (lever dw_beside) or run on the main stream in place;
+// tests switch it per thread. The same kernels and sums either way.
+bool& dw_beside_for_thread();
 
 // Makes the thread's side stream and its handle now if overlap is on, so that a CUDA graph
 // recording (device_graph_cuda.h) finds them made rather than creating them while it records.
@@ -67,8 +71,15 @@ class SideWork {
   // join(), or inside a DeferredWorkScope later (see above); `operands` are the tensors the
   // side work reads (and may write), held until the main stream waits for it.
   void join_later(std::vector<Tensor> operands);
+  // join_later() for work issued after a layer's own join_later (a pre-norm residual's norm dw
+  // reduction after its inner layer's backward): it joins the side work already deferred, waited
+  // for with it at the next join, rather than making the main stream wait for that work now.
+  void join_with_deferred(std::vector<Tensor> operands);
 
  private:
+  // Marks the side stream's end now and defers the main stream's wait for it (and the release of
+  // operands) to the next join.
+  void defer_to_layer_end(std::vector<Tensor> operands);
   bool overlap_;
   bool pending_ = false;  // forked since the last join
 };

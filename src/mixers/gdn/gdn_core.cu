@@ -1897,10 +1897,17 @@ bool overlap_asked(const GdnCudaConfig& cfg) {
 }
 
 // Whether this backward overlaps B3 with B4: asked for, at least two segments, and a stream the
-// overlap can run on now.
-bool overlaps(const Args& a, const GdnCudaConfig& cfg, cudaStream_t stream) {
-  return overlap_asked(cfg) && a.NS >= 2 * overlap_segment_of(cfg) && gdn_overlap_can_run(stream);
+// overlap can run on now. The lever asks for it where it was measured faster on the H200, B3 alone
+// (the forward sweep kept or saved: f+b at 32K -2.3 %, 128K -3.1 %); with the forward sweep re-run
+// beside B3 (recompute, the layer's default) it was not (32K -0.4 %, 128K +2.0 %): there only
+// overlap = 1 does (docs/benchmarks.md).
+bool overlaps(int ns, const GdnCudaConfig& cfg, bool recompute, cudaStream_t stream) {
+  if (!overlap_asked(cfg) || (recompute && cfg.overlap == 0)) return false;
+  return ns >= 2 * overlap_segment_of(cfg) && gdn_overlap_can_run(stream);
 }
+
+// The backward re-runs the forward sweep beside B3 unless the forward's sweep was kept or saved.
+bool recomputes_forward_sweep(const GdnCudaConfig& cfg) { return !cfg.saved_forward && !cfg.kept_sweep; }
 
 // B3 (with the forward sweep beside it when recompute) on `stream` and beside it B4 on the
 // sub-chunks the sweeps have finished, per the overlap plan.
@@ -2024,6 +2031,11 @@ size_t gdn_cuda_kept_sweep_bytes(const GdnDims& d) {
   return KeptSweepLayout(d).total;
 }
 
+bool gdn_cuda_overlaps_backward(const GdnDims& d, const GdnCudaConfig& cfg, cudaStream_t stream) {
+  check_dims(d);
+  return overlaps(int((d.len + C - 1) / C), cfg, recomputes_forward_sweep(cfg), stream);
+}
+
 size_t gdn_cuda_workspace_bytes(const GdnDims& d, const GdnCudaConfig& cfg) {
   check_dims(d);
   return WsLayout(d, cfg).total;
@@ -2068,7 +2080,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
-  const bool sweep_kept = cfg.saved_forward || cfg.kept_sweep;  // G, W, V_new and Hs still where the forward put them
+  const bool sweep_kept = !recomputes_forward_sweep(cfg);  // G, W, V_new and Hs still where the forward put them
   // B1 forms G, W, U (and T unless kept); nothing is missing once T and the sweep are kept, unless the
   // split core re-runs its piece sweeps (they read U).
   const bool b1_needed = !cfg.saved_forward && !(cfg.kept_sweep && cfg.kept_T && !is_split(cfg));
@@ -2077,7 +2089,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
   else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);
   timer.mark();
-  if (overlaps(a, cfg, stream)) {
+  if (overlaps(a.NS, cfg, !sweep_kept, stream)) {
     overlapped_b3_b4(cfg, !sweep_kept, a, workspace, WsLayout(d, cfg), stream);
     timer.mark();
     timer.mark();

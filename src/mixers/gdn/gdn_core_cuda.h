@@ -162,7 +162,9 @@ struct GdnCudaConfig {
   // B3's sweeps have finished runs beside them, on streams of the calling thread, each launch queued
   // behind GPU-side waits (no SM spins) on counters the sweep blocks bump per segment. Only the
   // schedule changes: the same kernels on the same inputs, so the same results, bitwise. 1 = on,
-  // -1 = off, 0 = the lever core_overlap (untried: off unless STATEFLOW_LEVERS_ON names it). Needs
+  // -1 = off, 0 = the lever core_overlap: on for the backward that reads a kept forward sweep
+  // (kept_sweep, saved_forward), where the H200 measured it faster, unless STATEFLOW_LEVERS_OFF
+  // names it; off where B3 re-runs the forward sweep (measured no faster). Needs
   // the unsplit quarter sweeps (1 with other sweeps is an error; the lever skips them) and a call
   // of at least two segments; runs the stages in sequence under CUDA graph capture and where the
   // driver has no stream waits (a one-line notice). The forward runs in sequence either way (Out
@@ -224,6 +226,10 @@ size_t gdn_cuda_kept_sweep_bytes(const GdnDims& d);
 
 // The piece length a call with these dims and config uses (0 when not split).
 int gdn_cuda_piece_len(const GdnDims& d, const GdnCudaConfig& cfg = {});
+
+// Whether a backward call with these dims and config, on `stream` now, overlaps B3 with B4
+// (GdnCudaConfig::overlap). Refuses a bad overlap setting.
+bool gdn_cuda_overlaps_backward(const GdnDims& d, const GdnCudaConfig& cfg = {}, cudaStream_t stream = nullptr);
 
 void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv_bfloat16* k,
                             const __nv_bfloat16* v, const float* beta, const float* g, const float* S_in,

@@ -168,8 +168,9 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
   s->rq = f32_out({rows * H_}), s->rk = f32_out({rows * H_});
   {
     OpScope part("gdn.l2norm");
-    l2norm_forward_cuda<bf16>(bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq), rows * H_, dk_, kL2Eps, st);
-    l2norm_forward_cuda<bf16>(bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk), rows * H_, dk_, kL2Eps, st);
+    const L2NormRows<bf16> qk[2] = {{bf16_ptr(qc), bf16_ptr(s->q), f32_ptr(s->rq)},
+                                    {bf16_ptr(kc), bf16_ptr(s->k), f32_ptr(s->rk)}};
+    l2norm_forward_pair_cuda<bf16>(qk, rows * H_, dk_, kL2Eps, st);
   }
   side.join();  // the core reads g and beta
   SideWork by_core;
@@ -243,13 +244,20 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   // The gradients of the q, k, v projections and of the gate z, laid out as the projections
   const InProj d_in = in_proj_out(rows, HK, HV, s.in.fused);
   Tensor do_ = bf16_out({rows, HV});
+  // The gated norm's and the convs' dw reductions go to the side stream too (dw_beside), their
+  // workspaces held until it is joined
+  const bool dw_beside = dw_beside_for_thread();
+  std::vector<Tensor> workspaces;
   {
     OpScope part("gdn.out_norm");
     const TokenRows per_head{B, Hv_};  // one norm row per token and value head
-    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows * Hv_, dv_, per_head));
+    DwReduction dw_sum;
+    const Tensor ws = scratch_f32(norm_backward_workspace_bytes(rows * Hv_, dv_, per_head));
     gated_rmsnorm_backward_cuda<bf16>(bf16_ptr(s.o), s.in.z_at, f32_ptr(out_norm_.value), f32_ptr(s.rstd_o),
                                       bf16_ptr(dy), bf16_ptr(do_), d_in.z_at, f32_ptr(out_norm_.grad), rows * Hv_,
-                                      dv_, per_head, ws.get(), st, GateRows{Hv_, s.in.ld_vz});
+                                      dv_, per_head, ws.raw(), st, GateRows{Hv_, s.in.ld_vz},
+                                      dw_beside ? &dw_sum : nullptr);
+    if (dw_sum) dw_sum(side.fork().stream()), workspaces.push_back(ws);
   }
   // Each input projection's weight gradient is forked as soon as its dY is issued: the output
   // gate's beside the core, the gates' beside the L2 norms and convs, q, k, v's beside dx.
@@ -306,13 +314,14 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   Tensor dqc = bf16_out({rows, HK}), dkc = bf16_out({rows, HK});
   {
     OpScope part("gdn.l2norm");
-    l2norm_backward_cuda<bf16>(bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc), rows * H_, dk_, st);
-    l2norm_backward_cuda<bf16>(bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc), rows * H_, dk_, st);
+    const L2NormRows<bf16> qk[2] = {{nullptr, bf16_ptr(s.q), f32_ptr(s.rq), bf16_ptr(dq), bf16_ptr(dqc)},
+                                    {nullptr, bf16_ptr(s.k), f32_ptr(s.rk), bf16_ptr(dk), bf16_ptr(dkc)}};
+    l2norm_backward_pair_cuda<bf16>(qk, rows * H_, dk_, st);
   }
   {
     OpScope part("gdn.conv");
     const size_t ws_q = short_conv_backward_workspace_bytes(B, L, HK, K_);
-    DeviceBuffer ws = cuda_scratch(2 * ws_q + short_conv_backward_workspace_bytes(B, L, HV, K_));
+    const Tensor ws = scratch_f32(2 * ws_q + short_conv_backward_workspace_bytes(B, L, HV, K_));
     // x and dx of each conv: its columns of the projections and of their gradients
     auto conv_back = [&](const bf16* in, bf16* dinput, int64_t ld, int i, Param& w, const Tensor& dconv, int64_t ch,
                          size_t ws_at) {
@@ -325,7 +334,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
                                      f32_ptr(dstate_in[i]),
                                      f32_ptr(w.grad),
                                      ch,
-                                     ws.get<char>() + ws_at,
+                                     static_cast<char*>(ws.raw()) + ws_at,
                                      ld,
                                      ld};
     };
@@ -333,7 +342,9 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
         conv_back(s.in.q_at, d_in.q_at, d_in.ld_qk, kPrefixQ, conv_q_, dqc, HK, 0),
         conv_back(s.in.k_at, d_in.k_at, d_in.ld_qk, kPrefixK, conv_k_, dkc, HK, ws_q),
         conv_back(s.in.v_at, d_in.v_at, d_in.ld_vz, kPrefixV, conv_v_, dv, HV, 2 * ws_q)};
-    short_conv_backward_group_cuda<bf16>(convs, 3, B, L, K_, st);
+    DwReduction dw_sum;
+    short_conv_backward_group_cuda<bf16>(convs, 3, B, L, K_, st, dw_beside ? &dw_sum : nullptr);
+    if (dw_sum) dw_sum(side.fork().stream()), workspaces.push_back(ws);
   }
 
   // input projections
@@ -364,6 +375,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   // The weight gradients may go on beside the next layer's backward (side_stream_cuda.h)
   std::vector<Tensor> held = d_in.tensors();
   held.insert(held.end(), {s.x, s.y, dout, da, db});
+  held.insert(held.end(), workspaces.begin(), workspaces.end());
   side.join_later(held);
   return dx;
 }

@@ -19,6 +19,7 @@
 
 #include "core/error.h"
 #include "kernels/op_def.h"
+#include "kernels/cuda/levers.h"
 #include "mixers/gdn/gdn_core.h"
 #include "mixers/gdn/gdn_core_cuda.h"
 #include "cuda_test_util.h"
@@ -577,6 +578,36 @@ TEST_F(GdnCoreCuda, OverlapOfLongCallsGivesTheSequentialBits) {
     expect_bitwise_equal(run_gpu(p, on), want);
     expect_bitwise_equal(run_split(p, {2048, 4096}, on), want);
   }
+}
+
+// Which backward calls overlap: the lever (overlap = 0) the ones that read a kept forward sweep or
+// the saved forward, not the ones that re-run it beside B3 (measured no faster); overlap = 1 both,
+// -1 neither; and none shorter than two segments (the pipeline's 2048-token chunks), nor other
+// sweeps.
+TEST_F(GdnCoreCuda, TheOverlapRunsWhereItWasMeasuredFaster) {
+  SKIP_WITHOUT_GPU();
+  GdnDims d;
+  d.batch = 1, d.heads = 16, d.len = 32768, d.dk = DK, d.dv = DV, d.block = C;
+  GdnCudaConfig kept_T, kept_sweep, saved;
+  kept_T.kept_T = kept_sweep.kept_T = kept_sweep.kept_sweep = true;
+  saved.saved_forward = true;
+  const bool lever = !lever_off("core_overlap");
+  EXPECT_FALSE(gdn_cuda_overlaps_backward(d, kept_T));
+  EXPECT_EQ(gdn_cuda_overlaps_backward(d, kept_sweep), lever);
+  EXPECT_EQ(gdn_cuda_overlaps_backward(d, saved), lever);
+  for (GdnCudaConfig* cfg : {&kept_T, &kept_sweep, &saved}) cfg->overlap = 1;
+  EXPECT_TRUE(gdn_cuda_overlaps_backward(d, kept_T));
+  EXPECT_TRUE(gdn_cuda_overlaps_backward(d, kept_sweep));
+  GdnDims chunk = d;
+  chunk.len = 2048;  // 32 sub-chunks: one segment of 64
+  EXPECT_FALSE(gdn_cuda_overlaps_backward(chunk, kept_sweep));
+  kept_sweep.overlap_segment = 16;
+  EXPECT_TRUE(gdn_cuda_overlaps_backward(chunk, kept_sweep));
+  kept_sweep.overlap = -1;
+  EXPECT_FALSE(gdn_cuda_overlaps_backward(d, kept_sweep));
+  GdnCudaConfig split = saved;
+  split.overlap = 0, split.piece_len = 512;  // the lever passes over the split core's sweeps
+  EXPECT_FALSE(gdn_cuda_overlaps_backward(d, split));
 }
 
 // B1 from a kept T (the layer's default): outputs and every gradient bitwise those of the

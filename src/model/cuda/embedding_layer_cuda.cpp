@@ -23,7 +23,7 @@ Tensor Embedding::forward_cuda(const ChunkCtx&, const Tensor& tokens, const Stat
   }
   auto s = std::make_unique<EmbeddingCudaStash>();
   s->tokens = tokens.on_host() ? to_device_async(tokens) : tokens;
-  Tensor y = bf16_zeros({rows, dim});
+  Tensor y = bf16_out({rows, dim});  // every row written (a bad id's row as zeros)
   embedding_forward_cuda<bf16>(s->tokens.data<int32_t>(), f32_ptr(table_.value), bf16_ptr(y), rows, dim, vocab,
                                nullptr, layer_stream());
   stash = std::move(s);

@@ -33,10 +33,16 @@ inline Tensor f32_out(const Shape& s) { return Tensor::uninitialized(s, DType::F
 
 inline cudaStream_t layer_stream() { return cublas_for_thread().stream(); }
 
+// A kernel's workspace of `bytes` as a tensor (charged to Other), for work that outlives the call
+// that made it (side work holds its operands until it is joined).
+inline Tensor scratch_f32(size_t bytes) {
+  return Tensor::uninitialized({int64_t((bytes + 3) / 4)}, DType::F32, MemCategory::Other, Device::CUDA);
+}
+
 // A device copy of host tensor t (token ids, targets) for the work queued after it on
 // layer_stream(); unlike t.to(Device::CUDA), the host does not wait for the GPU.
 inline Tensor to_device_async(const Tensor& t) {
-  Tensor d = Tensor::zeros(t.shape(), t.dtype(), current_category(), Device::CUDA);
+  Tensor d = Tensor::uninitialized(t.shape(), t.dtype(), current_category(), Device::CUDA);  // the copy fills it
   upload_async(d.raw(), t.raw(), t.nbytes(), layer_stream());
   return d;
 }

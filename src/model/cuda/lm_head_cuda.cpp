@@ -80,8 +80,8 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State&, 
   const int64_t rows = x.dim(0), D = x.dim(1);
   auto s = std::make_unique<HeadCudaStash>();
   s->x = x;
-  s->rstd = f32_zeros({rows});
-  s->xn = bf16_zeros({rows, D});
+  s->rstd = f32_out({rows});  // the norm writes every row: no zero-fill per chunk
+  s->xn = bf16_out({rows, D});
   s->targets = ctx.targets.on_host() ? to_device_async(ctx.targets) : ctx.targets;
   rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(s->xn), f32_ptr(s->rstd), rows, D, eps_,
                              layer_stream());
@@ -111,7 +111,7 @@ Tensor LmHead::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State&, 
 Tensor LmHead::backward_cuda(const ChunkCtx& ctx, const Tensor&, const State&, State&, Stash& stash) {
   auto& s = static_cast<HeadCudaStash&>(stash);
   const int64_t rows = s.x.dim(0), D = s.x.dim(1);
-  Tensor dxn = bf16_zeros({rows, D});
+  Tensor dxn = bf16_out({rows, D});  // each token block's dx GEMM overwrites its rows
   // Forward counted the statistics: these are not kept, and on the device path never read.
   if (ctx.device_stats) {
     DeviceBuffer scratch = cuda_scratch(sizeof(DeviceLossStats));
@@ -120,7 +120,7 @@ Tensor LmHead::backward_cuda(const ChunkCtx& ctx, const Tensor&, const State&, S
   } else {
     run_head(ctx, s.xn, proj_, s.targets, bf16_ptr(dxn), f32_ptr(proj_.grad), nullptr, nullptr);
   }
-  Tensor dx = bf16_zeros({rows, D});
+  Tensor dx = bf16_out({rows, D});
   const TokenRows tokens{ctx.batch, 1};
   DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
   rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dxn), bf16_ptr(dx),

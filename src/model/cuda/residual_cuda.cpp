@@ -2,6 +2,7 @@
 #include "kernels/cuda/elementwise_cuda.h"
 #include "kernels/cuda/levers.h"
 #include "kernels/cuda/norms_cuda.h"
+#include "kernels/cuda/side_stream_cuda.h"
 #include "model/cuda/layer_cuda.h"
 #include "model/residual.h"
 #include "model/device_path.h"
@@ -50,10 +51,18 @@ Tensor PreNormResidual::backward_cuda(const ChunkCtx& ctx, const Tensor& dy, con
   const bool fused = !lever_off("residual_fused");
   {
     OpScope part("block.rmsnorm");
-    DeviceBuffer ws = cuda_scratch(norm_backward_workspace_bytes(rows, D, tokens));
+    // dw's reduction on the side stream (dw_beside), joined with the inner layer's deferred side
+    // work: the workspace it reads is held until then
+    SideWork side;
+    DwReduction dw_sum;
+    const Tensor ws = scratch_f32(norm_backward_workspace_bytes(rows, D, tokens));
     rmsnorm_backward_cuda<bf16>(bf16_ptr(s.x), f32_ptr(norm_.value), f32_ptr(s.rstd), bf16_ptr(dh), bf16_ptr(dx),
-                                f32_ptr(norm_.grad), rows, D, tokens, ws.get(), layer_stream(),
-                                fused ? bf16_ptr(dy) : nullptr);
+                                f32_ptr(norm_.grad), rows, D, tokens, ws.raw(), layer_stream(),
+                                fused ? bf16_ptr(dy) : nullptr, dw_beside_for_thread() ? &dw_sum : nullptr);
+    if (dw_sum) {
+      dw_sum(side.fork().stream());
+      side.join_with_deferred({ws});
+    }
   }
   if (!fused) {
     OpScope part("block.residual_add");
