@@ -27,18 +27,21 @@ WaitValue32 wait_value32() {
   return fn;
 }
 
-// One wait on a word that already holds its value, everything on a non-blocking stream of its own
-// (nothing on the legacy stream, which another thread's graph capture may forbid).
+// One wait on a word that already holds its value, on a non-blocking stream of its own (nothing on
+// the legacy stream, which another thread's graph capture may forbid). The word comes from
+// cudaMalloc: the driver refused waits on stream-ordered (cudaMallocAsync) memory on the H200, which
+// turned the probe false. It is never freed (4 bytes per GPU and process): cudaFree synchronizes
+// the device, which another thread's capture may not allow either.
 bool probe() {
   if (!wait_value32()) return false;
   unsigned* word = nullptr;
   cudaStream_t s = nullptr;
+  if (cudaMalloc(reinterpret_cast<void**>(&word), sizeof(unsigned)) != cudaSuccess) return cudaGetLastError(), false;
   if (cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess) return cudaGetLastError(), false;
-  const bool ok = cudaMallocAsync(reinterpret_cast<void**>(&word), sizeof(unsigned), s) == cudaSuccess &&
-                  cudaMemsetAsync(word, 0, sizeof(unsigned), s) == cudaSuccess &&
+  const bool ok = cudaMemsetAsync(word, 0, sizeof(unsigned), s) == cudaSuccess &&
                   wait_value32()(reinterpret_cast<CUstream>(s), reinterpret_cast<CUdeviceptr>(word), 0,
                                  CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS &&
-                  cudaFreeAsync(word, s) == cudaSuccess && cudaStreamSynchronize(s) == cudaSuccess;
+                  cudaStreamSynchronize(s) == cudaSuccess;
   cudaStreamDestroy(s);
   cudaGetLastError();  // a refused probe is an answer, not an error for the next launch check
   return ok;
