@@ -29,8 +29,8 @@ WaitValue32 wait_value32() {
 
 // One wait on a word that already holds its value, on a non-blocking stream of its own (nothing on
 // the legacy stream, which another thread's graph capture may forbid). The word comes from
-// cudaMalloc: the driver refused waits on stream-ordered (cudaMallocAsync) memory on the H200, which
-// turned the probe false. It is never freed (4 bytes per GPU and process): cudaFree synchronizes
+// cudaMalloc: a probe that took it from cudaMallocAsync (and freed it with cudaFreeAsync) answered
+// false on the H200, this one true (which call refused was not isolated). It is never freed (4 bytes per GPU and process): cudaFree synchronizes
 // the device, which another thread's capture may not allow either.
 bool probe() {
   if (!wait_value32()) return false;
