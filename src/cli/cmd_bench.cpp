@@ -191,6 +191,10 @@ void add_bench_command(CLI::App& root) {
                "After each run's timed steps, one more step with every layer call profiled: per layer kind and pass, "
                "the host's time to issue the work (launches, cuBLAS calls, allocations) against the device's time to "
                "run it back to back, in ms per unit (where host > device, the GPU waits for the host)");
+  app->add_flag("--breakdown-overlapped", opts->breakdown_overlapped,
+               "With --breakdown (implied): keep the side stream's work (weight gradients, reductions) beside the main "
+               "stream while the parts are timed, so each part's device time is the main stream's, its waits for the "
+               "side stream included: the step's critical path rather than each part's own work");
   app->add_flag("--rebuild-each-run", opts->rebuild_each_run,
                "Build the model anew for every run (schedule, N) instead of once per process (the runs then reshape "
                "one pipeline; the weights are never updated, so every run sees the same model either way)");
@@ -224,6 +228,7 @@ void add_bench_command(CLI::App& root) {
     } else {
       o.chunk_lengths = pipe->resolve_chunks(o.seq_len);
     }
+    if (o.breakdown_overlapped) o.breakdown = true;
     o.schedules = comma_list<std::string>(*schedules);
     o.chunk_sweep = comma_list<int>(*sweep);
     o.simulate_stages = comma_list<int>(*simulate_stages);

@@ -7,4 +7,9 @@ OpTimer*& thread_op_timer() {
   return timer;
 }
 
+bool& op_timer_keeps_overlap() {
+  static bool keeps = false;
+  return keeps;
+}
+
 }  // namespace stateflow

@@ -17,6 +17,13 @@ class OpTimer {
 // The calling thread's timer (nullptr: none). The layer profile sets it around a layer call.
 OpTimer*& thread_op_timer();
 
+// Whether work a layer overlaps with its main stream (kernels/cuda/side_stream_cuda.h) keeps
+// overlapping while a timer is on (`bench --breakdown-overlapped`). Off (the default), side work
+// runs on the main stream under a timer, so each part's device time is its own; on, each part's
+// time is the main stream's, waits for the side stream included, which is what a step waits for
+// (work that ran beside it shows in no part). One setting for the process.
+bool& op_timer_keeps_overlap();
+
 // Times its lifetime as part `name` of the layer call in progress. Scopes may nest: each is
 // timed on its own, so an outer part includes its inner ones.
 class OpScope {

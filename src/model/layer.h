@@ -50,6 +50,10 @@ struct ChunkCtx {
   // Inference (evaluation, generation): when set, loss layers also store the chunk's logits
   // [batch*len, vocab] here, on the host, in the layer's precision (f32 on the GPU).
   Tensor* logits = nullptr;
+  // GPU forward: a pre-norm residual block's input x, which a layer whose
+  // adds_residual_on_device() is true adds to its output in its last GEMM's epilogue
+  // (y = x + f(h), one rounding), so the block issues no add of its own (lever residual_epilogue).
+  const Tensor* residual = nullptr;
 };
 
 // Layer-defined boundary state: e.g. GDN = {S, conv prefix q, k, v}; empty when stateless.
@@ -80,6 +84,9 @@ class Layer {
   // on layer_stream() or through SideWork and never waits for the device or reads results on
   // the host (kernels/cuda/device_graph_cuda.h gives the rules).
   virtual bool graph_capturable() const { return false; }
+  // Whether the layer's device forward adds ChunkCtx::residual to its output when given one (in its
+  // last GEMM's epilogue). The CPU path never gets one.
+  virtual bool adds_residual_on_device() const { return false; }
 
   virtual Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                          std::unique_ptr<Stash>& stash) = 0;

@@ -10,6 +10,7 @@ class SwiGluMlp : public Layer {
   SwiGluMlp(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
   std::string kind() const override { return "mlp"; }
   bool graph_capturable() const override { return true; }  // its GPU path keeps the graph rules
+  bool adds_residual_on_device() const override { return true; }  // in the down projection's epilogue
   std::vector<Param*> params() override { return {&w1_, &w3_, &w2_}; }
   Tensor forward(const ChunkCtx& ctx, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) override;
   Tensor backward(const ChunkCtx& ctx, const Tensor& dy, const State&, State&, Stash& stash) override;

@@ -6,6 +6,12 @@
 
 namespace stateflow {
 
+// Whether this thread's GPU blocks hand their input x to the inner layer's last GEMM
+// (ChunkCtx::residual) where the inner layer adds_residual_on_device(), instead of adding it with a
+// kernel of their own after it: one launch and one bf16 rounding fewer per block and chunk. The
+// lever residual_epilogue's setting unless a test switches it (model/cuda/residual_cuda.cpp).
+bool& residual_epilogue_for_thread();
+
 class PreNormResidual : public Layer {
  public:
   PreNormResidual(const std::string& prefix, const ModelConfig& cfg, DType dtype, std::unique_ptr<Layer> inner);
@@ -28,6 +34,8 @@ class PreNormResidual : public Layer {
                        Stash& stash);
 
  private:
+  // Whether the inner layer adds x to its output itself (residual_epilogue_for_thread()).
+  bool inner_adds_residual() const;
   Param norm_;  // [d_model]
   double eps_;
   std::unique_ptr<Layer> inner_;

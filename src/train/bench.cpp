@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <ostream>
 
+#include "core/op_scope.h"
 #include "pipeline/chunking.h"
 #include "train/device_memory.h"
 
@@ -117,7 +118,15 @@ static BenchRow run_one(const BenchOptions& o, PipelineConfig pc, const std::vec
     if (o.breakdown) {
       for (Stage* s : pipe->stages()) s->executor().set_profile(std::make_unique<LayerProfile>(pc.device));
       pipe->zero_grads();
-      pipe->forward_backward(batches.back());
+      op_timer_keeps_overlap() = o.breakdown_overlapped;
+      try {
+        pipe->forward_backward(batches.back());
+      } catch (...) {
+        op_timer_keeps_overlap() = false;
+        throw;
+      }
+      op_timer_keeps_overlap() = false;
+      row.op_timings_overlapped = o.breakdown_overlapped;
       row.layer_timings.assign(pc.stages, {});
       row.op_timings.assign(pc.stages, {});
       for (Stage* s : pipe->stages()) {
@@ -337,7 +346,10 @@ static void print_op_breakdown(const BenchRow& row, std::vector<OpTiming> ops, s
   });
   char line[256];
   os << "  parts of the layers' device work, " << row.schedule << " N=" << row.chunks()
-     << " (ms per step; calls per step; an outer part includes its inner ones)\n";
+     << " (ms per step; calls per step; an outer part includes its inner ones"
+     << (row.op_timings_overlapped ? "; the main stream's time, side-stream work beside it and waits for it included"
+                                   : "")
+     << ")\n";
   std::snprintf(line, sizeof line, "    %-28s %-9s %8s %10s %10s\n", "part", "pass", "calls", "device ms", "us/call");
   os << line;
   for (const OpTiming& t : ops) {

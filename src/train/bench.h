@@ -55,6 +55,9 @@ struct BenchOptions {
   // After the timed steps, one more step with every layer call profiled (layer_profile.h):
   // host time to issue vs device time to run, per layer kind and pass.
   bool breakdown = false;
+  // With breakdown: the side stream's work stays beside the main stream while it is timed, so
+  // each part's time is what the main stream spends on it, waits included (op_timer_keeps_overlap).
+  bool breakdown_overlapped = false;
   // Simulated depth (bench_depth.h): stage counts to predict, the models to predict for (empty:
   // the measured one), and the memory of one GPU, above which a prediction is marked OOM.
   std::vector<int> simulate_stages;
@@ -98,6 +101,7 @@ struct BenchRow {
   CostTable costs;                           // measured per-action times (mean per stage and chunk)
   std::vector<std::vector<LayerTiming>> layer_timings;  // --breakdown: per stage run here (else empty)
   std::vector<std::vector<OpTiming>> op_timings;        // --breakdown on a GPU: per stage, named parts
+  bool op_timings_overlapped = false;                   // measured with --breakdown-overlapped
   int units_per_stage = 0;                              // units (microbatch, chunk) of a step
   int64_t peak_bytes() const;                // the allocator's peak total, most over stages
 };

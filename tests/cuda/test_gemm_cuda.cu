@@ -3,7 +3,8 @@
 // helpers against kernels/cpu/gemm.h, with short rows on their own algorithm and without;
 // bitwise repeatability; the pinned algorithms' row invariance (the same rows give the same bits
 // whatever M, and a sequence's rows the same bits whether it is cut at multiples of 2048 or
-// not); short rows within twice the aligned algorithm's error; the bf16 cast.
+// not); short rows within twice the aligned algorithm's error; a residual added in the epilogue;
+// the bf16 cast.
 #include <gtest/gtest.h>
 
 #include "kernels/cpu/gemm.h"
@@ -243,6 +244,51 @@ TYPED_TEST(GemmCuda, ShortRowsStayWithinTwiceTheAlignedError) {
               (long long)rows, (long long)out, (long long)in, err[0], err[1]);
   EXPECT_GT(err[0], 0.0);  // a rounded product: the comparison below measures something
   EXPECT_LE(err[1], 2 * err[0]);
+}
+
+// y = residual + x W with the residual in the GEMM's epilogue (lever residual_epilogue: the
+// pre-norm residual's add): against float64 within the band and within twice the error of the
+// product rounded to Out and then added (the separate add's two roundings); the residual left
+// alone; and row-wise, so sequences cut at multiples of 2048 give bitwise the unsplit rows, with
+// the tails on the short-row algorithm.
+TYPED_TEST(GemmCuda, ResidualInTheEpilogueIsAddedOnceAndStaysRowWise) {
+  using In = typename TypeParam::in;
+  using Out = typename TypeParam::out;
+  Rng& rng = this->rng;
+  CublasGemm g;
+  FlagScope on(gemm_short_rows_for_thread(), true);
+  const int64_t S = kGemmAlignedRows, batch = 2, len = 2 * S + 300, M = batch * len, in = 256, out = 64;
+  const Vec x = rounded<In>(normal_vec(rng, M * in)), W = rounded<In>(normal_vec(rng, in * out));
+  const Vec r = rounded<Out>(normal_vec(rng, M * out, 4.0));
+  Dev<In> d_x(x), d_W(W);
+  Dev<Out> d_r(r), y(size_t(M * out)), product(size_t(M * out));
+  linear_forward_cuda<In, Out>(g, d_x.p, d_W.p, y.p, M, in, out, batch, d_r.p);
+  linear_forward_cuda<In, Out>(g, d_x.p, d_W.p, product.p, M, in, out, batch);
+  sync_ok();
+  Vec ref(M * out);
+  linear_forward<double>(x.data(), W.data(), ref.data(), M, in, out);
+  for (int64_t i = 0; i < M * out; ++i) ref[i] += r[i];
+  Vec added = product.get();  // the old path: the product rounded to Out, then the add rounded
+  for (int64_t i = 0; i < M * out; ++i) added[i] = double(float(Out(float(added[i] + r[i]))));
+  const double err = rms_rel_err(y.get(), ref), err_added = rms_rel_err(added, ref);
+  std::printf("[ %s -> %s, %lld x %lld x %lld ] rms rel error vs float64: residual in the epilogue %.3e, added "
+              "after %.3e\n",
+              std::is_same_v<In, float> ? "fp32" : "bf16", std::is_same_v<Out, float> ? "fp32" : "bf16",
+              (long long)M, (long long)out, (long long)in, err, err_added);
+  EXPECT_GT(err_added, 0.0);  // rounded: the comparison below measures something
+  EXPECT_LE(err, 2 * err_added);
+  EXPECT_LE(err, (band<In, Out>()));
+  EXPECT_TRUE(bitwise_equal(d_r.raw(), Dev<Out>(r).raw())) << "the residual was written";
+  const std::vector<Out> y_ref = y.raw();
+  for (int64_t t0 = 0; t0 < len; t0 += S) {
+    const int64_t n = std::min(S, len - t0), m = batch * n;
+    SCOPED_TRACE("chunk from " + std::to_string(t0) + ", " + std::to_string(n) + " tokens");
+    Dev<In> cx(chunk_rows(x, batch, len, in, t0, n));
+    Dev<Out> cr(chunk_rows(r, batch, len, out, t0, n)), cy(size_t(m * out));
+    linear_forward_cuda<In, Out>(g, cx.p, d_W.p, cy.p, m, in, out, batch, cr.p);
+    sync_ok();
+    EXPECT_TRUE(bitwise_equal(cy.raw(), chunk_rows(y_ref, batch, len, out, t0, n)));
+  }
 }
 
 TEST(CastToBf16Cuda, RoundsLikeTheHost) {

@@ -12,6 +12,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -27,6 +28,7 @@
 #include "model/mixer.h"
 #include "model/model.h"
 #include "model/optimizer.h"
+#include "model/residual.h"
 #include "pipeline/stage_executor.h"
 #include "pipeline/units.h"
 #include "test_util.h"
@@ -91,6 +93,8 @@ class MixerConformanceCuda : public ::testing::TestWithParam<GpuMixerCase> {
   void TearDown() override { seed_trace_.reset(); }
   // The case's model on the GPU: fp32 master weights, bf16 activations.
   Model gpu_model() const { return Model(cfg, DType::F32, 0, Model::num_layers_of(cfg), Device::CUDA); }
+  // A new path within twice the old one's error, chunk-invariant (defined with the tests below).
+  void expect_within_twice_the_old_error(const char* what, const std::function<Model&(bool)>& model_for);
 
   const uint64_t seed = fresh_seed();
   Rng rng{seed};
@@ -293,7 +297,8 @@ TEST_F(GdnKeptSweepCuda, StashGrowsByTheKeptBytes) {
 // The layers' work on the side stream (kernels/cuda/side_stream_cuda.h) gives bitwise the step
 // with everything on the main stream, chunked and unchunked: with each layer waiting for its
 // weight gradients, and with them left running into the next layer's backward (side_defer);
-// each also with the norms' and convs' dw reductions on the side stream (dw_beside).
+// each also with the norms' and convs' dw reductions on the side stream (dw_beside) and the GDN
+// backward's gates there (gates_beside: the main stream waits for da, db at a mark).
 TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
   Model gpu = gpu_model();
   const int64_t S = kWeightGradTokens, T = S + 200;
@@ -301,23 +306,24 @@ TEST_P(MixerConformanceCuda, SideStreamWorkGivesBitwiseTheSerialStep) {
   bool& overlap = side_work_enabled_for_thread();
   bool& defer = side_work_deferral_for_thread();
   bool& dw_beside = dw_beside_for_thread();
-  const bool was_overlap = overlap, was_defer = defer, was_dw_beside = dw_beside;
+  bool& gates_beside = gates_beside_for_thread();
+  const bool was_overlap = overlap, was_defer = defer, was_dw_beside = dw_beside, was_gates = gates_beside;
   for (const std::vector<int64_t>& lengths : {std::vector<int64_t>{T}, std::vector<int64_t>{S, 77, T - S - 77}}) {
     overlap = false;
     const StepResult serial = run_step(gpu, b, lengths);
     overlap = true;
     for (const bool deferred : {false, true})
       for (const bool reductions : {false, true}) {
-        defer = deferred, dw_beside = reductions;
+        defer = deferred, dw_beside = reductions, gates_beside = reductions;
         const StepResult beside = run_step(gpu, b, lengths);
         const std::string diff = first_difference(gpu, beside, serial);
         std::printf("[ chunks %s, side stream%s%s vs serial ] first difference: %s\n", lengths_name(lengths).c_str(),
-                    deferred ? " deferred" : "", reductions ? ", dw reductions beside" : "",
+                    deferred ? " deferred" : "", reductions ? ", dw reductions and GDN gates beside" : "",
                     diff.empty() ? "none (bitwise equal)" : diff.c_str());
         EXPECT_EQ(diff, "") << "chunks " << lengths_name(lengths) << (deferred ? ", deferred" : "")
-                            << (reductions ? ", dw reductions beside" : "");
+                            << (reductions ? ", dw reductions and GDN gates beside" : "");
       }
-    overlap = was_overlap, defer = was_defer, dw_beside = was_dw_beside;
+    overlap = was_overlap, defer = was_defer, dw_beside = was_dw_beside, gates_beside = was_gates;
   }
 }
 
@@ -417,6 +423,35 @@ TEST_P(MixerConformanceCuda, ChunksElsewhereStayWithinTwiceTheUnchunkedError) {
   }
 }
 
+// A new path's step (model_for(true)) against the old one's (model_for(false)), both against the
+// fp64 CPU model: its loss and mean gradient errors at most twice the old path's (the loss's bound
+// with a floor of 1e-4 relative), and its chunks at multiples of kWeightGradTokens bitwise its
+// unsplit step. model_for may switch a thread's setting: the new path's stays on for the chunks.
+void MixerConformanceCuda::expect_within_twice_the_old_error(const char* what,
+                                                             const std::function<Model&(bool)>& model_for) {
+  Model cpu(cfg, DType::F64);
+  const int64_t T = 200;
+  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  const StepResult ref = run_step(cpu, b, {T});
+  double loss_err[2], grad_err[2];
+  for (const bool new_path : {false, true}) {
+    Model& m = model_for(new_path);
+    const StepResult got = run_step(m, b, {T});
+    loss_err[new_path] = std::abs(got.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
+    grad_err[new_path] = mean_grad_error(m, got, ref);
+  }
+  std::printf("[ %s, against fp64 CPU ] loss rel error %.2e vs %.2e, mean gradient error %.2e vs %.2e\n", what,
+              loss_err[1], loss_err[0], grad_err[1], grad_err[0]);
+  EXPECT_LE(loss_err[1], 2 * std::max(loss_err[0], 1e-4));
+  EXPECT_LE(grad_err[1], 2 * grad_err[0]);
+
+  Model& m = model_for(true);
+  const int64_t S = kWeightGradTokens, TL = S + 128;
+  const Batch long_batch = random_batch(rng, 1, TL, cfg.vocab_size);
+  const std::string diff = first_difference(m, run_step(m, long_batch, {S, TL - S}), run_step(m, long_batch, {TL}));
+  EXPECT_EQ(diff, "") << what << ", chunks " << S << "+" << TL - S;
+}
+
 // Fused projections (levers fused_proj and fused_mlp: the GDN's q, k, v and output-gate
 // projections, and the MLP's x W1 and x W3, as one GEMM over weights side by side, and each group's dx as one GEMM over
 // their gradients side by side; model/param.h's shared bf16 copies) against the separate GEMMs,
@@ -437,27 +472,24 @@ TEST_P(MixerConformanceCuda, FusedProjectionsStayWithinTwiceTheSeparateError) {
   EXPECT_EQ(shared_copies(separate), 0);
   // two blocks: W1 and W3 of each MLP, and for a GDN Wq, Wk, Wv and Wg
   EXPECT_EQ(shared_copies(fused), 2 * (2 + (GetParam().letter == 'G' ? 4 : 0)));
-  Model cpu(cfg, DType::F64);
-  const int64_t T = 200;
-  const Batch b = random_batch(rng, 2, T, cfg.vocab_size);
-  const StepResult ref = run_step(cpu, b, {T});
-  double loss_err[2], grad_err[2];
-  for (const bool fuse : {false, true}) {
-    const StepResult got = run_step(fuse ? fused : separate, b, {T});
-    loss_err[fuse] = std::abs(got.loss_sum - ref.loss_sum) / std::abs(ref.loss_sum);
-    grad_err[fuse] = mean_grad_error(fused, got, ref);
-  }
-  std::printf("[ fused vs separate projections, against fp64 CPU ] loss rel error %.2e vs %.2e, mean gradient error "
-              "%.2e vs %.2e\n",
-              loss_err[1], loss_err[0], grad_err[1], grad_err[0]);
-  EXPECT_LE(loss_err[1], 2 * std::max(loss_err[0], 1e-4));
-  EXPECT_LE(grad_err[1], 2 * grad_err[0]);
+  expect_within_twice_the_old_error("fused vs separate projections", [&](bool fuse) -> Model& {
+    return fuse ? fused : separate;
+  });
+}
 
-  const int64_t S = kWeightGradTokens, TL = S + 128;
-  const Batch long_batch = random_batch(rng, 1, TL, cfg.vocab_size);
-  const std::string diff = first_difference(fused, run_step(fused, long_batch, {S, TL - S}),
-                                            run_step(fused, long_batch, {TL}));
-  EXPECT_EQ(diff, "") << "fused, chunks " << S << "+" << TL - S;
+// The pre-norm residual's add in the inner layer's last GEMM (lever residual_epilogue: y rounded
+// once, no add kernel; the GDN's and the MLP's, so every case's MLP blocks) against the add after
+// it, both against the fp64 CPU model: at most twice its error, and chunks at multiples of
+// kWeightGradTokens bitwise the unsplit step.
+TEST_P(MixerConformanceCuda, ResidualInTheEpilogueStaysWithinTwiceTheSeparateAddError) {
+  Model gpu = gpu_model();
+  bool& epilogue = residual_epilogue_for_thread();
+  const bool was = epilogue;
+  expect_within_twice_the_old_error("residual in the epilogue vs added after", [&](bool on) -> Model& {
+    epilogue = on;
+    return gpu;
+  });
+  epilogue = was;
 }
 
 INSTANTIATE_TEST_SUITE_P(Mixers, MixerConformanceCuda, ::testing::ValuesIn(kGpuMixerCases), case_name);

@@ -16,13 +16,28 @@ namespace {
 
 constexpr const char* kSwitchOff = "set STATEFLOW_LEVERS_OFF=graphs to launch the kernels one by one";
 
+// Whether graphs run the main stream's kernels first (lever graph_priority): the recording stream
+// has the device's greatest stream priority, the side stream the least (side_stream_cuda.cu), a
+// recorded kernel keeps its stream's priority, and the graph runs with those priorities. Where a
+// short chunk's main-stream kernel and the side stream's weight-gradient GEMMs both wait for SMs,
+// the block scheduler then starts the main kernel's blocks first instead of more GEMM tiles: the
+// step waits on the main stream, the side work fills the SMs it leaves. Scheduling only: the same
+// kernels, the same bits.
+bool graph_priority() {
+  static const bool on = !lever_off("graph_priority");
+  return on;
+}
+
 // The stream a thread records on, with a cuBLASLt handle of its own (its own workspace and
 // pinned algorithms, chosen as the main handle's are), per GPU.
 struct RecordingStream {
   cudaStream_t stream = nullptr;
   std::unique_ptr<CublasGemm> gemm;
   RecordingStream() {
-    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (graph recording)");
+    int least = 0, greatest = 0;
+    cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    cuda_check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, graph_priority() ? greatest : least),
+               "cudaStreamCreateWithPriority (graph recording)");
     gemm = std::make_unique<CublasGemm>(stream);
   }
   ~RecordingStream() {  // at thread exit; destructors must not throw
@@ -93,7 +108,8 @@ class CudaGraph final : public DeviceGraph {
       }
     }
     if (!exec_) {
-      const cudaError_t ie = cudaGraphInstantiate(&exec_, graph, 0);
+      const cudaError_t ie =
+          cudaGraphInstantiate(&exec_, graph, graph_priority() ? cudaGraphInstantiateFlagUseNodePriority : 0);
       if (ie != cudaSuccess) {
         cudaGetLastError();
         exec_ = nullptr;

@@ -173,9 +173,11 @@ namespace {
 // gemm_cuda with the algorithm pinned for aligned or for short rows (gemm_cuda.h).
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same call with the
 // operands swapped (a row-major matrix read column-major is its transpose).
+// C_in: where beta's C is read from (nullptr: C itself; else a matrix of C's layout: C = A B + beta C_in).
 template <class In, class Out>
 void pinned_gemm(const CublasGemm& g, bool short_rows, bool ta, bool tb, int64_t M, int64_t N, int64_t K, float alpha,
-                 const In* A, int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc) {
+                 const In* A, int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc,
+                 const Out* C_in = nullptr) {
   static_assert(std::is_same_v<In, float> || std::is_same_v<In, __nv_bfloat16>, "operands: float or bf16");
   static_assert(std::is_same_v<Out, float> || std::is_same_v<Out, In>, "result: float, or the operand type");
   if (M == 0 || N == 0) return;
@@ -183,7 +185,7 @@ void pinned_gemm(const CublasGemm& g, bool short_rows, bool ta, bool tb, int64_t
                ldc <= INT32_MAX,
            "gemm_cuda: dimensions ", M, " x ", N, " x ", K, " exceed cuBLAS's 32-bit sizes; split the rows");
   const cudaDataType_t in = cuda_type<In>(), out = cuda_type<Out>();
-  const uint32_t align = common_alignment({A, B, C});
+  const uint32_t align = common_alignment({A, B, C, C_in ? C_in : C});
   const CublasGemm::AlgoKey key{ta,  tb,      ta ? M : 0, N,           K,          lda,       ldb,
                                 ldc, int(in), int(out),   beta != 0.f, int(align), short_rows};
   auto& pinned = g.algorithms();
@@ -205,29 +207,33 @@ void pinned_gemm(const CublasGemm& g, bool short_rows, bool ta, bool tb, int64_t
     run = it->second.runs.emplace(M, CublasGemm::Pinned::Run{std::move(p), algo}).first;
   }
   const LtProblem& p = *run->second.problem;
-  cublas_check(cublasLtMatmul(g.handle(), p.op, &alpha, B, p.a, A, p.b, &beta, C, p.c, C, p.c, &run->second.algo,
+  cublas_check(cublasLtMatmul(g.handle(), p.op, &alpha, B, p.a, A, p.b, &beta, C_in ? C_in : C, p.c, C, p.c,
+                              &run->second.algo,
                               g.workspace(), g.workspace_bytes(), g.stream()),
                "cublasLtMatmul");
 }
 
-// A row-wise product C[rows, N] = A[rows, K] op(B) + beta C over `batch` sequences of rows / batch
-// rows: the sequences' tails on the short-row algorithm where they are short (gemm_cuda.h).
+// A row-wise product C[rows, N] = A[rows, K] op(B) + beta C (or + beta C_in) over `batch`
+// sequences of rows / batch rows: the sequences' tails on the short-row algorithm where they are
+// short (gemm_cuda.h).
 template <class In, class Out>
 void row_wise_gemm(const CublasGemm& g, bool tb, int64_t rows, int64_t batch, int64_t N, int64_t K, const In* A,
-                   int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc) {
+                   int64_t lda, const In* B, int64_t ldb, float beta, Out* C, int64_t ldc, const Out* C_in = nullptr) {
   SF_CHECK(batch > 0 && rows % batch == 0, "gemm: rows = ", rows, " are not batch = ", batch,
            " sequences of equal length");
   const int64_t len = rows / batch, tail = len % kGemmAlignedRows, head = len - tail;
   if (tail == 0 || batch * tail >= kGemmAlignedRows || !gemm_short_rows_for_thread()) {
-    pinned_gemm<In, Out>(g, false, false, tb, rows, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+    pinned_gemm<In, Out>(g, false, false, tb, rows, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, C_in);
   } else if (head == 0) {
-    pinned_gemm<In, Out>(g, true, false, tb, rows, N, K, 1.f, A, lda, B, ldb, beta, C, ldc);
+    pinned_gemm<In, Out>(g, true, false, tb, rows, N, K, 1.f, A, lda, B, ldb, beta, C, ldc, C_in);
   } else {
+    auto rows_of = [&](const Out* M, int64_t r) { return M ? M + r * ldc : nullptr; };
     for (int64_t b = 0; b < batch; ++b) {
       const int64_t r = b * len;
-      pinned_gemm<In, Out>(g, false, false, tb, head, N, K, 1.f, A + r * lda, lda, B, ldb, beta, C + r * ldc, ldc);
+      pinned_gemm<In, Out>(g, false, false, tb, head, N, K, 1.f, A + r * lda, lda, B, ldb, beta, C + r * ldc, ldc,
+                           rows_of(C_in, r));
       pinned_gemm<In, Out>(g, true, false, tb, tail, N, K, 1.f, A + (r + head) * lda, lda, B, ldb, beta,
-                           C + (r + head) * ldc, ldc);
+                           C + (r + head) * ldc, ldc, rows_of(C_in, r + head));
     }
   }
 }
@@ -247,8 +253,9 @@ void gemm_cuda(const CublasGemm& g, bool ta, bool tb, int64_t M, int64_t N, int6
 
 template <class In, class Out>
 void linear_forward_cuda(const CublasGemm& g, const In* x, const In* W, Out* y, int64_t rows, int64_t in,
-                         int64_t out, int64_t batch) {
-  row_wise_gemm<In, Out>(g, false, rows, batch, out, in, x, in, W, out, 0.f, y, out);
+                         int64_t out, int64_t batch, const Out* residual) {
+  SF_CHECK(residual != y || residual == nullptr, "linear_forward_cuda: the residual must not be y itself");
+  row_wise_gemm<In, Out>(g, false, rows, batch, out, in, x, in, W, out, residual ? 1.f : 0.f, y, out, residual);
 }
 
 template <class In, class Out>
@@ -306,7 +313,7 @@ void cast_to_bf16_cuda(const float* src, __nv_bfloat16* dst, int64_t n, cudaStre
   template void gemm_cuda<In, Out>(const CublasGemm&, bool, bool, int64_t, int64_t, int64_t, float, const In*, \
                                    int64_t, const In*, int64_t, float, Out*, int64_t);                          \
   template void linear_forward_cuda<In, Out>(const CublasGemm&, const In*, const In*, Out*, int64_t, int64_t,  \
-                                             int64_t, int64_t);                                                 \
+                                             int64_t, int64_t, const Out*);                                     \
   template void linear_backward_data_cuda<In, Out>(const CublasGemm&, const In*, const In*, Out*, int64_t,     \
                                                    int64_t, int64_t, int64_t, bool);
 SF_INSTANTIATE(float, float)

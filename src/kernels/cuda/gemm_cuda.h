@@ -100,7 +100,9 @@ bool& gemm_short_rows_for_thread();
 
 // Dense layers on row-major x[rows, in], W[in, out], as in kernels/cpu/gemm.h; the rows are
 // `batch` sequences of rows / batch tokens, one after another (the short rows' split, above):
-//   linear_forward_cuda:         y  = x W      (y overwritten)
+//   linear_forward_cuda:         y  = x W      (y overwritten), or y = residual + x W with a residual
+//                                (rows x out, not y itself: added in the GEMM's fp32 epilogue, one
+//                                rounding of y; the pre-norm residual's stream, lever residual_epilogue)
 //   linear_backward_data_cuda:   dx += dy W^T  (dx = dy W^T with accumulate = false: no zero-fill
 //                                needed for the first product into dx)
 //   linear_backward_weight_cuda: dW += x^T dy  (dW is the fp32 gradient; the rows are batch
@@ -108,7 +110,7 @@ bool& gemm_short_rows_for_thread();
 //                                ldy: dy's row stride when it is a column block of a wider matrix)
 template <class In, class Out>
 void linear_forward_cuda(const CublasGemm& g, const In* x, const In* W, Out* y, int64_t rows, int64_t in,
-                         int64_t out, int64_t batch);
+                         int64_t out, int64_t batch, const Out* residual = nullptr);
 template <class In, class Out>
 void linear_backward_data_cuda(const CublasGemm& g, const In* dy, const In* W, Out* dx, int64_t rows, int64_t in,
                                int64_t out, int64_t batch, bool accumulate = true);

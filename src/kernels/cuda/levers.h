@@ -3,7 +3,8 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside
+//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,
+//                      gates_beside,residual_epilogue,graph_priority
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -94,6 +95,19 @@
 //                 of a few memory latencies each that the main stream waited for; same kernels,
 //                 same bits; l2norm_pair, add_vectors and dw_beside default since their H200 run
 //                 in the seventh session)
+//   gates_beside  GDN backward: the gates kernel (da, db, dA_log, ddt_bias) on the main stream
+//                 between the core and the L2 norms (instead of on the side stream beside the L2
+//                 norms, convs and q, k, v's input gradient, the main stream waiting for da, db only
+//                 at the gate projections' input gradient: SideWork::mark; same kernels, same bits)
+//   residual_epilogue  pre-norm residual forward: y = x + inner(h) added by a kernel of its own after
+//                 the inner layer (instead of in the inner layer's last GEMM, the GDN's output
+//                 projection or the MLP's down projection, as cuBLASLt's beta C with C = x: one launch
+//                 fewer per block and chunk, y rounded to bf16 once instead of twice; another
+//                 rounding, so within twice the old path's error; row-wise, so chunk-invariant)
+//   graph_priority  CUDA graphs: every kernel at its launch stream's priority (instead of the main
+//                 stream's recorded kernels at the device's greatest stream priority and the side
+//                 stream's at the least, so that where both wait for SMs the main stream's blocks
+//                 start first; kernels/cuda/device_graph_cuda.cu; scheduling only, same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -120,12 +134,13 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
                                            "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
-                                           "dw_beside"};
+                                           "dw_beside", "gates_beside", "residual_epilogue",
+                                           "graph_priority"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast"};
+inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast", "gates_beside", "residual_epilogue", "graph_priority"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

@@ -16,19 +16,26 @@ namespace {
 // one) does not serialise with it; the events carry the order instead.
 struct SideStream {
   cudaStream_t stream = nullptr;
-  // layer_end: where the side stream's work of the last join_later ends (one pending at a time)
-  cudaEvent_t main_reached = nullptr, side_done = nullptr, layer_end = nullptr;
+  // layer_end: where the side stream's work of the last join_later ends (one pending at a time);
+  // marked: SideWork::mark()'s
+  cudaEvent_t main_reached = nullptr, side_done = nullptr, layer_end = nullptr, marked = nullptr;
   std::unique_ptr<CublasGemm> gemm;
   SideStream() {
-    cuda_check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreateWithFlags (side stream)");
+    // the least priority (the default's): recorded in a graph, the main stream's kernels go first
+    // (lever graph_priority, device_graph_cuda.cu)
+    int least = 0, greatest = 0;
+    cuda_check(cudaDeviceGetStreamPriorityRange(&least, &greatest), "cudaDeviceGetStreamPriorityRange");
+    cuda_check(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, least),
+               "cudaStreamCreateWithPriority (side stream)");
     cuda_check(cudaEventCreateWithFlags(&main_reached, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     cuda_check(cudaEventCreateWithFlags(&side_done, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     cuda_check(cudaEventCreateWithFlags(&layer_end, cudaEventDisableTiming), "cudaEventCreate (side stream)");
+    cuda_check(cudaEventCreateWithFlags(&marked, cudaEventDisableTiming), "cudaEventCreate (side stream)");
     gemm = std::make_unique<CublasGemm>(stream);
   }
   ~SideStream() {  // at thread exit; destructors must not throw
     gemm.reset();
-    cudaEventDestroy(layer_end), cudaEventDestroy(side_done), cudaEventDestroy(main_reached);
+    cudaEventDestroy(marked), cudaEventDestroy(layer_end), cudaEventDestroy(side_done), cudaEventDestroy(main_reached);
     cudaStreamDestroy(stream);
   }
 };
@@ -66,11 +73,17 @@ bool& dw_beside_for_thread() {
   return enabled;
 }
 
+bool& gates_beside_for_thread() {
+  thread_local bool enabled = !lever_off("gates_beside");
+  return enabled;
+}
+
 void prepare_side_work_for_thread() {
   if (side_work_enabled_for_thread()) side_stream_for_thread();
 }
 
-SideWork::SideWork() : overlap_(side_work_enabled_for_thread() && thread_op_timer() == nullptr) {}
+SideWork::SideWork()
+    : overlap_(side_work_enabled_for_thread() && (thread_op_timer() == nullptr || op_timer_keeps_overlap())) {}
 
 SideWork::~SideWork() {
   if (!pending_) return;
@@ -113,6 +126,18 @@ void SideWork::join_with_deferred(std::vector<Tensor> operands) {
   // The pending mark moves to the end of this work: the deferred waits (the inner layer's and
   // this one) wait for both.
   defer_to_layer_end(std::move(operands));
+}
+
+void SideWork::mark() {
+  if (!pending_) return;
+  SideStream& s = side_stream_for_thread();
+  cuda_check(cudaEventRecord(s.marked, s.stream), "cudaEventRecord (mark)");
+}
+
+void SideWork::wait_for_mark() {
+  if (!pending_) return;
+  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), side_stream_for_thread().marked, 0),
+             "cudaStreamWaitEvent (mark)");
 }
 
 void SideWork::defer_to_layer_end(std::vector<Tensor> operands) {

@@ -40,7 +40,7 @@ namespace stateflow {
 // Whether SideWork overlaps on this thread: true unless STATEFLOW_LEVERS_OFF names
 // side_stream; tests switch it per thread. While `--breakdown` times a layer's parts (an
 // OpTimer on the thread) side work runs on the main stream anyway, so each part's device time
-// is its own.
+// is its own (`--breakdown-overlapped`, core/op_scope.h's op_timer_keeps_overlap, keeps it beside).
 bool& side_work_enabled_for_thread();
 // Whether join_later() may defer (inside a DeferredWorkScope): true unless STATEFLOW_LEVERS_OFF
 // names side_defer; tests switch it per thread.
@@ -49,6 +49,10 @@ bool& side_work_deferral_for_thread();
 // go to the side stream beside the rest (lever dw_beside) or run on the main stream in place;
 // tests switch it per thread. The same kernels and sums either way.
 bool& dw_beside_for_thread();
+// Whether the GDN backward's gates kernel (and its gate projections' weight gradients) go to the
+// side stream beside the L2 norms, convs and input projections (lever gates_beside) or run on the
+// main stream where they were; tests switch it per thread. The same kernels, the same bits.
+bool& gates_beside_for_thread();
 
 // Makes the thread's side stream and its handle now if overlap is on, so that a CUDA graph
 // recording (device_graph_cuda.h) finds them made rather than creating them while it records.
@@ -75,6 +79,12 @@ class SideWork {
   // reduction after its inner layer's backward): it joins the side work already deferred, waited
   // for with it at the next join, rather than making the main stream wait for that work now.
   void join_with_deferred(std::vector<Tensor> operands);
+  // For a result of the side work that the main stream reads before the layer's end (the GDN's
+  // da, db): mark() notes the side stream's work issued so far, wait_for_mark() makes the main
+  // stream wait for that work only, not for side work issued after the mark (the weight
+  // gradients). One mark at a time; nothing without overlap.
+  void mark();
+  void wait_for_mark();
 
  private:
   // Marks the side stream's end now and defers the main stream's wait for it (and the release of

@@ -15,6 +15,7 @@ class GatedDeltaNet : public MixerLayer<GatedDeltaNet> {
  public:
   GatedDeltaNet(const std::string& prefix, const ModelConfig& cfg, DType dtype, Rng& rng);
   std::string kind() const override { return "gdn"; }
+  bool adds_residual_on_device() const override { return true; }  // in the output projection's epilogue
   std::vector<Param*> params() override;
 
   // Indices into the boundary State.

@@ -208,10 +208,11 @@ Tensor GatedDeltaNet::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const S
     gated_rmsnorm_forward_cuda<bf16>(bf16_ptr(s->o), s->in.z_at, f32_ptr(out_norm_.value), bf16_ptr(s->y),
                                      f32_ptr(s->rstd_o), rows * Hv_, dv_, norm_eps_, st, GateRows{Hv_, s->in.ld_vz});
   }
-  Tensor out = bf16_out({rows, D_});
+  Tensor out = bf16_out({rows, D_});  // with ctx.residual: residual + y Wo (model/residual.h)
   {
     OpScope part("gdn.out_proj");
-    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_, B);
+    linear_forward_cuda<bf16, bf16>(gemm, bf16_ptr(s->y), bf16_ptr(Wo_.value_bf16), bf16_ptr(out), rows, HV, D_, B,
+                                    ctx.residual ? bf16_ptr(*ctx.residual) : nullptr);
   }
   stash = std::move(s);
   return out;
@@ -296,14 +297,20 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
     dq = sum_over_groups_cuda(dqv, H_, Hv_, dk_, st), dk = sum_over_groups_cuda(dkv, H_, Hv_, dk_, st);
   }
 
-  // gates
+  // gates. With gates_beside on the side stream, beside the L2 norms, convs and q, k, v's input
+  // gradient (at 1-2K-token chunks a fixed ~12 us of dependent loads that the main stream waited
+  // for): the main stream waits for da and db only where the gate projections' input gradient
+  // reads them (the mark). dg, dbeta and the workspace live until that wait.
   Tensor da = bf16_out({rows, Hv_}), db = bf16_out({rows, Hv_});
+  const bool gates_beside = gates_beside_for_thread();
+  const Tensor gates_ws = scratch_f32(gdn_gates_backward_workspace_bytes(rows, Hv_, B));
   {
     OpScope part("gdn.gates");
-    DeviceBuffer ws = cuda_scratch(gdn_gates_backward_workspace_bytes(rows, Hv_, B));
+    const cudaStream_t on = gates_beside ? side.fork().stream() : st;
     gdn_gates_backward_cuda<bf16>(bf16_ptr(s.a), bf16_ptr(s.b), f32_ptr(A_log_.value), f32_ptr(dt_bias_.value),
                                   f32_ptr(dg), f32_ptr(dbeta), bf16_ptr(da), bf16_ptr(db), f32_ptr(A_log_.grad),
-                                  f32_ptr(dt_bias_.grad), rows, Hv_, B, ws.get(), st);
+                                  f32_ptr(dt_bias_.grad), rows, Hv_, B, gates_ws.raw(), on);
+    if (gates_beside) side.mark();
   }
   {
     OpScope part("gdn.gate_proj.wgrad");
@@ -366,6 +373,7 @@ Tensor GatedDeltaNet::backward_cuda(const ChunkCtx& ctx, const Tensor& dout, con
   }
   {
     OpScope part("gdn.gate_proj.dgrad");
+    if (gates_beside) side.wait_for_mark();
     dgrad(Wa_, bf16_ptr(da), Hv_), dgrad(Wb_, bf16_ptr(db), Hv_);
   }
   if (!d_in.fused) {

@@ -26,6 +26,7 @@ bool fused(const Param& w1, const Param& w3) {
 }  // namespace
 
 Tensor SwiGluMlp::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State&, State&, std::unique_ptr<Stash>& stash) {
+  // With ctx.residual: y = residual + h W2 (model/residual.h, lever residual_epilogue)
   const int64_t rows = x.dim(0), D = w1_.value.dim(0), F = w1_.value.dim(1);
   const CublasGemm& g = cublas_for_thread();
   auto s = std::make_unique<MlpCudaStash>();
@@ -53,7 +54,8 @@ Tensor SwiGluMlp::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State
   }
   {
     OpScope part("mlp.down_proj");
-    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(s->h), bf16_ptr(w2_.value_bf16), bf16_ptr(y), rows, F, D, ctx.batch);
+    linear_forward_cuda<bf16, bf16>(g, bf16_ptr(s->h), bf16_ptr(w2_.value_bf16), bf16_ptr(y), rows, F, D, ctx.batch,
+                                    ctx.residual ? bf16_ptr(*ctx.residual) : nullptr);
   }
   stash = std::move(s);
   return y;

@@ -17,6 +17,15 @@ struct ResidualCudaStash : Stash {
 };
 }  // namespace
 
+bool& residual_epilogue_for_thread() {
+  thread_local bool on = !lever_off("residual_epilogue");
+  return on;
+}
+
+bool PreNormResidual::inner_adds_residual() const {
+  return residual_epilogue_for_thread() && inner_->adds_residual_on_device();
+}
+
 Tensor PreNormResidual::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const State& state_in, State& state_out,
                                      std::unique_ptr<Stash>& stash) {
   auto s = std::make_unique<ResidualCudaStash>();
@@ -28,6 +37,14 @@ Tensor PreNormResidual::forward_cuda(const ChunkCtx& ctx, const Tensor& x, const
     OpScope part("block.rmsnorm");
     rmsnorm_forward_cuda<bf16>(bf16_ptr(x), f32_ptr(norm_.value), bf16_ptr(h), f32_ptr(s->rstd), rows, D, eps_,
                                layer_stream());
+  }
+  // y = x + inner(h): in the inner layer's last GEMM (one rounding), or added after it
+  if (inner_adds_residual()) {
+    ChunkCtx with_residual = ctx;
+    with_residual.residual = &x;
+    Tensor y = inner_->forward(with_residual, h, state_in, state_out, s->inner);
+    stash = std::move(s);
+    return y;
   }
   Tensor y = inner_->forward(ctx, h, state_in, state_out, s->inner);
   {
