@@ -888,16 +888,15 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
 
 // Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
 // copy warp; CB > 0: that multicasts to clusters of CB blocks).
-template <int RG, int KS, bool CW, int CB = 0>
+template <int RG, int KS, bool CW, int CB = 0, int STAGES = row_stages<RG, KS, false>()>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
   const float* from = a.S_in ? a.S_in + tile : nullptr;
   float* to = a.S_out ? a.S_out + tile : nullptr;
-  constexpr int stages = row_stages<RG, KS, false>();
-  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW, CB>(a, b, h, row0, from, to, sm);
-  else row_forward_sweep<RG, KS, stages>(a, b, h, row0, from, to, sm);
+  if constexpr (KS == KQ) quarter_forward_sweep<RG, STAGES, CW, CB>(a, b, h, row0, from, to, sm);
+  else row_forward_sweep<RG, KS, STAGES>(a, b, h, row0, from, to, sm);
   if constexpr (CB > 0) cuda::cluster_sync();  // no block leaves while a peer may still reach its shared memory
 }
 
@@ -1505,6 +1504,7 @@ int copies_of(const GdnCudaConfig& cfg) {
   return 4;
 }
 
+
 // The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.
 int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep >= GdnCudaConfig::kDefaultSweep && cfg.sweep <= GdnCudaConfig::kTileSweeps,
@@ -1525,6 +1525,16 @@ int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(!(key_split_of(cfg) == KQ && cfg.sweep_warps == 2), "GDN CUDA core: the quarter sweeps (key split 4) ",
            "need 4 or 8 warps per block, got sweep_warps = 2; ask for 4 or 8, or for key split 1 or 2");
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
+}
+
+// ST's copy stages (GdnCudaConfig::sweep_stages, else the untried lever sweep_deep: 4 when on);
+// 4 only for the quarter sweeps' copy warp without multicast (others keep theirs).
+int forward_stages_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.sweep_stages == 0 || cfg.sweep_stages == 3 || cfg.sweep_stages == 4,
+           "GDN CUDA core: sweep_stages must be 3 or 4 (or 0 for the lever sweep_deep), got ", cfg.sweep_stages);
+  SF_CHECK(cfg.sweep_stages != 4 || copies_of(cfg) == 1, "GDN CUDA core: sweep_stages = 4 needs the quarter ",
+           "sweeps' copy warp without multicast (sweep_copy_warp 1, sweep_multicast -1)");
+  return cfg.sweep_stages ? cfg.sweep_stages : lever_off("sweep_deep") ? 3 : 4;
 }
 
 bool is_split(const GdnCudaConfig& cfg) { return piece_len_of(cfg) != GdnCudaConfig::kUnsplit; }
@@ -1705,13 +1715,15 @@ void launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, cudaStream
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed. CB > 0:
 // the quarter sweeps' copy warp multicasts to clusters of CB blocks (their barriers after the
 // shared memory the sweep uses). kCount: B3's quarter sweeps count their segments (a.progress).
-template <int RG, int KS, bool CW = false, int CB = 0, bool kCount = false>
+// FS: the forward's copy stages.
+template <int RG, int KS, bool CW = false, int CB = 0, bool kCount = false, int FS = row_stages<RG, KS, false>()>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
   if constexpr (KS == KQ && !kCount)
     if (reverse && a.progress) return row_sweeps<RG, KS, CW, CB, true>(reverse, recompute, a, stream);
   constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
   constexpr int bars = CB > 0 ? kMulticastBarrierBytes : 0;
-  constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes + bars;
+  constexpr int fwd_smem = RowSmem<RG, KS, FS, false>::bytes + bars;
+  static_assert(fwd_smem <= kMaxSmem, "the forward's copy stages fit in shared memory");
   constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes + bars;
   static_assert(CB == 0 || (CW && RG == 1 && tiles % (CB > 0 ? CB : 1) == 0), "multicast: the copy warp's one row group per block");
   const dim3 fwd_grid(tiles, a.H, a.B), bwd_grid(tiles * (recompute ? 2 : 1), a.H, a.B);
@@ -1721,7 +1733,7 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
     return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB, kCount>, bwd_grid, threads, bwd_bytes, stream, a,
                                recompute);
   }
-  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, fwd_grid, threads, fwd_smem, stream, a);
+  if (!reverse) return launch(row_forward_kernel<RG, KS, CW, 0, FS>, fwd_grid, threads, fwd_smem, stream, a);
   launch(row_backward_kernel<RG, KS, CW, 0, kCount>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
 }
 
@@ -1735,7 +1747,7 @@ int row_sweep_warps(int warps, int key_split, bool reverse, bool recompute) {
   return warps ? warps : (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
 }
 void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompute, const Args& a,
-                cudaStream_t stream) {
+                cudaStream_t stream, int stages = 3) {
   warps = row_sweep_warps(warps, key_split, reverse, recompute);
   switch (key_split * 100 + warps) {
     case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
@@ -1748,7 +1760,9 @@ void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompu
       switch (copies) {
         case 8: return row_sweeps<1, KQ, true, 8>(reverse, recompute, a, stream);
         case 4: return row_sweeps<1, KQ, true, 4>(reverse, recompute, a, stream);
-        case 1: return row_sweeps<1, KQ, true>(reverse, recompute, a, stream);
+        case 1:
+          if (stages == 4 && !reverse) return row_sweeps<1, KQ, true, 0, false, 4>(reverse, recompute, a, stream);
+          return row_sweeps<1, KQ, true>(reverse, recompute, a, stream);
         default: return row_sweeps<1, KQ>(reverse, recompute, a, stream);
       }
     case 408: return row_sweeps<2, KQ>(reverse, recompute, a, stream);
@@ -2049,12 +2063,14 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   overlap_asked(cfg);  // refuses a bad overlap setting (the backward's) before anything runs
+  const int stages = forward_stages_of(cfg);  // and a bad sweep_stages
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
-  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream, stages);
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;

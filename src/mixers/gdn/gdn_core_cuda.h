@@ -87,6 +87,10 @@ struct GdnCudaConfig {
   // share of the rows; -1 = every block loads them itself; 0 = the lever sweep_multicast
   // (untried: off unless STATEFLOW_LEVERS_ON names it; 8 when on). Same results, bitwise.
   int sweep_multicast = 0;
+  // ST's quarter sweeps with the copy warp and per-block copies: sub-chunks of W, K and U in
+  // flight (3 or 4; 0 = the lever sweep_deep: untried, 3 unless STATEFLOW_LEVERS_ON names it,
+  // then 4). Only when the tiles come late does a deeper pipeline help. Same results, bitwise.
+  int sweep_stages = 0;
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
   int value_tile = 0;

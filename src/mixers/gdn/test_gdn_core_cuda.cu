@@ -517,6 +517,25 @@ TEST_F(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   }
 }
 
+// ST with four sub-chunks of tiles in flight (sweep_stages 4, the lever sweep_deep) instead of
+// three: the same tiles in the same order, so the forward's outputs and a backward from its kept
+// sweep are bitwise those of three stages; also with a poisoned workspace and cuts at 128 and 192.
+TEST_F(GdnCoreCuda, DeeperForwardSweepCopiesGiveTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const Problem p = make_problem(rng, 2, 333, 3);  // 6 sub-chunks, the last of 13 tokens
+  RunOptions three = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);
+  three.cfg.sweep_copy_warp = 1, three.cfg.sweep_multicast = -1, three.cfg.sweep_stages = 3;
+  three.keep_T = three.keep_sweep = true;
+  const Gpu want = run_gpu(p, three);
+  RunOptions four = three;
+  four.cfg.sweep_stages = 4;
+  four.poison_workspace = true;
+  expect_bitwise_equal(run_gpu(p, four), want);
+  expect_bitwise_equal(run_split(p, {128, 192}, four), want);
+  four.cfg.sweep_copy_warp = -1;
+  EXPECT_THROW(run_gpu(p, four), Error);  // four stages only with the copy warp
+}
+
 // B3 overlapped with B4 (GdnCudaConfig::overlap) changes only the schedule, so outputs and every
 // gradient are bitwise the sequential ones: the backward that re-runs the forward sweep beside B3
 // (recomputing T, or from a kept T: B4 waits for both sweeps) and the backward from a kept sweep
