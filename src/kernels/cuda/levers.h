@@ -3,7 +3,8 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,sweep_deep
+//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,sweep_deep,
+//                      sweep_copy_lines
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -97,6 +98,10 @@
 //   sweep_deep    GDN core ST (quarter sweeps, copy warp): three sub-chunks of W, K and U in flight
 //                 (instead of four, 167 KiB of shared memory instead of 130; GdnCudaConfig::
 //                 sweep_stages; same bits)
+//   sweep_copy_lines  GDN core ST and B3 (quarter sweeps, copy warp): every 16-byte chunk of a tile
+//                 copied with its own predicated address (instead of tiles whose rows are all valid
+//                 copied by whole 128-byte lines, one address per row a lane copies: about 550 -> 150
+//                 copy-warp instructions per ST step; GdnCudaConfig::sweep_copy_lines; same bits)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -123,12 +128,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
                                            "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
-                                           "dw_beside", "sweep_deep"};
+                                           "dw_beside", "sweep_deep", "sweep_copy_lines"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast", "sweep_deep"};
+inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast", "sweep_deep", "sweep_copy_lines"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
