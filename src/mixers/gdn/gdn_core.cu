@@ -1529,7 +1529,7 @@ int sweep_of(const GdnCudaConfig& cfg) {
 }
 
 // Whether the copy warp copies whole tiles by lines (GdnCudaConfig::sweep_copy_lines, else the
-// untried lever sweep_copy_lines); only the copy warp's per-block copies do (copies_of 1).
+// lever sweep_copy_lines); only the copy warp's per-block copies do (copies_of 1).
 bool lines_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_copy_lines >= -1 && cfg.sweep_copy_lines <= 1,
            "GDN CUDA core: sweep_copy_lines must be 1 (on), -1 (off) or 0 (the lever sweep_copy_lines), got ",
@@ -1537,7 +1537,7 @@ bool lines_of(const GdnCudaConfig& cfg) {
   return cfg.sweep_copy_lines ? cfg.sweep_copy_lines > 0 : !lever_off("sweep_copy_lines");
 }
 
-// ST's copy stages (GdnCudaConfig::sweep_stages, else the untried lever sweep_deep: 4 when on);
+// ST's copy stages (GdnCudaConfig::sweep_stages, else the lever sweep_deep: 4 unless it is off);
 // 4 only for the quarter sweeps' copy warp without multicast (others keep theirs).
 int forward_stages_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_stages == 0 || cfg.sweep_stages == 3 || cfg.sweep_stages == 4,

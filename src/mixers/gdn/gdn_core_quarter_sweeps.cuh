@@ -135,10 +135,10 @@ __device__ void quarter_copies(int steps, Issue&& issue, OnStep&& on_step) {
 // same 16-byte cp.async as TileCopy's, so the same bytes land, but lane l copies chunk l % LPR of
 // rows l / LPR + RPI j, LPR lanes to a 128-byte line (or to a whole shorter row), so that a lane's
 // source moves by RPI row strides per j and by constants along its row, with no predicate and no
-// select. On the H200 (Nsight Compute, sixth round's code) the copy warp was the step's critical
-// path: about 550 instructions a step for ST's 69 cp.async (each with its own predicated 64-bit
-// address), issued without a pause, while the sweep warps waited for it at the step's barrier
-// (28 % of ST's stall samples, 33 % of B3's).
+// select. On the H200 (Nsight Compute, eighth session) the copy warp was the step's critical path:
+// 548 instructions a step (SASS) for ST's 69 cp.async, issued without a pause, while the sweep
+// warps waited for it at the step's barrier (28 % of ST's stall samples, 33 % of B3's from a kept
+// sweep); by lines 218, and that wait fell to 5 % (B3: 15 %).
 __device__ inline void cp_async16_whole(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(cuda::smem_u32(smem)), "l"(gmem));
 }
