@@ -40,7 +40,8 @@ struct MixerCase {
 };
 
 const MixerCase kMixerCases[] = {
-    {'G', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}}, {"A_log", "dt_bias"}},
+    {'G', {{"heads", 2}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}},
+     {"A_log", "dt_bias"}},
     // grouped values: two value heads per q/k head
     {'G',
      {{"heads", 2}, {"value_heads", 4}, {"head_dk", 4}, {"head_dv", 3}, {"conv_size", 4}, {"block_size", 8}},

@@ -55,7 +55,8 @@ struct GpuMixerCase {
   std::vector<std::string> decay_fields = {};
 };
 const GpuMixerCase kGpuMixerCases[] = {
-    {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}}, "", {"A_log", "dt_bias"}},
+    {'G', {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}},
+     "", {"A_log", "dt_bias"}},
     // grouped values (mixers/gdn/gdn_groups_cuda.h): two value heads per q/k head
     {'G', {{"heads", 2}, {"value_heads", 4}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}},
      "", {"A_log", "dt_bias"}},
