@@ -21,7 +21,7 @@ constexpr int64_t kPerHeadScalars = 64;
 // and 2.5e-3 of them (2^-8 = 3.9e-3). A decay parameter's inner terms: 16K state entries per
 // head and token, whose rounding errors cancel as a random walk's steps do; the GDN seed that
 // broke both other bands was 1.3e-4 of them, while a 64-token block counted twice is 1e-4 to
-// 5e-3 of them (and 0.05 to 3.3 of the net; 10 seeds, docs/design.md).
+// 5e-3 of them (and 0.05 to 3.3 of the net; 6 seeds, docs/design.md).
 constexpr double kPerHeadScalarNetBand = 2.5e-1, kPerHeadScalarTermsBand = 1e-2, kDecayInnerTermsBand = 5e-4;
 
 struct WorstGradError {
