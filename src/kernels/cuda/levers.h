@@ -112,11 +112,14 @@
 //                 the inner layer (instead of in the inner layer's last GEMM, the GDN's output
 //                 projection or the MLP's down projection, as cuBLASLt's beta C with C = x: one launch
 //                 fewer per block and chunk, y rounded to bf16 once instead of twice; another
-//                 rounding, so within twice the old path's error; row-wise, so chunk-invariant)
+//                 rounding, so within twice the old path's error; row-wise, so chunk-invariant;
+//                 gates_beside and residual_epilogue default since their H200 runs in the eighth
+//                 session: gdn-1.3b 32K, N = 16 0.6687 -> 0.6573 s)
 //   graph_priority  CUDA graphs: every kernel at its launch stream's priority (instead of the main
 //                 stream's recorded kernels at the device's greatest stream priority and the side
 //                 stream's at the least, so that where both wait for SMs the main stream's blocks
-//                 start first; kernels/cuda/device_graph_cuda.cu; scheduling only, same bits)
+//                 start first; kernels/cuda/device_graph_cuda.cu; scheduling only, same bits;
+//                 untried: on the H200 no gain measured, docs/benchmarks.md)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -146,10 +149,10 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "dw_beside", "sweep_deep", "sweep_copy_lines", "gates_beside",
                                            "residual_epilogue", "graph_priority"};
 
-// Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
-// run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
+// Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp, sweep_multicast and
+// graph_priority, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast", "gates_beside", "residual_epilogue", "graph_priority"};
+inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast", "graph_priority"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).
