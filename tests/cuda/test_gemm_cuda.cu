@@ -261,8 +261,7 @@ TYPED_TEST(GemmCuda, ShortRowsStayWithinTwiceTheAlignedError) {
 TYPED_TEST(GemmCuda, ResidualInTheEpilogueIsAddedOnceAndStaysRowWise) {
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  Rng& rng = this->rng;
-  CublasGemm g;
+  auto [rng, g] = this->rng_and_gemm();
   FlagScope on(gemm_short_rows_for_thread(), true);
   const int64_t S = kGemmAlignedRows, batch = 2, len = 2 * S + 300, M = batch * len, in = 256, out = 64;
   const Vec x = rounded<In>(normal_vec(rng, M * in)), W = rounded<In>(normal_vec(rng, in * out));

@@ -121,13 +121,13 @@ void SideWork::join_with_deferred(std::vector<Tensor> operands) {
 
 void SideWork::mark() {
   if (!pending_) return;
-  SideStream& s = side_stream_for_thread();
+  SideStream& s = per_gpu_for_thread<SideStream>();
   cuda_check(cudaEventRecord(s.marked, s.stream), "cudaEventRecord (mark)");
 }
 
 void SideWork::wait_for_mark() {
   if (!pending_) return;
-  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), side_stream_for_thread().marked, 0),
+  cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), per_gpu_for_thread<SideStream>().marked, 0),
              "cudaStreamWaitEvent (mark)");
 }
 
