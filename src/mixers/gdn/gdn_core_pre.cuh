@@ -203,11 +203,13 @@ __device__ void triangular_rows(Tile<C, C> Ts, Tile<C, DK> X, const float* beta,
 
 // Pre with the inversion on tensor cores (and B1 from a kept T, kFromT): one block per
 // (sub-chunk, head, batch), 8 warps, the same outputs as pre_kernel (W, U bitwise from the same T).
-template <bool kFromT, bool kPlans>
-__global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mma_kernel(Args a) {
+// kWalk: the heads-first grid, the inputs of the block `ahead` later asked of L2 (gdn_core_walk.cuh).
+template <bool kFromT, bool kPlans, bool kWalk = false>
+__global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mma_kernel(Args a, int ahead) {
   using S = PreMmaSmem<kFromT>;
   extern __shared__ __align__(128) char sm[];
-  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, warp = tid >> 5;
+  const SubChunkAt at = this_sub_chunk<kWalk>(a);
+  const int n = at.n, h = at.h, b = at.b, tid = threadIdx.x, warp = tid >> 5;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
   bf16* Tg = a.Tm + a.ws_sub(b, h, n) * C * C;
@@ -220,6 +222,10 @@ __global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mm
     if constexpr (kFromT) {
       const BlockCopy<Tile<C, C>, kPlans> copy_T(tid);
       copy_T(Ts, Tg, C);
+    }
+    if constexpr (kWalk) {  // after this block's own copies, so that they go first
+      SubChunkAt later;
+      if (block_ahead(a, ahead, later)) prefetch_sub_chunk<2, true, kFromT>(a, later, a.k, a.v, nullptr, tid);
     }
   });
   if constexpr (!kFromT) {

@@ -792,6 +792,65 @@ TEST_F(GdnCoreCuda, PreOnTensorCoresSplitAtMultiplesOfCIsBitwiseNeutral) {
   expect_bitwise_equal(run_split(p, {128, 192}, opt), run_gpu(p, opt));
 }
 
+// What a forward with T and the sweep kept leaves in those buffers (T; G, W, V_new and the
+// entering states), as bytes.
+std::pair<std::vector<char>, std::vector<char>> forward_kept_bytes(const Problem& p, GdnCudaConfig cfg) {
+  const GdnDims& d = p.d;
+  Dev<bf16> q(p.q), k(p.k), v(p.v), o(p.v.size());
+  Dev<float> beta(p.beta), g(p.g), S_in(p.S_in), S_out(p.S_in.size());
+  Dev<char> kept_T(gdn_cuda_kept_T_bytes(d)), kept_sweep(gdn_cuda_kept_sweep_bytes(d));
+  for (auto* x : {&kept_T, &kept_sweep}) EXPECT_EQ(cudaMemset(x->p, 0xff, x->n), cudaSuccess);
+  cfg.T_buffer = reinterpret_cast<bf16*>(kept_T.p), cfg.sweep_buffer = kept_sweep.p;
+  Dev<char> ws(gdn_cuda_workspace_bytes(d, cfg));
+  EXPECT_EQ(cudaMemset(ws.p, 0xff, ws.n), cudaSuccess);
+  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, S_in.p, o.p, S_out.p, ws.p, nullptr, cfg);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {kept_T.raw(), kept_sweep.raw()};
+}
+
+// The heads-first walk of Pre, B1 and B2 (the L2 prefetch off, a few blocks ahead, and a wave
+// ahead, which is past these grids' end) and the lean B2 against the grid walk and the plain B2:
+// the same T, G, W, V_new and entering states from the forward, and every output and gradient the
+// same bits recomputing T, from a kept T and from a kept sweep (B2 then runs alone before B3),
+// the workspace NaN-poisoned, batch 2 x 3 heads with a short last sub-chunk.
+TEST_F(GdnCoreCuda, HeadsFirstWalkAndLeanB2GiveTheGridBits) {
+  SKIP_WITHOUT_GPU();
+  const Problem p = make_problem(rng, 2, 333, 3);
+  struct Case {
+    const char* name;
+    int walk;
+    float waves;
+    int b2;
+  };
+  const std::vector<Case> cases = {
+      {"heads first, no prefetch", GdnCudaConfig::kWalkHeads, 0.f, GdnCudaConfig::kB2Plain},
+      {"heads first, a few blocks ahead", GdnCudaConfig::kWalkHeads, 0.01f, GdnCudaConfig::kB2Plain},
+      {"heads first, a wave ahead", GdnCudaConfig::kWalkHeads, 1.f, GdnCudaConfig::kB2Plain},
+      {"lean B2", GdnCudaConfig::kWalkGrid, -1.f, GdnCudaConfig::kB2Lean},
+      {"heads first and lean B2", GdnCudaConfig::kWalkHeads, 0.01f, GdnCudaConfig::kB2Lean}};
+  RunOptions old = unsplit();
+  old.cfg.walk = GdnCudaConfig::kWalkGrid, old.cfg.b2 = GdnCudaConfig::kB2Plain;
+  old.poison_workspace = true;
+  const auto old_kept = forward_kept_bytes(p, old.cfg);
+  for (int kept : {0, 1, 2}) {
+    SCOPED_TRACE(kept == 0 ? "recomputing T" : kept == 1 ? "T kept" : "T and the sweep kept");
+    RunOptions base = old;
+    base.keep_T = kept >= 1, base.keep_sweep = kept == 2;
+    const Gpu want = run_gpu(p, base);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.name);
+      RunOptions now = base;
+      now.cfg.walk = c.walk, now.cfg.prefetch_waves = c.waves, now.cfg.b2 = c.b2;
+      expect_bitwise_equal(run_gpu(p, now), want);
+      if (kept == 0) {
+        const auto now_kept = forward_kept_bytes(p, now.cfg);
+        EXPECT_TRUE(now_kept.first == old_kept.first) << "T";
+        EXPECT_TRUE(now_kept.second == old_kept.second) << "G, W, V_new, entering states";
+      }
+    }
+  }
+}
+
 // The row sweeps against the float64 recurrence with the layer's decays, decays near 1 and
 // near 0, batch 2 x 1 and x 3 heads: held to the band and to within 2x the tile sweeps'
 // whole-tensor error.
@@ -872,6 +931,20 @@ TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("pre must be"), std::string::npos) << e.what();
   }
+  for (auto [walk, waves, b2, copies, word] :
+       {std::tuple{3, -1.f, 0, 0, "walk must be"}, {0, 9.f, 0, 0, "prefetch_waves"}, {0, -1.f, 3, 0, "b2 must be"},
+        {int(GdnCudaConfig::kWalkHeads), -1.f, 0, int(GdnCudaConfig::kCopyLoops), "kWalkGrid"},
+        {0, -1.f, int(GdnCudaConfig::kB2Lean), int(GdnCudaConfig::kCopyLoops), "kB2Plain"}}) {
+    GdnCudaConfig bad;  // kDefault*, or the two named kernels; the new ones copy by plans
+    bad.walk = walk, bad.prefetch_waves = waves, bad.b2 = b2, bad.tile_copies = copies;
+    try {
+      gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad, nullptr,
+                             bad);
+      ADD_FAILURE() << "walk " << walk << ", prefetch_waves " << waves << ", b2 " << b2 << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+    }
+  }
   GdnCudaConfig bad_slab;
   bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
   try {
@@ -908,7 +981,7 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4AndOverlapSegmentComeFromTheEnvironment) {
+TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4OverlapSegmentAndPrefetchComeFromTheEnvironment) {
   const char* var = "STATEFLOW_GDN_PIECE_LEN";
   GdnDims d;
   d.len = 4096, d.heads = 2;
@@ -953,6 +1026,15 @@ TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4AndOverlapSegmentComeFromTheEnviron
   for (const char* bad : {"0", "-4", "8x", ""}) {
     ScopedEnv env("STATEFLOW_GDN_OVERLAP_SEGMENT", bad);
     EXPECT_THROW(gdn_cuda_default_overlap_segment(), Error) << "accepted '" << bad << "'";
+  }
+  EXPECT_EQ(gdn_cuda_default_prefetch_waves(), 1.f);
+  {
+    ScopedEnv env("STATEFLOW_GDN_PREFETCH_WAVES", "0.5");
+    EXPECT_EQ(gdn_cuda_default_prefetch_waves(), 0.5f);
+  }
+  for (const char* bad : {"-1", "9", "1x", ""}) {
+    ScopedEnv env("STATEFLOW_GDN_PREFETCH_WAVES", bad);
+    EXPECT_THROW(gdn_cuda_default_prefetch_waves(), Error) << "accepted '" << bad << "'";
   }
   // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
   for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
