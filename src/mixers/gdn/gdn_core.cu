@@ -24,8 +24,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
-#include <tuple>
-#include <vector>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/cluster_copy.cuh"
@@ -214,12 +213,13 @@ __device__ inline float round_bf16(float x) { return __bfloat162float(__float2bf
 
 // Pre's inputs (pre_kernel and pre_mma_kernel): the k and v rows (one plan: DV = DK) and the copies
 // more() issues with them, loaded under the decays (load_decays; G also to the workspace).
-template <bool kPlans, class More>
+// kV: V too (pre_mma_kernel's late V loads it later).
+template <bool kPlans, bool kV = true, class More>
 __device__ void load_pre_inputs(const Args& a, Tile<C, DK> Ks, Tile<C, DV> Vs, int64_t r0, int64_t ws0, int nv,
                                 float* G, float* gam, float* beta, int tid, More&& more) {
   const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);
   copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
-  copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
+  if constexpr (kV) copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
   more();
   cuda::cp_async_commit();
   load_decays(a, r0, nv, G, gam, beta, tid);
@@ -1598,8 +1598,11 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
            "GDN CUDA core: b4_slab must be 16, 32 or 64 (or 0 for automatic), got ", cfg.b4_slab);
   SF_CHECK(cfg.tile_copies >= GdnCudaConfig::kDefaultCopies && cfg.tile_copies <= GdnCudaConfig::kCopyPlans,
            "GDN CUDA core: tile_copies must be kDefaultCopies, kCopyLoops or kCopyPlans, got ", cfg.tile_copies);
-  SF_CHECK(cfg.pre >= GdnCudaConfig::kDefaultPre && cfg.pre <= GdnCudaConfig::kPreMma,
-           "GDN CUDA core: pre must be kDefaultPre, kPreScalar or kPreMma, got ", cfg.pre);
+  SF_CHECK(cfg.pre >= GdnCudaConfig::kDefaultPre && cfg.pre <= GdnCudaConfig::kPreLateV,
+           "GDN CUDA core: pre must be kDefaultPre, kPreScalar, kPreMma or kPreLateV, got ", cfg.pre);
+  SF_CHECK(cfg.pre != GdnCudaConfig::kPreLateV || cfg.tile_copies != GdnCudaConfig::kCopyLoops,
+           "GDN CUDA core: the Pre with V loaded late (pre = kPreLateV) copies tiles by plans; got tile_copies ",
+           cfg.tile_copies, ". Ask for kPreMma with it");
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1795,86 +1798,50 @@ bool tile_plans(const GdnCudaConfig& cfg) {
                                                           : cfg.tile_copies == GdnCudaConfig::kCopyPlans;
 }
 
-// Whether Pre inverts on tensor cores (GdnCudaConfig::pre).
-bool pre_on_tensor_cores(const GdnCudaConfig& cfg) {
-  return cfg.pre == GdnCudaConfig::kDefaultPre ? !lever_off("pre_mma") : cfg.pre == GdnCudaConfig::kPreMma;
+// Which Pre runs (GdnCudaConfig::pre), the default resolved: on tensor cores unless the lever pre_mma
+// is off, with V loaded late where the lever pre_late_v is on and tile copies are by plans.
+int pre_of(const GdnCudaConfig& cfg) {
+  if (cfg.pre != GdnCudaConfig::kDefaultPre) return cfg.pre;
+  if (lever_off("pre_mma")) return GdnCudaConfig::kPreScalar;
+  return tile_plans(cfg) && !lever_off("pre_late_v") ? GdnCudaConfig::kPreLateV : GdnCudaConfig::kPreMma;
 }
 
-// How Pre, B1 and B2 walk their blocks (GdnCudaConfig::walk, gdn_core_walk.cuh): heads first with
-// the L2 prefetch (`heads`, and the prefetch distance in waves of resident blocks), or the grid
-// (sub-chunks, heads, batch). The heads-first kernels copy by plans; refuses a bad setting.
-struct Walk {
-  bool heads = false;
-  float waves = 0.f;
-};
-
-Walk walk_of(const GdnCudaConfig& cfg, const Args& a) {
+// Whether Pre, B1 and B2 walk heads first (GdnCudaConfig::walk, gdn_core_walk.cuh): the heads-first
+// kernels copy by plans, and blockIdx.x must hold NS x H. Refuses a bad setting.
+bool heads_first_of(const GdnCudaConfig& cfg, const Args& a) {
   SF_CHECK(cfg.walk >= GdnCudaConfig::kDefaultWalk && cfg.walk <= GdnCudaConfig::kWalkHeads,
            "GDN CUDA core: walk must be kDefaultWalk, kWalkGrid or kWalkHeads, got ", cfg.walk);
-  SF_CHECK(cfg.prefetch_waves < 0 || cfg.prefetch_waves <= 8, "GDN CUDA core: prefetch_waves must be 0 to 8 ",
-           "(or < 0 for gdn_cuda_default_prefetch_waves()), got ", cfg.prefetch_waves);
   const bool plans = tile_plans(cfg);
   SF_CHECK(cfg.walk != GdnCudaConfig::kWalkHeads || plans, "GDN CUDA core: the heads-first walk (walk = ",
            "kWalkHeads) copies tiles by plans; got tile_copies ", cfg.tile_copies, ". Ask for kWalkGrid with it");
   const bool asked = cfg.walk == GdnCudaConfig::kDefaultWalk ? plans && !lever_off("core_walk")
                                                              : cfg.walk == GdnCudaConfig::kWalkHeads;
-  Walk w;
-  w.heads = asked && int64_t(a.NS) * a.H <= (int64_t(1) << 30);  // blockIdx.x plus the distance stays an int
-  w.waves = cfg.prefetch_waves >= 0 ? cfg.prefetch_waves : gdn_cuda_default_prefetch_waves();
-  return w;
+  return asked && int64_t(a.NS) * a.H < (int64_t(1) << 31);
 }
 
-dim3 walk_grid(const Walk& w, const Args& a) { return w.heads ? dim3(a.NS * a.H, 1, a.B) : dim3(a.NS, a.H, a.B); }
-
-// Blocks between a heads-first block and the one whose inputs it prefetches: w.waves times the
-// kernel's resident blocks (0 for the grid walk), per kernel and device, computed once per thread.
-template <class Kernel>
-int blocks_ahead(const Walk& w, Kernel kernel, int smem) {
-  if (!w.heads || w.waves <= 0) return 0;
-  int dev = 0;
-  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
-  thread_local std::vector<std::tuple<const void*, int, int>> known;  // kernel, device, resident blocks
-  const void* key = reinterpret_cast<const void*>(kernel);
-  int resident = -1;
-  for (auto [k, d, n] : known)
-    if (k == key && d == dev) resident = n;
-  if (resident < 0) {
-    int sms = 0, per_sm = 0;
-    cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem),
-               "raising the shared-memory limit");
-    cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                    cudaSharedmemCarveoutMaxShared),
-               "setting the shared-memory carveout");
-    cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, smem), "occupancy query");
-    resident = per_sm * sms;
-    known.emplace_back(key, dev, resident);
-  }
-  return int(w.waves * float(resident) + 0.5f);
+// The grid of a per-sub-chunk stage: heads first, or (sub-chunks, heads, batch).
+dim3 sub_chunk_grid(bool heads_first, const Args& a) {
+  return heads_first ? dim3(a.NS * a.H, 1, a.B) : dim3(a.NS, a.H, a.B);
 }
 
-// Launches a per-sub-chunk kernel (Args, int ahead) of 256 threads on the walk's grid.
-template <class Kernel>
-void launch_walk(const Walk& w, Kernel kernel, int smem, const Args& a, cudaStream_t stream) {
-  launch(kernel, walk_grid(w, a), 256, smem, stream, a, blocks_ahead(w, kernel, smem));
+// Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel; kLateV: V
+// loaded after the inversion (B1 from a kept T inverts nothing).
+template <bool kPlans, bool kWalk = false, bool kLateV = false>
+void pre_mma(bool from_T, const Args& a, cudaStream_t stream) {
+  const dim3 grid = sub_chunk_grid(kWalk, a);
+  if (from_T) return launch(pre_mma_kernel<true, kPlans, kWalk>, grid, 256, PreMmaSmem<true>::bytes, stream, a);
+  using S = std::conditional_t<kLateV, PreLateVSmem, PreMmaSmem<false>>;
+  launch(pre_mma_kernel<false, kPlans, kWalk, kLateV>, grid, 256, S::bytes, stream, a);
 }
 
-// Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel.
-template <bool kPlans>
-void pre_mma(bool from_T, dim3 grid, const Args& a, cudaStream_t stream) {
-  if (from_T) return launch(pre_mma_kernel<true, kPlans>, grid, 256, PreMmaSmem<true>::bytes, stream, a, 0);
-  launch(pre_mma_kernel<false, kPlans>, grid, 256, PreMmaSmem<false>::bytes, stream, a, 0);
-}
-
-// Pre, or B1 from a kept T (from_T), copying tiles through plans or not, on tensor cores or not,
-// walking heads first or not.
-void pre(bool from_T, bool plans, bool mma, const Walk& w, const Args& a, cudaStream_t stream) {
+// Pre, or B1 from a kept T (from_T), as pre_of says (kind), copying tiles through plans or not,
+// walking heads first or not (heads first and late V: by plans).
+void pre(bool from_T, bool plans, int kind, bool heads_first, const Args& a, cudaStream_t stream) {
   const dim3 grid(a.NS, a.H, a.B);
-  if (mma && w.heads) {
-    if (from_T) return launch_walk(w, pre_mma_kernel<true, true, true>, PreMmaSmem<true>::bytes, a, stream);
-    return launch_walk(w, pre_mma_kernel<false, true, true>, PreMmaSmem<false>::bytes, a, stream);
-  }
-  if (mma) return plans ? pre_mma<true>(from_T, grid, a, stream) : pre_mma<false>(from_T, grid, a, stream);
+  if (kind == GdnCudaConfig::kPreLateV)
+    return heads_first ? pre_mma<true, true, true>(from_T, a, stream) : pre_mma<true, false, true>(from_T, a, stream);
+  if (kind == GdnCudaConfig::kPreMma && heads_first) return pre_mma<true, true>(from_T, a, stream);
+  if (kind == GdnCudaConfig::kPreMma) return plans ? pre_mma<true>(from_T, a, stream) : pre_mma<false>(from_T, a, stream);
   if (from_T && plans) return launch(pre_kernel<true, true>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (from_T) return launch(pre_kernel<true, false>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (plans) return launch(pre_kernel<false, true>, grid, 256, PreSmem<false>::bytes, stream, a);
@@ -1892,11 +1859,11 @@ bool b2_lean_of(const GdnCudaConfig& cfg) {
   return cfg.b2 == GdnCudaConfig::kDefaultB2 ? plans && !lever_off("b2_lean") : cfg.b2 == GdnCudaConfig::kB2Lean;
 }
 
-// B2, by the lean kernel or not, walking heads first or not.
-void b2(bool lean, bool plans, const Walk& w, const Args& a, cudaStream_t stream) {
+// B2, by the lean kernel or not, walking heads first or not (heads first: the lean kernel).
+void b2(bool lean, bool plans, bool heads_first, const Args& a, cudaStream_t stream) {
   const dim3 grid(a.NS, a.H, a.B);
-  if (lean && w.heads) return launch_walk(w, dvloc_lean_kernel<true>, DvlocLeanSmem::bytes, a, stream);
-  if (lean) return launch(dvloc_lean_kernel<false>, grid, 256, DvlocLeanSmem::bytes, stream, a, 0);
+  if (lean && heads_first) return launch(dvloc_lean_kernel<true>, sub_chunk_grid(true, a), 256, DvlocLeanSmem::bytes, stream, a);
+  if (lean) return launch(dvloc_lean_kernel<false>, grid, 256, DvlocLeanSmem::bytes, stream, a);
   if (plans) return launch(dvloc_kernel<true>, grid, 256, DvlocSmem::bytes, stream, a);
   launch(dvloc_kernel<false>, grid, 256, DvlocSmem::bytes, stream, a);
 }
@@ -2059,17 +2026,6 @@ int gdn_cuda_default_piece_len() {
   return int(len);
 }
 
-float gdn_cuda_default_prefetch_waves() {
-  const char* env = std::getenv("STATEFLOW_GDN_PREFETCH_WAVES");
-  if (env == nullptr) return 1.f;
-  char* end = nullptr;
-  const float waves = std::strtof(env, &end);
-  SF_CHECK(*env != '\0' && *end == '\0' && waves >= 0 && waves <= 8,
-           "STATEFLOW_GDN_PREFETCH_WAVES must be a number of waves of resident blocks from 0 (no prefetch) to 8, got '",
-           env, "'");
-  return waves;
-}
-
 int gdn_cuda_default_overlap_segment() {
   const char* env = std::getenv("STATEFLOW_GDN_OVERLAP_SEGMENT");
   if (env == nullptr) return GdnCudaConfig::kDefaultOverlapSegment;
@@ -2151,10 +2107,10 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   overlap_asked(cfg);  // refuses a bad overlap setting (the backward's) before anything runs
   b2_lean_of(cfg);     // and a bad B2 setting
-  const Walk walk = walk_of(cfg, a);
+  const bool heads_first = heads_first_of(cfg, a);
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), walk, a, stream);
+  pre(false, tile_plans(cfg), pre_of(cfg), heads_first, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
@@ -2181,7 +2137,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   b4_kernel_of(cfg);  // refuses a bad B4 setting before anything runs
   overlap_asked(cfg);  // and a bad overlap setting
   const bool lean_b2 = b2_lean_of(cfg);
-  const Walk walk = walk_of(cfg, a);
+  const bool heads_first = heads_first_of(cfg, a);
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
@@ -2189,9 +2145,9 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   // B1 forms G, W, U (and T unless kept); nothing is missing once T and the sweep are kept, unless the
   // split core re-runs its piece sweeps (they read U).
   const bool b1_needed = !cfg.saved_forward && !(cfg.kept_sweep && cfg.kept_T && !is_split(cfg));
-  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), pre_on_tensor_cores(cfg), walk, a, stream);
+  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), pre_of(cfg), heads_first, a, stream);
   timer.mark();
-  b2(lean_b2, tile_plans(cfg), walk, a, stream);
+  b2(lean_b2, tile_plans(cfg), heads_first, a, stream);
   timer.mark();
   if (overlaps(a.NS, cfg, !sweep_kept, stream)) {
     overlapped_b3_b4(cfg, !sweep_kept, a, workspace, WsLayout(d, cfg), stream);

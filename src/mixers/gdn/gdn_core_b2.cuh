@@ -13,7 +13,7 @@
 //   so each accumulator adds the same products in the same order minus exact zeros;
 // - dV_new_local leaves through each warp's 16 x 16 staging tile, a 16-byte store per lane
 //   (store_block), instead of 4-byte stores of accumulator pairs.
-// kWalk: the heads-first grid and the L2 prefetch of a later block's q, k, dO (gdn_core_walk.cuh).
+// kWalk: the heads-first grid (gdn_core_walk.cuh).
 
 struct DvlocLeanSmem {
   static constexpr int q = 0;  // Q, then P and the staging tiles
@@ -27,7 +27,7 @@ struct DvlocLeanSmem {
 };
 
 template <bool kWalk>
-__global__ void __launch_bounds__(256, 4) dvloc_lean_kernel(Args a, int ahead) {
+__global__ void __launch_bounds__(256, 4) dvloc_lean_kernel(Args a) {
   using S = DvlocLeanSmem;
   extern __shared__ __align__(128) char sm[];
   const SubChunkAt at = this_sub_chunk<kWalk>(a);
@@ -45,10 +45,6 @@ __global__ void __launch_bounds__(256, 4) dvloc_lean_kernel(Args a, int ahead) {
   cuda::cp_async_commit();
   copy_rows(dOs, a.dO + r0 * DV, int64_t(a.H) * DV, nv);
   cuda::cp_async_commit();
-  if constexpr (kWalk) {
-    SubChunkAt later;
-    if (block_ahead(a, ahead, later)) prefetch_sub_chunk<3, false, false>(a, later, a.q, a.k, a.dO, tid);
-  }
   cuda::cp_async_wait<1>();
   __syncthreads();
   {

@@ -125,26 +125,26 @@ struct GdnCudaConfig {
   // halves (mixers/gdn/gdn_core_pre.cuh: T within ~2^-16 relative of the scalar one before both
   // round it to bf16); kDefaultPre, the lever pre_mma (tensor cores unless STATEFLOW_LEVERS_OFF
   // names it; measured 0.349 -> 0.268 ms at 32K x 16 heads on the H200). W and U from a given T are
-  // the same bits either way, so a T kept by one serves the other's backward.
-  enum Pre { kDefaultPre = 0, kPreScalar = 1, kPreMma = 2 };
+  // the same bits either way, so a T kept by one serves the other's backward. kPreLateV: kPreMma's
+  // arithmetic with V loaded only once the inversion is done, into its buffers (50 KiB of shared
+  // memory instead of 69: four blocks per SM; tile copies by plans only); the same bits as kPreMma.
+  // kDefaultPre then picks it when the lever pre_late_v is on (untried: STATEFLOW_LEVERS_ON).
+  enum Pre { kDefaultPre = 0, kPreScalar = 1, kPreMma = 2, kPreLateV = 3 };
   int pre = kDefaultPre;
   // How the per-sub-chunk stages Pre (on tensor cores), B1 and B2 walk their blocks: kWalkGrid, a
   // grid (sub-chunks, heads, batch), so the blocks side by side are one head's sub-chunks (the
   // earlier launch); kWalkHeads, the heads of a sub-chunk side by side (the rows they read adjacent
-  // in memory), each block asking L2 for the inputs of the block prefetch_waves waves of resident
-  // blocks later (mixers/gdn/gdn_core_walk.cuh); kDefaultWalk, the lever core_walk (untried: the
-  // grid unless STATEFLOW_LEVERS_ON names it). kWalkHeads needs tile copies by plans (the default;
+  // in memory; mixers/gdn/gdn_core_walk.cuh); kDefaultWalk, the lever core_walk (untried: the grid
+  // unless STATEFLOW_LEVERS_ON names it). kWalkHeads needs tile copies by plans (the default;
   // kDefaultWalk with loops walks the grid). Same results, bitwise.
   enum Walk { kDefaultWalk = 0, kWalkGrid = 1, kWalkHeads = 2 };
   int walk = kDefaultWalk;
-  // With kWalkHeads: how far ahead a block prefetches, in waves of the kernel's resident blocks (0
-  // to 8; 0 = no prefetch); < 0 = gdn_cuda_default_prefetch_waves().
-  float prefetch_waves = -1.f;
   // Backward stage B2's kernel: kB2Plain, Q, K, dO and P each in shared memory (60 KiB, three
   // blocks per SM); kB2Lean, P where Q was, dO landing under Q K^T, the causal mask's zero blocks
   // skipped, 16-byte stores (51 KiB, four blocks per SM: mixers/gdn/gdn_core_b2.cuh; tile copies
-  // by plans only); kDefaultB2, the lever b2_lean (untried: kB2Plain unless STATEFLOW_LEVERS_ON
-  // names it; kB2Plain with copies by loops). Same results, bitwise.
+  // by plans only); kDefaultB2, the lever b2_lean (kB2Lean unless STATEFLOW_LEVERS_OFF names it, or
+  // copies are by loops; measured 0.167 -> 0.143 ms at 32K x 16 heads on the H200). Same results,
+  // bitwise.
   enum B2 { kDefaultB2 = 0, kB2Plain = 1, kB2Lean = 2 };
   int b2 = kDefaultB2;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
@@ -222,10 +222,6 @@ int gdn_cuda_default_piece_len();
 // What overlap_segment = 0 means: STATEFLOW_GDN_OVERLAP_SEGMENT (sub-chunks >= 1), else
 // GdnCudaConfig::kDefaultOverlapSegment; anything else is an error naming it.
 int gdn_cuda_default_overlap_segment();
-
-// GdnCudaConfig::prefetch_waves when < 0: STATEFLOW_GDN_PREFETCH_WAVES (a number from 0 to 8), 1
-// when unset.
-float gdn_cuda_default_prefetch_waves();
 // What sweep = kDefaultSweep means: STATEFLOW_GDN_SWEEP, "rows" (kRowSweeps, also when unset) or
 // "tiles" (kTileSweeps); anything else is an error naming it.
 int gdn_cuda_default_sweep();

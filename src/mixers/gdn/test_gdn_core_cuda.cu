@@ -808,28 +808,25 @@ std::pair<std::vector<char>, std::vector<char>> forward_kept_bytes(const Problem
   return {kept_T.raw(), kept_sweep.raw()};
 }
 
-// The heads-first walk of Pre, B1 and B2 (the L2 prefetch off, a few blocks ahead, and a wave
-// ahead, which is past these grids' end) and the lean B2 against the grid walk and the plain B2:
-// the same T, G, W, V_new and entering states from the forward, and every output and gradient the
-// same bits recomputing T, from a kept T and from a kept sweep (B2 then runs alone before B3),
-// the workspace NaN-poisoned, batch 2 x 3 heads with a short last sub-chunk.
-TEST_F(GdnCoreCuda, HeadsFirstWalkAndLeanB2GiveTheGridBits) {
+// Pre with V loaded late, the heads-first walk of Pre, B1 and B2, and the lean B2 against Pre on
+// tensor cores, the grid walk and the plain B2: the same T, G, W, V_new and entering states from
+// the forward, and every output and gradient the same bits recomputing T, from a kept T and from a
+// kept sweep (B2 then runs alone before B3), the workspace NaN-poisoned, batch 2 x 3 heads with a
+// short last sub-chunk.
+TEST_F(GdnCoreCuda, PreLateVHeadsFirstWalkAndLeanB2GiveTheOldBits) {
   SKIP_WITHOUT_GPU();
   const Problem p = make_problem(rng, 2, 333, 3);
   struct Case {
     const char* name;
-    int walk;
-    float waves;
-    int b2;
+    int pre, walk, b2;
   };
-  const std::vector<Case> cases = {
-      {"heads first, no prefetch", GdnCudaConfig::kWalkHeads, 0.f, GdnCudaConfig::kB2Plain},
-      {"heads first, a few blocks ahead", GdnCudaConfig::kWalkHeads, 0.01f, GdnCudaConfig::kB2Plain},
-      {"heads first, a wave ahead", GdnCudaConfig::kWalkHeads, 1.f, GdnCudaConfig::kB2Plain},
-      {"lean B2", GdnCudaConfig::kWalkGrid, -1.f, GdnCudaConfig::kB2Lean},
-      {"heads first and lean B2", GdnCudaConfig::kWalkHeads, 0.01f, GdnCudaConfig::kB2Lean}};
+  using G = GdnCudaConfig;
+  const std::vector<Case> cases = {{"late V", G::kPreLateV, G::kWalkGrid, G::kB2Plain},
+                                   {"heads first", G::kPreMma, G::kWalkHeads, G::kB2Plain},
+                                   {"lean B2", G::kPreMma, G::kWalkGrid, G::kB2Lean},
+                                   {"all three", G::kPreLateV, G::kWalkHeads, G::kB2Lean}};
   RunOptions old = unsplit();
-  old.cfg.walk = GdnCudaConfig::kWalkGrid, old.cfg.b2 = GdnCudaConfig::kB2Plain;
+  old.cfg.pre = G::kPreMma, old.cfg.walk = G::kWalkGrid, old.cfg.b2 = G::kB2Plain;
   old.poison_workspace = true;
   const auto old_kept = forward_kept_bytes(p, old.cfg);
   for (int kept : {0, 1, 2}) {
@@ -840,7 +837,7 @@ TEST_F(GdnCoreCuda, HeadsFirstWalkAndLeanB2GiveTheGridBits) {
     for (const Case& c : cases) {
       SCOPED_TRACE(c.name);
       RunOptions now = base;
-      now.cfg.walk = c.walk, now.cfg.prefetch_waves = c.waves, now.cfg.b2 = c.b2;
+      now.cfg.pre = c.pre, now.cfg.walk = c.walk, now.cfg.b2 = c.b2;
       expect_bitwise_equal(run_gpu(p, now), want);
       if (kept == 0) {
         const auto now_kept = forward_kept_bytes(p, now.cfg);
@@ -922,25 +919,18 @@ TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
       EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
     }
   }
-  GdnCudaConfig bad_pre;
-  bad_pre.pre = 3;  // kDefaultPre, kPreScalar or kPreMma
-  try {
-    gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad_pre,
-                           nullptr, bad_pre);
-    ADD_FAILURE() << "pre 3 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pre must be"), std::string::npos) << e.what();
-  }
-  for (auto [walk, waves, b2, copies, word] :
-       {std::tuple{3, -1.f, 0, 0, "walk must be"}, {0, 9.f, 0, 0, "prefetch_waves"}, {0, -1.f, 3, 0, "b2 must be"},
-        {int(GdnCudaConfig::kWalkHeads), -1.f, 0, int(GdnCudaConfig::kCopyLoops), "kWalkGrid"},
-        {0, -1.f, int(GdnCudaConfig::kB2Lean), int(GdnCudaConfig::kCopyLoops), "kB2Plain"}}) {
-    GdnCudaConfig bad;  // kDefault*, or the two named kernels; the new ones copy by plans
-    bad.walk = walk, bad.prefetch_waves = waves, bad.b2 = b2, bad.tile_copies = copies;
+  for (auto [pre, walk, b2, copies, word] :
+       {std::tuple{4, 0, 0, 0, "pre must be"}, {0, 3, 0, 0, "walk must be"}, {0, 0, 3, 0, "b2 must be"},
+        {int(GdnCudaConfig::kPreLateV), 0, 0, int(GdnCudaConfig::kCopyLoops), "kPreMma"},
+        {0, int(GdnCudaConfig::kWalkHeads), 0, int(GdnCudaConfig::kCopyLoops), "kWalkGrid"},
+        {0, 0, int(GdnCudaConfig::kB2Lean), int(GdnCudaConfig::kCopyLoops), "kB2Plain"}}) {
+    GdnCudaConfig bad;  // kDefault* or a named kernel (pre 0-3, walk and b2 0-2); the new ones copy by plans
+    bad.pre = pre, bad.walk = walk, bad.b2 = b2, bad.tile_copies = copies;
     try {
       gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad, nullptr,
                              bad);
-      ADD_FAILURE() << "walk " << walk << ", prefetch_waves " << waves << ", b2 " << b2 << " was accepted";
+      ADD_FAILURE() << "pre " << pre << ", walk " << walk << ", b2 " << b2 << ", tile_copies " << copies
+                    << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
     }
@@ -981,7 +971,7 @@ class ScopedEnv {
   bool had_ = false;
 };
 
-TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4OverlapSegmentAndPrefetchComeFromTheEnvironment) {
+TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4AndOverlapSegmentComeFromTheEnvironment) {
   const char* var = "STATEFLOW_GDN_PIECE_LEN";
   GdnDims d;
   d.len = 4096, d.heads = 2;
@@ -1026,15 +1016,6 @@ TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4OverlapSegmentAndPrefetchComeFromTh
   for (const char* bad : {"0", "-4", "8x", ""}) {
     ScopedEnv env("STATEFLOW_GDN_OVERLAP_SEGMENT", bad);
     EXPECT_THROW(gdn_cuda_default_overlap_segment(), Error) << "accepted '" << bad << "'";
-  }
-  EXPECT_EQ(gdn_cuda_default_prefetch_waves(), 1.f);
-  {
-    ScopedEnv env("STATEFLOW_GDN_PREFETCH_WAVES", "0.5");
-    EXPECT_EQ(gdn_cuda_default_prefetch_waves(), 0.5f);
-  }
-  for (const char* bad : {"-1", "9", "1x", ""}) {
-    ScopedEnv env("STATEFLOW_GDN_PREFETCH_WAVES", bad);
-    EXPECT_THROW(gdn_cuda_default_prefetch_waves(), Error) << "accepted '" << bad << "'";
   }
   // Pieces that do not divide 2048 would break the model's bitwise rule: refused, by name.
   for (const char* bad : {"4096", "100", "0", "-64", "512x", ""}) {
