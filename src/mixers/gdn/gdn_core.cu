@@ -287,7 +287,6 @@ __global__ void __launch_bounds__(256) pre_kernel(Args a) {
   }
 }
 
-#include "mixers/gdn/gdn_core_walk.cuh"
 #include "mixers/gdn/gdn_core_pre.cuh"
 
 // ---------------------------------------------------------------------------------------
@@ -1806,42 +1805,21 @@ int pre_of(const GdnCudaConfig& cfg) {
   return tile_plans(cfg) && !lever_off("pre_late_v") ? GdnCudaConfig::kPreLateV : GdnCudaConfig::kPreMma;
 }
 
-// Whether Pre, B1 and B2 walk heads first (GdnCudaConfig::walk, gdn_core_walk.cuh): the heads-first
-// kernels copy by plans, and blockIdx.x must hold NS x H. Refuses a bad setting.
-bool heads_first_of(const GdnCudaConfig& cfg, const Args& a) {
-  SF_CHECK(cfg.walk >= GdnCudaConfig::kDefaultWalk && cfg.walk <= GdnCudaConfig::kWalkHeads,
-           "GDN CUDA core: walk must be kDefaultWalk, kWalkGrid or kWalkHeads, got ", cfg.walk);
-  const bool plans = tile_plans(cfg);
-  SF_CHECK(cfg.walk != GdnCudaConfig::kWalkHeads || plans, "GDN CUDA core: the heads-first walk (walk = ",
-           "kWalkHeads) copies tiles by plans; got tile_copies ", cfg.tile_copies, ". Ask for kWalkGrid with it");
-  const bool asked = cfg.walk == GdnCudaConfig::kDefaultWalk ? plans && !lever_off("core_walk")
-                                                             : cfg.walk == GdnCudaConfig::kWalkHeads;
-  return asked && int64_t(a.NS) * a.H < (int64_t(1) << 31);
-}
-
-// The grid of a per-sub-chunk stage: heads first, or (sub-chunks, heads, batch).
-dim3 sub_chunk_grid(bool heads_first, const Args& a) {
-  return heads_first ? dim3(a.NS * a.H, 1, a.B) : dim3(a.NS, a.H, a.B);
-}
-
 // Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel; kLateV: V
 // loaded after the inversion (B1 from a kept T inverts nothing).
-template <bool kPlans, bool kWalk = false, bool kLateV = false>
-void pre_mma(bool from_T, const Args& a, cudaStream_t stream) {
-  const dim3 grid = sub_chunk_grid(kWalk, a);
-  if (from_T) return launch(pre_mma_kernel<true, kPlans, kWalk>, grid, 256, PreMmaSmem<true>::bytes, stream, a);
+template <bool kPlans, bool kLateV = false>
+void pre_mma(bool from_T, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (from_T) return launch(pre_mma_kernel<true, kPlans>, grid, 256, PreMmaSmem<true>::bytes, stream, a);
   using S = std::conditional_t<kLateV, PreLateVSmem, PreMmaSmem<false>>;
-  launch(pre_mma_kernel<false, kPlans, kWalk, kLateV>, grid, 256, S::bytes, stream, a);
+  launch(pre_mma_kernel<false, kPlans, kLateV>, grid, 256, S::bytes, stream, a);
 }
 
-// Pre, or B1 from a kept T (from_T), as pre_of says (kind), copying tiles through plans or not,
-// walking heads first or not (heads first and late V: by plans).
-void pre(bool from_T, bool plans, int kind, bool heads_first, const Args& a, cudaStream_t stream) {
-  const dim3 grid(a.NS, a.H, a.B);
-  if (kind == GdnCudaConfig::kPreLateV)
-    return heads_first ? pre_mma<true, true, true>(from_T, a, stream) : pre_mma<true, false, true>(from_T, a, stream);
-  if (kind == GdnCudaConfig::kPreMma && heads_first) return pre_mma<true, true>(from_T, a, stream);
-  if (kind == GdnCudaConfig::kPreMma) return plans ? pre_mma<true>(from_T, a, stream) : pre_mma<false>(from_T, a, stream);
+// Pre, or B1 from a kept T (from_T), as pre_of says (kind), copying tiles through plans or not (late
+// V: by plans).
+void pre(bool from_T, bool plans, int kind, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (kind == GdnCudaConfig::kPreLateV) return pre_mma<true, true>(from_T, grid, a, stream);
+  if (kind == GdnCudaConfig::kPreMma)
+    return plans ? pre_mma<true>(from_T, grid, a, stream) : pre_mma<false>(from_T, grid, a, stream);
   if (from_T && plans) return launch(pre_kernel<true, true>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (from_T) return launch(pre_kernel<true, false>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (plans) return launch(pre_kernel<false, true>, grid, 256, PreSmem<false>::bytes, stream, a);
@@ -1859,11 +1837,9 @@ bool b2_lean_of(const GdnCudaConfig& cfg) {
   return cfg.b2 == GdnCudaConfig::kDefaultB2 ? plans && !lever_off("b2_lean") : cfg.b2 == GdnCudaConfig::kB2Lean;
 }
 
-// B2, by the lean kernel or not, walking heads first or not (heads first: the lean kernel).
-void b2(bool lean, bool plans, bool heads_first, const Args& a, cudaStream_t stream) {
-  const dim3 grid(a.NS, a.H, a.B);
-  if (lean && heads_first) return launch(dvloc_lean_kernel<true>, sub_chunk_grid(true, a), 256, DvlocLeanSmem::bytes, stream, a);
-  if (lean) return launch(dvloc_lean_kernel<false>, grid, 256, DvlocLeanSmem::bytes, stream, a);
+// B2, by the lean kernel or not.
+void b2(bool lean, bool plans, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (lean) return launch(dvloc_lean_kernel, grid, 256, DvlocLeanSmem::bytes, stream, a);
   if (plans) return launch(dvloc_kernel<true>, grid, 256, DvlocSmem::bytes, stream, a);
   launch(dvloc_kernel<false>, grid, 256, DvlocSmem::bytes, stream, a);
 }
@@ -2107,10 +2083,9 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   overlap_asked(cfg);  // refuses a bad overlap setting (the backward's) before anything runs
   b2_lean_of(cfg);     // and a bad B2 setting
-  const bool heads_first = heads_first_of(cfg, a);
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  pre(false, tile_plans(cfg), pre_of(cfg), heads_first, a, stream);
+  pre(false, tile_plans(cfg), pre_of(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
@@ -2137,7 +2112,6 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   b4_kernel_of(cfg);  // refuses a bad B4 setting before anything runs
   overlap_asked(cfg);  // and a bad overlap setting
   const bool lean_b2 = b2_lean_of(cfg);
-  const bool heads_first = heads_first_of(cfg, a);
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
@@ -2145,9 +2119,9 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   // B1 forms G, W, U (and T unless kept); nothing is missing once T and the sweep are kept, unless the
   // split core re-runs its piece sweeps (they read U).
   const bool b1_needed = !cfg.saved_forward && !(cfg.kept_sweep && cfg.kept_T && !is_split(cfg));
-  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), pre_of(cfg), heads_first, a, stream);
+  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), pre_of(cfg), subs, a, stream);
   timer.mark();
-  b2(lean_b2, tile_plans(cfg), heads_first, a, stream);
+  b2(lean_b2, tile_plans(cfg), subs, a, stream);
   timer.mark();
   if (overlaps(a.NS, cfg, !sweep_kept, stream)) {
     overlapped_b3_b4(cfg, !sweep_kept, a, workspace, WsLayout(d, cfg), stream);

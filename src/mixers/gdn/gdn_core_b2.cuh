@@ -13,7 +13,6 @@
 //   so each accumulator adds the same products in the same order minus exact zeros;
 // - dV_new_local leaves through each warp's 16 x 16 staging tile, a 16-byte store per lane
 //   (store_block), instead of 4-byte stores of accumulator pairs.
-// kWalk: the heads-first grid (gdn_core_walk.cuh).
 
 struct DvlocLeanSmem {
   static constexpr int q = 0;  // Q, then P and the staging tiles
@@ -26,14 +25,13 @@ struct DvlocLeanSmem {
   static_assert(stage + 8 * Tile<PB, PB>::bytes <= k, "P and the staging tiles fit where Q was");
 };
 
-template <bool kWalk>
 __global__ void __launch_bounds__(256, 4) dvloc_lean_kernel(Args a) {
   using S = DvlocLeanSmem;
   extern __shared__ __align__(128) char sm[];
-  const SubChunkAt at = this_sub_chunk<kWalk>(a);
-  const int tid = threadIdx.x, warp = tid >> 5, wm = warp & 3, wn = warp >> 2;
-  const int t0 = at.n * C, nv = min(C, a.T - t0);
-  const int64_t r0 = a.tok(at.b, t0, at.h), ws0 = a.ws_row(at.b, at.h, at.n);
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, warp = tid >> 5;
+  const int wm = warp & 3, wn = warp >> 2;
+  const int t0 = n * C, nv = min(C, a.T - t0);
+  const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
   auto Qs = tile_at<Tile<C, DK>>(sm, S::q), Ks = tile_at<Tile<C, DK>>(sm, S::k);
   auto dOs = tile_at<Tile<C, DV>>(sm, S::dO);
   auto Ps = tile_at<Tile<C, C>>(sm, S::P);

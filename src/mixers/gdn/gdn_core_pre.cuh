@@ -223,16 +223,14 @@ __device__ void triangular_rows(Tile<C, C> Ts, Tile<C, DK> X, const float* beta,
 
 // Pre with the inversion on tensor cores (and B1 from a kept T, kFromT): one block per
 // (sub-chunk, head, batch), 8 warps, the same outputs as pre_kernel (W, U bitwise from the same T).
-// kWalk: the heads-first grid (gdn_core_walk.cuh). kLateV (not with kFromT): V loaded after the
-// column solves (PreLateVSmem).
-template <bool kFromT, bool kPlans, bool kWalk = false, bool kLateV = false>
+// kLateV (not with kFromT): V loaded after the column solves (PreLateVSmem).
+template <bool kFromT, bool kPlans, bool kLateV = false>
 __global__ void __launch_bounds__(256, kLateV ? PreLateVSmem::blocks_per_sm : PreMmaSmem<kFromT>::blocks_per_sm)
     pre_mma_kernel(Args a) {
   static_assert(!(kLateV && kFromT), "from a kept T there is no inversion to load V after");
   using S = std::conditional_t<kLateV, PreLateVSmem, PreMmaSmem<kFromT>>;
   extern __shared__ __align__(128) char sm[];
-  const SubChunkAt at = this_sub_chunk<kWalk>(a);
-  const int n = at.n, h = at.h, b = at.b, tid = threadIdx.x, warp = tid >> 5;
+  const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, warp = tid >> 5;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n);
   bf16* Tg = a.Tm + a.ws_sub(b, h, n) * C * C;

@@ -808,25 +808,23 @@ std::pair<std::vector<char>, std::vector<char>> forward_kept_bytes(const Problem
   return {kept_T.raw(), kept_sweep.raw()};
 }
 
-// Pre with V loaded late, the heads-first walk of Pre, B1 and B2, and the lean B2 against Pre on
-// tensor cores, the grid walk and the plain B2: the same T, G, W, V_new and entering states from
-// the forward, and every output and gradient the same bits recomputing T, from a kept T and from a
-// kept sweep (B2 then runs alone before B3), the workspace NaN-poisoned, batch 2 x 3 heads with a
-// short last sub-chunk.
-TEST_F(GdnCoreCuda, PreLateVHeadsFirstWalkAndLeanB2GiveTheOldBits) {
+// Pre with V loaded late and the lean B2 against Pre on tensor cores and the plain B2: the same T,
+// G, W, V_new and entering states from the forward, and every output and gradient the same bits
+// recomputing T, from a kept T and from a kept sweep (B2 then runs alone before B3), the workspace
+// NaN-poisoned, batch 2 x 3 heads with a short last sub-chunk.
+TEST_F(GdnCoreCuda, PreWithVLoadedLateAndLeanB2GiveTheOldBits) {
   SKIP_WITHOUT_GPU();
   const Problem p = make_problem(rng, 2, 333, 3);
   struct Case {
     const char* name;
-    int pre, walk, b2;
+    int pre, b2;
   };
   using G = GdnCudaConfig;
-  const std::vector<Case> cases = {{"late V", G::kPreLateV, G::kWalkGrid, G::kB2Plain},
-                                   {"heads first", G::kPreMma, G::kWalkHeads, G::kB2Plain},
-                                   {"lean B2", G::kPreMma, G::kWalkGrid, G::kB2Lean},
-                                   {"all three", G::kPreLateV, G::kWalkHeads, G::kB2Lean}};
+  const std::vector<Case> cases = {{"late V", G::kPreLateV, G::kB2Plain},
+                                   {"lean B2", G::kPreMma, G::kB2Lean},
+                                   {"both", G::kPreLateV, G::kB2Lean}};
   RunOptions old = unsplit();
-  old.cfg.pre = G::kPreMma, old.cfg.walk = G::kWalkGrid, old.cfg.b2 = G::kB2Plain;
+  old.cfg.pre = G::kPreMma, old.cfg.b2 = G::kB2Plain;
   old.poison_workspace = true;
   const auto old_kept = forward_kept_bytes(p, old.cfg);
   for (int kept : {0, 1, 2}) {
@@ -837,7 +835,7 @@ TEST_F(GdnCoreCuda, PreLateVHeadsFirstWalkAndLeanB2GiveTheOldBits) {
     for (const Case& c : cases) {
       SCOPED_TRACE(c.name);
       RunOptions now = base;
-      now.cfg.pre = c.pre, now.cfg.walk = c.walk, now.cfg.b2 = c.b2;
+      now.cfg.pre = c.pre, now.cfg.b2 = c.b2;
       expect_bitwise_equal(run_gpu(p, now), want);
       if (kept == 0) {
         const auto now_kept = forward_kept_bytes(p, now.cfg);
@@ -919,18 +917,16 @@ TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
       EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
     }
   }
-  for (auto [pre, walk, b2, copies, word] :
-       {std::tuple{4, 0, 0, 0, "pre must be"}, {0, 3, 0, 0, "walk must be"}, {0, 0, 3, 0, "b2 must be"},
-        {int(GdnCudaConfig::kPreLateV), 0, 0, int(GdnCudaConfig::kCopyLoops), "kPreMma"},
-        {0, int(GdnCudaConfig::kWalkHeads), 0, int(GdnCudaConfig::kCopyLoops), "kWalkGrid"},
-        {0, 0, int(GdnCudaConfig::kB2Lean), int(GdnCudaConfig::kCopyLoops), "kB2Plain"}}) {
-    GdnCudaConfig bad;  // kDefault* or a named kernel (pre 0-3, walk and b2 0-2); the new ones copy by plans
-    bad.pre = pre, bad.walk = walk, bad.b2 = b2, bad.tile_copies = copies;
+  for (auto [pre, b2, copies, word] :
+       {std::tuple{4, 0, 0, "pre must be"}, {0, 3, 0, "b2 must be"},
+        {int(GdnCudaConfig::kPreLateV), 0, int(GdnCudaConfig::kCopyLoops), "kPreMma"},
+        {0, int(GdnCudaConfig::kB2Lean), int(GdnCudaConfig::kCopyLoops), "kB2Plain"}}) {
+    GdnCudaConfig bad;  // kDefault* or a named kernel (pre 0-3, b2 0-2); the new ones copy by plans
+    bad.pre = pre, bad.b2 = b2, bad.tile_copies = copies;
     try {
       gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad, nullptr,
                              bad);
-      ADD_FAILURE() << "pre " << pre << ", walk " << walk << ", b2 " << b2 << ", tile_copies " << copies
-                    << " was accepted";
+      ADD_FAILURE() << "pre " << pre << ", b2 " << b2 << ", tile_copies " << copies << " was accepted";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
     }
