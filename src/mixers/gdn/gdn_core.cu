@@ -302,6 +302,15 @@ struct DvlocSmem {
   static constexpr int bytes = G + C * 4;
 };
 
+// P = s (Q K^T) ⊙ Gam below and on the diagonal, zero above, rounded to bf16 into Ps, from a warp's
+// 16 x 32 block of Q K^T (rows 16 wm.., columns 32 wn..): both B2 kernels.
+__device__ void store_P(Frag<16, 32>& qk, Tile<C, C> Ps, const float* G, float scale, int wm, int wn) {
+  qk.each([&](int r, int c, float& x) {
+    r += wm * 16, c += wn * 32;
+    *Ps.at(r, c) = __float2bfloat16(c <= r ? scale * x * expf(G[r] - G[c]) : 0.f);
+  });
+}
+
 template <bool kPlans>
 __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
   using S = DvlocSmem;
@@ -326,10 +335,7 @@ __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
     Frag<16, 32> qk;
     qk.fill(0.f);
     mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, wm * 16, Ks, wn * 32);
-    qk.each([&](int r, int c, float& x) {
-      r += wm * 16, c += wn * 32;
-      *Ps.at(r, c) = __float2bfloat16(c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f);
-    });
+    store_P(qk, Ps, G, a.scale, wm, wn);
   }
   __syncthreads();
   Frag<16, DV / 2> d;

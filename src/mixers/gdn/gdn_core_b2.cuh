@@ -50,10 +50,7 @@ __global__ void __launch_bounds__(256, 4) dvloc_lean_kernel(Args a) {
     qk.fill(0.f);
     if (32 * wn <= 16 * wm + 15) mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, wm * 16, Ks, wn * 32);
     __syncthreads();  // every warp is done with Q before P overwrites it
-    qk.each([&](int r, int c, float& x) {
-      r += wm * 16, c += wn * 32;
-      *Ps.at(r, c) = __float2bfloat16(c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f);
-    });
+    store_P(qk, Ps, G, a.scale, wm, wn);
   }
   cuda::cp_async_wait<0>();
   __syncthreads();
