@@ -1538,8 +1538,8 @@ int sweep_of(const GdnCudaConfig& cfg) {
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
 }
 
-// Whether the copy warp copies whole tiles by lines (GdnCudaConfig::sweep_copy_lines, else the
-// lever sweep_copy_lines); only the copy warp's per-block copies do (copies_of 1).
+// Whether whole tiles are copied by lines (GdnCudaConfig::sweep_copy_lines, else the lever
+// sweep_copy_lines); only the quarter sweeps' per-block copies with one row group a block do.
 bool lines_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_copy_lines >= -1 && cfg.sweep_copy_lines <= 1,
            "GDN CUDA core: sweep_copy_lines must be 1 (on), -1 (off) or 0 (the lever sweep_copy_lines), got ",
@@ -1548,12 +1548,12 @@ bool lines_of(const GdnCudaConfig& cfg) {
 }
 
 // ST's copy stages (GdnCudaConfig::sweep_stages, else the lever sweep_deep: 4 unless it is off);
-// 4 only for the quarter sweeps' copy warp without multicast (others keep theirs).
+// 4 only for the quarter sweeps' per-block copies with one row group a block (others keep theirs).
 int forward_stages_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_stages == 0 || cfg.sweep_stages == 3 || cfg.sweep_stages == 4,
            "GDN CUDA core: sweep_stages must be 3 or 4 (or 0 for the lever sweep_deep), got ", cfg.sweep_stages);
-  SF_CHECK(cfg.sweep_stages != 4 || copies_of(cfg) == 1, "GDN CUDA core: sweep_stages = 4 needs the quarter ",
-           "sweeps' copy warp without multicast (sweep_copy_warp 1, sweep_multicast -1)");
+  SF_CHECK(cfg.sweep_stages != 4 || copies_of(cfg) <= 1, "GDN CUDA core: sweep_stages = 4 needs the quarter ",
+           "sweeps' per-block copies (sweep_multicast -1), got sweep_multicast ", cfg.sweep_multicast);
   return cfg.sweep_stages ? cfg.sweep_stages : lever_off("sweep_deep") ? 3 : 4;
 }
 
@@ -1791,7 +1791,12 @@ void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompu
                          : row_sweeps<1, KQ, true, 0, false, 4>(reverse, recompute, a, stream);
           if (lines) return row_sweeps<1, KQ, true, 0, false, 3, true>(reverse, recompute, a, stream);
           return row_sweeps<1, KQ, true>(reverse, recompute, a, stream);
-        default: return row_sweeps<1, KQ>(reverse, recompute, a, stream);
+        default:  // the sweep warps copy (sweep_copy_warp off)
+          if (stages == 4 && !reverse)
+            return lines ? row_sweeps<1, KQ, false, 0, false, 4, true>(reverse, recompute, a, stream)
+                         : row_sweeps<1, KQ, false, 0, false, 4>(reverse, recompute, a, stream);
+          if (lines) return row_sweeps<1, KQ, false, 0, false, 3, true>(reverse, recompute, a, stream);
+          return row_sweeps<1, KQ>(reverse, recompute, a, stream);
       }
     case 408: return row_sweeps<2, KQ>(reverse, recompute, a, stream);
   }
