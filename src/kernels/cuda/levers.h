@@ -4,7 +4,7 @@
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
 //                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,sweep_deep,
-//                      sweep_copy_lines,gates_beside,residual_epilogue,graph_priority
+//                      sweep_copy_lines,b2_lean,pre_late_v,gates_beside,residual_epilogue,graph_priority
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -104,6 +104,14 @@
 //                 copy-warp instructions per ST step; GdnCudaConfig::sweep_copy_lines; same bits;
 //                 sweep_deep and sweep_copy_lines default since their H200 run in the eighth session:
 //                 ST 0.539 -> 0.455 ms at 32K)
+//   b2_lean       GDN core B2: Q, K, dO and P each in shared memory, three blocks per SM (instead of
+//                 P where Q was, four blocks, dO landing under Q K^T, the causal mask's zero blocks
+//                 skipped, 16-byte stores: mixers/gdn/gdn_core_b2.cuh; GdnCudaConfig::b2; same bits;
+//                 default since its H200 run in the eighth session: 0.167 -> 0.143 ms at 32K)
+//   pre_late_v    GDN core Pre on tensor cores: K and V loaded together at the start, three blocks
+//                 per SM (instead of V loaded after the inversion into its buffers, four blocks:
+//                 mixers/gdn/gdn_core_pre.cuh; GdnCudaConfig::kPreLateV; same bits; default since
+//                 its H200 run in the eighth session: Pre 0.259 -> 0.246 ms at 32K)
 //   gates_beside  GDN backward: the gates kernel (da, db, dA_log, ddt_bias) on the main stream
 //                 between the core and the L2 norms (instead of on the side stream beside the L2
 //                 norms, convs and q, k, v's input gradient, the main stream waiting for da, db only
@@ -146,8 +154,8 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
                                            "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
-                                           "dw_beside", "sweep_deep", "sweep_copy_lines", "gates_beside",
-                                           "residual_epilogue", "graph_priority"};
+                                           "dw_beside", "sweep_deep", "sweep_copy_lines", "b2_lean", "pre_late_v",
+                                           "gates_beside", "residual_epilogue", "graph_priority"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp, sweep_multicast and
 // graph_priority, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
