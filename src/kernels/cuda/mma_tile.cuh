@@ -40,8 +40,6 @@ __device__ inline void cp_async4(void* smem, const void* gmem) {
 }
 __device__ inline void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ inline void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
-// Asks L2 for the 128-byte line holding global address p: a hint, nothing waits for it.
-__device__ inline void prefetch_l2(const void* p) { asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p)); }
 // Waits until at most N of this thread's most recent commit groups are still in flight.
 template <int N>
 __device__ void cp_async_wait() {

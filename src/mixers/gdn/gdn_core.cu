@@ -22,7 +22,6 @@
 #include "mixers/gdn/gdn_core_cuda.h"
 
 #include <algorithm>
-#include <atomic>
 #include <cstdlib>
 #include <cstring>
 
@@ -1821,53 +1820,18 @@ int b4_kernel_of(const GdnCudaConfig& cfg) {
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4Persistent,
-           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing, kB4EarlySlabs or ",
-           "kB4Persistent, got ", cfg.b4_kernel);
-  SF_CHECK(cfg.b4_blocks >= 0, "GDN CUDA core: b4_blocks must be a number of blocks >= 1 (or 0 for as many as the ",
-           "GPU holds at once), got ", cfg.b4_blocks);
+  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4EarlySlabs,
+           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing or kB4EarlySlabs, got ",
+           cfg.b4_kernel);
   const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
-  if (cfg.b4_kernel != GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel != GdnCudaConfig::kB4TwoSlots) {
-    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing, kB4EarlySlabs or kB4Persistent) runs ",
-             "mma.sync products on 16- or 32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ",
+  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing || cfg.b4_kernel == GdnCudaConfig::kB4EarlySlabs) {
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing or kB4EarlySlabs) runs mma.sync ",
+             "products on 16- or 32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ",
              cfg.b4_slab, ", tile_copies ", cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
     return cfg.b4_kernel;
   }
   if (cfg.b4_kernel == GdnCudaConfig::kB4TwoSlots || !fits || lever_off("b4_ring")) return GdnCudaConfig::kB4TwoSlots;
-  if (lever_off("b4_ring_early")) return GdnCudaConfig::kB4DeepRing;
-  return lever_off("b4_persist") ? GdnCudaConfig::kB4EarlySlabs : GdnCudaConfig::kB4Persistent;
-}
-
-// Blocks of B4 the GPU holds at once (two per SM), per device, asked once.
-int b4_resident_blocks(int kStep_rows) {
-  static std::atomic<int> cached[2][64] = {};
-  int dev = 0;
-  cuda_check(cudaGetDevice(&dev), "cudaGetDevice");
-  std::atomic<int>& slot = cached[kStep_rows == 32][dev & 63];
-  if (const int n = slot.load(std::memory_order_relaxed)) return n;
-  int sms = 0, per_sm = 0;
-  cuda_check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev), "cudaDeviceGetAttribute");
-  const void* kernel = kStep_rows == 32 ? reinterpret_cast<const void*>(b4_persistent_kernel<2>)
-                                        : reinterpret_cast<const void*>(b4_persistent_kernel<1>);
-  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, B4RingSmem<true>::bytes),
-             "raising the shared-memory limit");
-  cuda_check(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                  cudaSharedmemCarveoutMaxShared),
-             "setting the shared-memory carveout");
-  cuda_check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, 256, B4RingSmem<true>::bytes),
-             "cudaOccupancyMaxActiveBlocksPerMultiprocessor");
-  const int n = std::max(1, per_sm) * sms;
-  slot.store(n, std::memory_order_relaxed);
-  return n;
-}
-
-// The persistent B4 over the items of grid (sub-chunks x heads x sequences), 16 kStep rows a step.
-template <int kStep>
-void b4_persistent(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream) {
-  const int items = int(grid.x * grid.y * grid.z);
-  const int blocks = std::min(items, cfg.b4_blocks ? cfg.b4_blocks : b4_resident_blocks(16 * kStep));
-  launch(b4_persistent_kernel<kStep>, dim3(blocks), 256, B4RingSmem<true>::bytes, stream, a, int(grid.x),
-         gdn_cuda_default_b4_prefetch());
+  return lever_off("b4_ring_early") ? GdnCudaConfig::kB4DeepRing : GdnCudaConfig::kB4EarlySlabs;
 }
 
 // The deep-ring B4 with 16 kStep rows a step, its early slabs or not.
@@ -1890,16 +1854,13 @@ void b4_with(int slab_rows, dim3 grid, const Args& a, cudaStream_t stream) {
 }
 
 // B4's kernel and products as the config asks (GdnCudaConfig::b4_kernel, b4_mma), defaults resolved here.
-// beside_b3: a launch of the overlap, which never runs persistent.
-void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream, bool beside_b3 = false) {
+void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  if (const int kernel = b4_kernel_of(cfg); kernel == GdnCudaConfig::kB4Persistent && !beside_b3) {
-    return cfg.b4_slab == 32 ? b4_persistent<2>(cfg, grid, a, stream) : b4_persistent<1>(cfg, grid, a, stream);
-  } else if (kernel != GdnCudaConfig::kB4TwoSlots) {
-    const bool early = kernel != GdnCudaConfig::kB4DeepRing;
+  if (const int kernel = b4_kernel_of(cfg); kernel != GdnCudaConfig::kB4TwoSlots) {
+    const bool early = kernel == GdnCudaConfig::kB4EarlySlabs;
     return cfg.b4_slab == 32 ? b4_ring<2>(early, grid, a, stream) : b4_ring<1>(early, grid, a, stream);
   }
   if (mma == GdnCudaConfig::kMmaSync)
@@ -1969,7 +1930,7 @@ void overlapped_b3_b4(const GdnCudaConfig& cfg, bool recompute, const Args& a, v
       [&](int first, int count, cudaStream_t s) {
         Args at = a;
         at.n0 = first;
-        b4(cfg, dim3(count, a.H, a.B), at, s, true);
+        b4(cfg, dim3(count, a.H, a.B), at, s);
       });
 }
 
@@ -1984,16 +1945,6 @@ bool gdn_cuda_wgmma_available() {
 #else
   return false;
 #endif
-}
-
-int gdn_cuda_default_b4_prefetch() {
-  const char* env = std::getenv("STATEFLOW_GDN_B4_PREFETCH");
-  if (!env || std::strcmp(env, "pass1") == 0) return kB4AfterPass1;
-  if (std::strcmp(env, "start") == 0) return kB4AtStart;
-  if (std::strcmp(env, "dvb") == 0) return kB4AfterDvb;
-  SF_CHECK(std::strcmp(env, "none") == 0, "STATEFLOW_GDN_B4_PREFETCH must be start, pass1, dvb or none, got '", env,
-           "'");
-  return 0;
 }
 
 int gdn_cuda_default_b4_mma() {

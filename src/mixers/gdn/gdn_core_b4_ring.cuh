@@ -51,20 +51,15 @@ struct B4RingSmem {
 };
 
 // The slabs in flight before stream_ring's first step (kSlots - kStep of them), one cp.async
-// group per step; copies issued before go with the first, those after_first issues with the next
-// group committed.
-struct NoMoreCopies {
-  __device__ void operator()() const {}
-};
-template <int kStep, class Issue, class AfterFirst = NoMoreCopies>
-__device__ void issue_ring_ahead(Issue&& issue, AfterFirst after_first = {}) {
+// group per step; copies issued before go with the first.
+template <int kStep, class Issue>
+__device__ void issue_ring_ahead(Issue&& issue) {
   constexpr int kAhead = B4RingSmem<>::kSlots - kStep;
 #pragma unroll
   for (int j = 0; j < kAhead; j += kStep) {
 #pragma unroll
     for (int i = 0; i < kStep; ++i) issue(j + i, j + i);
     cuda::cp_async_commit();
-    if (j == 0) after_first();
   }
 }
 
@@ -93,24 +88,16 @@ __device__ void stream_ring(Issue&& issue, Body&& body) {
   __syncthreads();  // the ring is free again
 }
 
-// Where B4 may hand a persistent block's L2 prefetch of its next sub-chunk in (b4_ring_item's
-// `at_stage`): after the item's first loads are issued, after its first pass, or after dVb (its
-// last loads are in by then).
-enum B4Stage { kB4AtStart = 1, kB4AfterPass1 = 2, kB4AfterDvb = 3 };
-
-// One (sub-chunk n, head h, sequence b) of B4 with a deep ring, in the dynamic shared memory sm.
-// kLateLoads: q and k are issued after the first slab pair (with the second), since nothing reads
-// them before the Out terms, so the first step waits for a smaller first group, and beta after the
-// slabs (same bytes, same places). at_stage(B4Stage) is called by every thread at the stages above.
-template <int kStep, bool kEarly, bool kLateLoads, class AtStage>
-__device__ __forceinline__ void b4_ring_item(const Args& a, int n, int h, int b, char* sm, AtStage&& at_stage) {
+template <int kStep, bool kEarly>
+__global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   using S = B4RingSmem<kEarly>;
   using TK = typename S::TK;
   using TC = typename S::TC;
   using TS = typename S::TS;
   using P = MmaSyncProducts;
   constexpr int HK = DK / 2, HV = DV / 2, SR = TS::rows;
-  const int tid = threadIdx.x;
+  extern __shared__ __align__(128) char sm[];
+  const int n = a.n0 + blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x;
   const int warp = tid >> 5, lane = tid & 31, wm = warp & 3, wn = warp >> 2, m0 = wm * 16;
   const int t0 = n * C, nv = min(C, a.T - t0);
   const int64_t r0 = a.tok(b, t0, h), ws0 = a.ws_row(b, h, n), sub = a.ws_sub(b, h, n);
@@ -134,11 +121,8 @@ __device__ __forceinline__ void b4_ring_item(const Args& a, int n, int h, int b,
   const int lr = lane >> 2, ra = m0 + lr, rb = ra + 8;
 
   const int64_t ldk = int64_t(a.H) * DK, ldv = int64_t(a.H) * DV;
-  auto copy_q_k = [&] {
-    copy_rows(Qs, a.q + r0 * DK, ldk, nv);
-    copy_rows(Ks, a.k + r0 * DK, ldk, nv);
-  };
-  if constexpr (!kLateLoads) copy_q_k();
+  copy_rows(Qs, a.q + r0 * DK, ldk, nv);
+  copy_rows(Ks, a.k + r0 * DK, ldk, nv);
   copy_rows(dOs, a.dO + r0 * DV, ldv, nv);
   copy_rows(Vns, a.Vn + ws0 * DV, DV);
   cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
@@ -146,17 +130,7 @@ __device__ __forceinline__ void b4_ring_item(const Args& a, int n, int h, int b,
     copy_slab(Spair(slot), Hs + j * SR * DK, DK);
     copy_slab(dSpair(slot), dHs + j * SR * DK, DK);
   };
-  // beta is a plain load: a thread stores it only once it has arrived, so it goes after the slabs
-  // are issued where kLateLoads.
-  auto load_beta = [&] {
-    if (tid < C) beta[tid] = tid < nv ? a.beta[r0 + int64_t(tid) * a.H] : 0.f;
-  };
-  if constexpr (!kLateLoads) load_beta();
-  issue_ring_ahead<kStep>(issue_pair, [&] {
-    if constexpr (kLateLoads) copy_q_k();
-  });
-  at_stage(kB4AtStart);
-  if constexpr (kLateLoads) load_beta();
+  if (tid < C) beta[tid] = tid < nv ? a.beta[r0 + int64_t(tid) * a.H] : 0.f;
   const float s = a.scale;
 
   // Pass 1: dq = dO S, dk = V_new dSe, and this thread's share of <dSe, S> (b4_kernel's order:
@@ -165,7 +139,7 @@ __device__ __forceinline__ void b4_ring_item(const Args& a, int n, int h, int b,
   dq.fill(0.f);
   dk.fill(0.f);
   float sds = 0.f;
-  stream_ring<kStep, false>(issue_pair,
+  stream_ring<kStep>(issue_pair,
               [&](int j, int slot) {
                 P::issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Spair(slot), wn * HK);
                 P::issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSpair(slot), wn * HK);
@@ -175,7 +149,6 @@ __device__ __forceinline__ void b4_ring_item(const Args& a, int n, int h, int b,
   // first slabs too).
   copy_rows(dVns, a.dVn + ws0 * DV, DV);
   cuda::cp_async_commit();
-  at_stage(kB4AfterPass1);
   auto issue_S = [&](int j, int slot) { copy_slab(Sonly(slot), Hs + j * SR * DK, DK); };
   if constexpr (kEarly) issue_ring_ahead<kStep>(issue_S);
   if (tid < C) gam[tid] = expf(G[tid]);
@@ -267,7 +240,6 @@ __device__ __forceinline__ void b4_ring_item(const Args& a, int n, int h, int b,
     t.each([&](int r, int, float& x) { x *= r < 8 ? ba : bb; });
     store_rows(t, a.dv + r0 * DV, ldv, m0, wn * HV, nv);
   }
-  at_stage(kB4AfterDvb);
   __syncthreads();
   {  // dA = -T^T dT T^T, first M1 = T^T dT
     Frag<16, 32> m;
@@ -334,53 +306,5 @@ __device__ __forceinline__ void b4_ring_item(const Args& a, int n, int h, int b,
     acc += vec(S::vdG)[C - 1] + vec(S::vLast)[0];
     for (int r = C - 2; r >= tid; --r) acc += vec(S::vdG)[r];
     a.dg[r0 + int64_t(tid) * a.H] = acc;
-  }
-}
-
-template <int kStep, bool kEarly>
-__global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
-  extern __shared__ __align__(128) char sm[];
-  b4_ring_item<kStep, kEarly, false>(a, a.n0 + blockIdx.x, blockIdx.y, blockIdx.z, sm, [](int) {});
-}
-
-// L2 prefetches of what sub-chunk n of (b, h) reads first in B4 (its state, the state's gradient,
-// V_new, q, k and dO: 112 KiB), one 128-byte line a thread at a time.
-__device__ void prefetch_b4_item(const Args& a, int n, int h, int b) {
-  constexpr int kLine = 128, kRowLines = DK * 2 / kLine;  // DV = DK
-  const int tid = threadIdx.x, nv = min(C, a.T - n * C);
-  const int64_t r0 = a.tok(b, n * C, h), sub = a.ws_sub(b, h, n);
-  const char* state = reinterpret_cast<const char*>(a.Hs + sub * DV * DK);
-  const char* dstate = reinterpret_cast<const char*>(a.dHs + sub * DV * DK);
-  const char* vn = reinterpret_cast<const char*>(a.Vn + a.ws_row(b, h, n) * DV);
-  for (int l = tid; l < DV * DK * 2 / kLine; l += 256) {
-    cuda::prefetch_l2(state + l * kLine);
-    cuda::prefetch_l2(dstate + l * kLine);
-    if (l < C * DV * 2 / kLine) cuda::prefetch_l2(vn + l * kLine);
-  }
-  if (tid < kRowLines * nv) {
-    const int64_t row = r0 + int64_t(tid / kRowLines) * a.H;
-    const int at = (tid % kRowLines) * kLine;
-    cuda::prefetch_l2(reinterpret_cast<const char*>(a.q + row * DK) + at);
-    cuda::prefetch_l2(reinterpret_cast<const char*>(a.k + row * DK) + at);
-    cuda::prefetch_l2(reinterpret_cast<const char*>(a.dO + row * DV) + at);
-  }
-}
-
-// Persistent B4 (GdnCudaConfig::kB4Persistent): the early-slab deep ring as a grid of resident
-// blocks, block x taking the items x, x + gridDim.x, ... of the launch's count sub-chunks x heads x
-// sequences (sub-chunk fastest, the order a grid of one block per item is scheduled in). Each
-// block asks L2 for its next item's first operands at stage prefetch_at (a B4Stage; 0: never), so
-// they are on chip when it starts and its first pass reads L2 instead of sharing DRAM with the other
-// block of its SM; q and k come with the second slab pair, beta after the slabs. The same item code, so the same bits.
-template <int kStep>
-__global__ void __launch_bounds__(256, 2) b4_persistent_kernel(Args a, int count, int prefetch_at) {
-  extern __shared__ __align__(128) char sm[];
-  const int items = count * a.H * a.B;
-  for (int i = blockIdx.x; i < items; i += gridDim.x) {
-    const int next = i + gridDim.x;
-    b4_ring_item<kStep, true, true>(a, a.n0 + i % count, (i / count) % a.H, i / count / a.H, sm, [&](int stage) {
-      if (stage == prefetch_at && next < items) prefetch_b4_item(a, a.n0 + next % count, (next / count) % a.H, next / count / a.H);
-    });
-    __syncthreads();  // the item's last reads of shared memory before the next one's copies
   }
 }

@@ -108,20 +108,12 @@ struct GdnCudaConfig {
   // only when the second pass needs it; kB4EarlySlabs: the deep ring with the second pass's first
   // slabs and v issued as soon as the first pass ends (dPG and T where dO was), same bits. The deep
   // rings run mma.sync, b4_slab 0, 16 or 32 and copies by plans only (anything else is an error).
-  // kB4Persistent: the early slabs' kernel as a grid of resident blocks that each loop over
-  // sub-chunks, asking L2 for the next one's first operands while working on the current one
-  // (STATEFLOW_GDN_B4_PREFETCH says when; same bits). kDefaultB4Kernel: the deep ring with its
-  // early slabs where the config allows it, unless STATEFLOW_LEVERS_OFF names the lever b4_ring
-  // (two slots) or b4_ring_early (no early slabs); persistent when STATEFLOW_LEVERS_ON names the
-  // untried lever b4_persist. B4 launched beside B3 (overlap) never runs persistent (its blocks
-  // would wait for SMs the sweep holds). Measured on the H200 (docs/benchmarks.md, "B4 with a deep
-  // ring"): 1.19 -> 0.98 ms at 32K x 16 heads with 16-row steps (1.07 with 32), 0.96 with the early
-  // slabs.
-  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2, kB4EarlySlabs = 3, kB4Persistent = 4 };
+  // kDefaultB4Kernel: the deep ring with its early slabs where the config allows it, unless
+  // STATEFLOW_LEVERS_OFF names the lever b4_ring (two slots) or b4_ring_early (no early slabs).
+  // Measured on the H200 (docs/benchmarks.md, "B4 with a deep ring"): 1.19 -> 0.98 ms at 32K x 16
+  // heads with 16-row steps (1.07 with 32), 0.96 with the early slabs.
+  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2, kB4EarlySlabs = 3 };
   int b4_kernel = kDefaultB4Kernel;
-  // kB4Persistent: blocks in its grid (0 = as many as the GPU holds at once: two per SM); at most
-  // one per sub-chunk and head. Tests use a few, so that every block loops over many sub-chunks.
-  int b4_blocks = 0;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
   // offsets computed once (cuda::TileCopy); kCopyLoops, the generic loop (the earlier code);
   // kDefaultCopies, plans unless STATEFLOW_LEVERS_OFF names the lever tile_copies
@@ -208,11 +200,6 @@ int gdn_cuda_default_b4_mma();
 // What piece_len = 0 means: the environment variable STATEFLOW_GDN_PIECE_LEN, "off" (kUnsplit,
 // also when unset) or tokens per piece dividing 2048 (anything else is an error naming it).
 int gdn_cuda_default_piece_len();
-// When a persistent B4 block (GdnCudaConfig::kB4Persistent) prefetches its next sub-chunk's first
-// operands into L2: STATEFLOW_GDN_B4_PREFETCH "start" (as soon as the current one's loads are
-// issued), "pass1" (after its first pass; also when unset), "dvb" (after dVb) or "none"; anything
-// else is an error naming it. Returns 0 (none) to 3 (dvb).
-int gdn_cuda_default_b4_prefetch();
 // What overlap_segment = 0 means: STATEFLOW_GDN_OVERLAP_SEGMENT (sub-chunks >= 1), else
 // GdnCudaConfig::kDefaultOverlapSegment; anything else is an error naming it.
 int gdn_cuda_default_overlap_segment();

@@ -891,17 +891,6 @@ TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("kB4TwoSlots"), std::string::npos) << e.what();
   }
-  for (auto [kernel, blocks] : {std::pair{5, 0}, {int(GdnCudaConfig::kB4Persistent), -1}}) {
-    GdnCudaConfig bad_b4;  // kernels 0-4; a persistent grid of >= 1 block (0: as many as fit)
-    bad_b4.b4_kernel = kernel, bad_b4.b4_blocks = blocks;
-    try {
-      gdn_chunk_backward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-                              nullptr, nullptr, nullptr, nullptr, nullptr, &bad_b4, nullptr, bad_b4);
-      ADD_FAILURE() << "b4_kernel " << kernel << " with b4_blocks " << blocks << " was accepted";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(blocks < 0 ? "b4_blocks" : "b4_kernel"), std::string::npos) << e.what();
-    }
-  }
 }
 
 // Sets an environment variable for one scope, restoring what was there.
@@ -970,68 +959,6 @@ TEST_F(GdnCoreCuda, DefaultPieceLengthSweepB4AndOverlapSegmentComeFromTheEnviron
     ScopedEnv env(var, bad);
     try {
       gdn_cuda_default_piece_len();
-      ADD_FAILURE() << "accepted '" << bad << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
-    }
-  }
-}
-
-// The persistent B4 (GdnCudaConfig::kB4Persistent) runs the early slabs' item code in a loop over
-// the launch's sub-chunks: every output and gradient bitwise the early-slab kernel's, recomputing T
-// and from a kept T, 16- and 32-row steps, grids of one block per item and of 1 and 5 blocks (each
-// looping over 36 or 7-8 items, a short last sub-chunk among them), with each L2 prefetch stage
-// (STATEFLOW_GDN_B4_PREFETCH); calls cut at 128 and 192 bitwise the one call.
-TEST_F(GdnCoreCuda, B4PersistentGivesTheEarlySlabBits) {
-  SKIP_WITHOUT_GPU();
-  const Problem p = make_problem(rng, 2, 333, 3);  // 36 sub-chunks x heads x sequences
-  for (bool keep_T : {false, true}) {
-    RunOptions early = unsplit(), persistent = unsplit();
-    early.keep_T = persistent.keep_T = keep_T;
-    early.cfg.b4_kernel = GdnCudaConfig::kB4EarlySlabs;
-    persistent.cfg.b4_kernel = GdnCudaConfig::kB4Persistent;
-    for (int rows : {16, 32}) {
-      early.cfg.b4_slab = persistent.cfg.b4_slab = rows;
-      const Gpu want = run_gpu(p, early);
-      for (int blocks : {0, 1, 5})
-        for (const char* stage : {"none", "start", "pass1", "dvb"}) {
-          if (blocks != 5 && std::strcmp(stage, "pass1") != 0) continue;
-          SCOPED_TRACE(std::string(keep_T ? "T kept, " : "T recomputed, ") + std::to_string(rows) +
-                       " rows a step, " + std::to_string(blocks) + " blocks, prefetch " + stage);
-          ScopedEnv env("STATEFLOW_GDN_B4_PREFETCH", stage);
-          persistent.cfg.b4_blocks = blocks;
-          expect_bitwise_equal(run_gpu(p, persistent), want);
-          if (blocks == 5 && !keep_T) expect_bitwise_equal(run_split(p, {128, 192}, persistent), want);
-        }
-    }
-  }
-}
-
-// The persistent B4's prefetch stage comes from STATEFLOW_GDN_B4_PREFETCH (after the first pass
-// when unset); a bad value is refused by name.
-TEST_F(GdnCoreCuda, B4PrefetchStageComesFromTheEnvironment) {
-  const char* var = "STATEFLOW_GDN_B4_PREFETCH";
-  const int unset = [&] {
-    ScopedEnv env(var, "pass1");
-    return gdn_cuda_default_b4_prefetch();
-  }();
-  int seen[4] = {};
-  for (const char* stage : {"none", "start", "pass1", "dvb"}) {
-    ScopedEnv env(var, stage);
-    const int at = gdn_cuda_default_b4_prefetch();
-    ASSERT_TRUE(at >= 0 && at < 4) << stage;
-    EXPECT_EQ(seen[at]++, 0) << stage << " shares its stage with another name";
-  }
-  EXPECT_EQ(seen[0] + seen[1] + seen[2] + seen[3], 4);
-  {
-    ScopedEnv none(var, "none");
-    EXPECT_EQ(gdn_cuda_default_b4_prefetch(), 0);
-  }
-  if (!std::getenv(var)) EXPECT_EQ(gdn_cuda_default_b4_prefetch(), unset);
-  for (const char* bad : {"PASS1", "after", ""}) {
-    ScopedEnv env(var, bad);
-    try {
-      gdn_cuda_default_b4_prefetch();
       ADD_FAILURE() << "accepted '" << bad << "'";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(var), std::string::npos) << e.what();
