@@ -3,7 +3,8 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside
+//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,
+//                      b4_lean
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -94,6 +95,11 @@
 //                 of a few memory latencies each that the main stream waited for; same kernels,
 //                 same bits; l2norm_pair, add_vectors and dw_beside default since their H200 run
 //                 in the seventh session)
+//   b4_lean       GDN core B4's deep ring with early slabs: its epilogues as they were (instead of the
+//                 row dots reading their tiles as ldmatrix fragments, the causal masks as selects,
+//                 warps whose tile the mask empties skipping their exps, bf16 widened by shifts, q, k
+//                 and beta loaded after the first slabs: GdnCudaConfig::kB4Lean,
+//                 mixers/gdn/gdn_core_b4_ring.cuh; same bits; untried)
 // Results stay exact and chunk-invariant either way (at the cuts each setting documents).
 //
 // Untried levers (kUntriedLevers): a new path built and compiled while no GPU was lent has not
@@ -120,12 +126,12 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
                                            "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
-                                           "dw_beside"};
+                                           "dw_beside", "b4_lean"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).
 // One line: tools/gpu-check.sh and bench/chunk_tax.sh read the names from it.
-inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast"};
+inline const char* const kUntriedLevers[] = {"fused_mlp", "sweep_multicast", "b4_lean"};
 
 // The levers a STATEFLOW_LEVERS_OFF (or `variable`) value names, as ",a,b,"; throws Error on a
 // name that is no lever (a typo would otherwise measure a lever "off" that ran on).

@@ -1820,24 +1820,28 @@ int b4_kernel_of(const GdnCudaConfig& cfg) {
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4EarlySlabs,
-           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing or kB4EarlySlabs, got ",
-           cfg.b4_kernel);
+  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4Lean,
+           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing, kB4EarlySlabs or kB4Lean, ",
+           "got ", cfg.b4_kernel);
   const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
-  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing || cfg.b4_kernel == GdnCudaConfig::kB4EarlySlabs) {
-    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing or kB4EarlySlabs) runs mma.sync ",
-             "products on 16- or 32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ",
+  if (cfg.b4_kernel >= GdnCudaConfig::kB4DeepRing) {
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing, kB4EarlySlabs or kB4Lean) runs ",
+             "mma.sync products on 16- or 32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ",
              cfg.b4_slab, ", tile_copies ", cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
     return cfg.b4_kernel;
   }
   if (cfg.b4_kernel == GdnCudaConfig::kB4TwoSlots || !fits || lever_off("b4_ring")) return GdnCudaConfig::kB4TwoSlots;
-  return lever_off("b4_ring_early") ? GdnCudaConfig::kB4DeepRing : GdnCudaConfig::kB4EarlySlabs;
+  if (lever_off("b4_ring_early")) return GdnCudaConfig::kB4DeepRing;
+  return lever_off("b4_lean") ? GdnCudaConfig::kB4EarlySlabs : GdnCudaConfig::kB4Lean;
 }
 
-// The deep-ring B4 with 16 kStep rows a step, its early slabs or not.
+// The deep-ring B4 with 16 kStep rows a step: kB4DeepRing, kB4EarlySlabs or kB4Lean.
 template <int kStep>
-void b4_ring(bool early, dim3 grid, const Args& a, cudaStream_t stream) {
-  if (early) return launch(b4_ring_kernel<kStep, true>, grid, 256, B4RingSmem<true>::bytes, stream, a);
+void b4_ring(int kernel, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (kernel == GdnCudaConfig::kB4Lean)
+    return launch(b4_ring_kernel<kStep, true, true>, grid, 256, B4RingSmem<true>::bytes, stream, a);
+  if (kernel == GdnCudaConfig::kB4EarlySlabs)
+    return launch(b4_ring_kernel<kStep, true>, grid, 256, B4RingSmem<true>::bytes, stream, a);
   launch(b4_ring_kernel<kStep, false>, grid, 256, B4RingSmem<false>::bytes, stream, a);
 }
 
@@ -1859,10 +1863,8 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  if (const int kernel = b4_kernel_of(cfg); kernel != GdnCudaConfig::kB4TwoSlots) {
-    const bool early = kernel == GdnCudaConfig::kB4EarlySlabs;
-    return cfg.b4_slab == 32 ? b4_ring<2>(early, grid, a, stream) : b4_ring<1>(early, grid, a, stream);
-  }
+  if (const int kernel = b4_kernel_of(cfg); kernel != GdnCudaConfig::kB4TwoSlots)
+    return cfg.b4_slab == 32 ? b4_ring<2>(kernel, grid, a, stream) : b4_ring<1>(kernel, grid, a, stream);
   if (mma == GdnCudaConfig::kMmaSync)
     return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
                  : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);
