@@ -1813,8 +1813,8 @@ void pre(bool from_T, bool plans, bool mma, dim3 grid, const Args& a, cudaStream
 
 // Which B4 kernel runs (GdnCudaConfig::b4_kernel), the default resolved: the deep ring where the
 // config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring is
-// off, with its early slabs unless the lever b4_ring_early is off. Refuses a bad B4 setting (called
-// before anything runs).
+// off, with its early slabs unless the lever b4_ring_early is off, and with those its lean
+// epilogues unless the lever b4_lean is off. Refuses a bad B4 setting (called before anything runs).
 int b4_kernel_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
