@@ -14,19 +14,9 @@
 #include <vector>
 
 #include "core/rng.h"
-#include "model/config.h"
+#include "gpu_test_model.h"
 
 namespace stateflow::testing {
-
-// The smallest model the CUDA kernels run (GDN heads of 128, sub-chunks of 64, widths that
-// are multiples of 8): the model of the GPU tests.
-inline ModelConfig gpu_test_model(uint64_t seed, int64_t vocab = 512) {
-  ModelConfig c;
-  c.vocab_size = vocab, c.d_model = 256, c.pattern = "GG", c.mlp_hidden = 512, c.seed = seed;
-  c.mixers["gdn"] = {{"heads", 2}, {"head_dk", 128}, {"head_dv", 128}, {"conv_size", 4}, {"block_size", 64}};
-  c.complete_sections();
-  return c;
-}
 
 using bf16 = __nv_bfloat16;
 using Vec = std::vector<double>;

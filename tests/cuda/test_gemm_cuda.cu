@@ -6,6 +6,9 @@
 // not); short rows within twice the aligned algorithm's error; the bf16 cast.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <utility>
+
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/gemm_cuda.h"
 #include "cuda_test_util.h"
@@ -22,14 +25,23 @@ struct Types {
   using out = Out;
 };
 
-// Each test on a GPU, with a fresh seed in every failure's trace.
+// Each test on a GPU, with a fresh seed in every failure's trace and a cuBLASLt handle of its own.
 template <class P>
 class GemmCuda : public ::testing::Test {
  protected:
-  void SetUp() override { SKIP_WITHOUT_GPU(); }
+  void SetUp() override {
+    SKIP_WITHOUT_GPU();
+    gemm_.emplace();  // once a GPU is known to be there
+  }
+  // What a test draws from and multiplies with: auto [rng, g] = this->rng_and_gemm();
+  std::pair<Rng&, CublasGemm&> rng_and_gemm() { return {rng, *gemm_}; }
+
   const uint64_t seed = fresh_seed();
   const ::testing::ScopedTrace seed_trace{__FILE__, __LINE__, "seed " + std::to_string(seed)};
   Rng rng{seed};
+
+ private:
+  std::optional<CublasGemm> gemm_;
 };
 using Combos = ::testing::Types<Types<float, float>, Types<bf16, float>, Types<bf16, bf16>>;
 TYPED_TEST_SUITE(GemmCuda, Combos);
@@ -43,8 +55,7 @@ double band() {
 TYPED_TEST(GemmCuda, EveryTransposeWithPaddedStridesAlphaAndBeta) {
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  Rng& rng = this->rng;
-  CublasGemm g;
+  auto [rng, g] = this->rng_and_gemm();
   const int64_t M = 37, N = 53, K = 71;
   for (int ta = 0; ta < 2; ++ta)
     for (int tb = 0; tb < 2; ++tb)
@@ -116,8 +127,7 @@ TYPED_TEST(GemmCuda, LinearHelpersMatchTheCpuLayers) {
 TYPED_TEST(GemmCuda, RepeatedCallsAreBitwiseEqual) {
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  Rng& rng = this->rng;
-  CublasGemm g;
+  auto [rng, g] = this->rng_and_gemm();
   FlagScope on(gemm_short_rows_for_thread(), true);
   // A long reduction (the weight-gradient shape: K = tokens) is where split-K would appear.
   const int64_t rows = 8192, in = 256, out = 192;
@@ -149,8 +159,7 @@ TYPED_TEST(GemmCuda, RepeatedCallsAreBitwiseEqual) {
 TYPED_TEST(GemmCuda, PinnedAlgorithmsGiveTheSameRowsForAnyRowCount) {
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  Rng& rng = this->rng;
-  CublasGemm g;
+  auto [rng, g] = this->rng_and_gemm();
   FlagScope off(gemm_short_rows_for_thread(), false);
   const int64_t M = 4096, in = 256, out = 384;
   const Vec x = normal_vec(rng, M * in), W = normal_vec(rng, in * out), dy = normal_vec(rng, M * out);
@@ -190,8 +199,7 @@ std::vector<T> chunk_rows(const std::vector<T>& x, int64_t batch, int64_t len, i
 TYPED_TEST(GemmCuda, ShortRowsGiveTheUnsplitBitsAtCutsOnMultiplesOf2048) {
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  Rng& rng = this->rng;
-  CublasGemm g;
+  auto [rng, g] = this->rng_and_gemm();
   FlagScope on(gemm_short_rows_for_thread(), true);
   const int64_t S = kGemmAlignedRows, in = 1024, out = 64;
   for (auto [batch, len] : {std::pair<int64_t, int64_t>{1, 2 * S + 300}, {2, 2 * S + 300}, {2, 700}}) {
@@ -223,8 +231,7 @@ TYPED_TEST(GemmCuda, ShortRowsGiveTheUnsplitBitsAtCutsOnMultiplesOf2048) {
 TYPED_TEST(GemmCuda, ShortRowsStayWithinTwiceTheAlignedError) {
   using In = typename TypeParam::in;
   using Out = typename TypeParam::out;
-  Rng& rng = this->rng;
-  CublasGemm g;
+  auto [rng, g] = this->rng_and_gemm();
   const int64_t rows = 1000, in = 2048, out = 64;
   const Vec x = rounded<In>(normal_vec(rng, rows * in)), W = rounded<In>(normal_vec(rng, in * out));
   Dev<In> d_x(x), d_W(W);

@@ -3,12 +3,13 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
-#include <map>
+#include <memory>
 
 #include "core/error.h"
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/levers.h"
+#include "kernels/cuda/per_gpu_cuda.h"
 #include "kernels/cuda/side_stream_cuda.h"
 
 namespace stateflow {
@@ -31,15 +32,6 @@ struct RecordingStream {
   }
 };
 
-RecordingStream& recording_stream_for_thread() {
-  thread_local std::map<int, std::unique_ptr<RecordingStream>> per_gpu;
-  int gpu = 0;
-  cuda_check(cudaGetDevice(&gpu), "cudaGetDevice");
-  auto& s = per_gpu[gpu];
-  if (!s) s = std::make_unique<RecordingStream>();
-  return *s;
-}
-
 std::atomic<int64_t> g_launched{0}, g_updated{0}, g_instantiated{0}, g_nodes{0};
 
 const CublasGemm*& recording_for_thread() {
@@ -57,7 +49,7 @@ class CudaGraph final : public DeviceGraph {
   void begin() override {
     SF_CHECK(recording_for_thread() == nullptr, "CUDA graph: a recording began inside another one on this thread");
     main_ = cublas_for_thread().stream();  // where the graph will run: the thread's main stream
-    RecordingStream& r = recording_stream_for_thread();
+    RecordingStream& r = per_gpu_for_thread<RecordingStream>();
     prepare_side_work_for_thread();  // streams and handles are made outside the recording
     // Relaxed: a block the caching allocator must get from the driver (cudaMalloc) may be
     // allocated while recording; it is an allocation on the host's side, outside the graph.

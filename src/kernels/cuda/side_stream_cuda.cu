@@ -1,6 +1,5 @@
 #include "kernels/cuda/side_stream_cuda.h"
 
-#include <map>
 #include <memory>
 
 #include "core/deferred_work.h"
@@ -8,6 +7,7 @@
 #include "kernels/cuda/cuda_backend.h"
 #include "kernels/cuda/cuda_check.h"
 #include "kernels/cuda/levers.h"
+#include "kernels/cuda/per_gpu_cuda.h"
 
 namespace stateflow {
 namespace {
@@ -33,18 +33,9 @@ struct SideStream {
   }
 };
 
-SideStream& side_stream_for_thread() {
-  thread_local std::map<int, std::unique_ptr<SideStream>> per_gpu;  // as cublas_for_thread: one per GPU
-  int gpu = 0;
-  cuda_check(cudaGetDevice(&gpu), "cudaGetDevice");
-  auto& s = per_gpu[gpu];
-  if (!s) s = std::make_unique<SideStream>();
-  return *s;
-}
-
 // The main stream waits for all work issued on the thread's side stream so far.
 void main_waits_for_side() {
-  SideStream& s = side_stream_for_thread();
+  SideStream& s = per_gpu_for_thread<SideStream>();
   cuda_check(cudaEventRecord(s.side_done, s.stream), "cudaEventRecord (join)");
   cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), s.side_done, 0), "cudaStreamWaitEvent (join)");
 }
@@ -67,7 +58,7 @@ bool& dw_beside_for_thread() {
 }
 
 void prepare_side_work_for_thread() {
-  if (side_work_enabled_for_thread()) side_stream_for_thread();
+  if (side_work_enabled_for_thread()) per_gpu_for_thread<SideStream>();
 }
 
 SideWork::SideWork() : overlap_(side_work_enabled_for_thread() && thread_op_timer() == nullptr) {}
@@ -82,7 +73,7 @@ SideWork::~SideWork() {
 
 const CublasGemm& SideWork::fork() {
   if (!overlap_) return cublas_for_thread();
-  SideStream& s = side_stream_for_thread();
+  SideStream& s = per_gpu_for_thread<SideStream>();
   cuda_check(cudaEventRecord(s.main_reached, cublas_for_thread().stream()), "cudaEventRecord (fork)");
   cuda_check(cudaStreamWaitEvent(s.stream, s.main_reached, 0), "cudaStreamWaitEvent (fork)");
   pending_ = true;
@@ -116,10 +107,10 @@ void SideWork::join_with_deferred(std::vector<Tensor> operands) {
 }
 
 void SideWork::defer_to_layer_end(std::vector<Tensor> operands) {
-  cuda_check(cudaEventRecord(side_stream_for_thread().layer_end, side_stream_for_thread().stream),
-             "cudaEventRecord (join_later)");
+  SideStream& s = per_gpu_for_thread<SideStream>();
+  cuda_check(cudaEventRecord(s.layer_end, s.stream), "cudaEventRecord (join_later)");
   defer_work([operands = std::move(operands)]() mutable {
-    cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), side_stream_for_thread().layer_end, 0),
+    cuda_check(cudaStreamWaitEvent(cublas_for_thread().stream(), per_gpu_for_thread<SideStream>().layer_end, 0),
                "cudaStreamWaitEvent (join_later)");
     operands.clear();
   });

@@ -2,10 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <map>
-#include <memory>
 
 #include "kernels/cuda/cuda_check.h"
+#include "kernels/cuda/per_gpu_cuda.h"
 #include "kernels/cuda/stream_wait_cuda.h"
 
 namespace stateflow {
@@ -28,15 +27,6 @@ struct OverlapStreams {
     cudaEventDestroy(counters_zeroed);
   }
 };
-
-OverlapStreams& overlap_streams_for_thread() {
-  thread_local std::map<int, std::unique_ptr<OverlapStreams>> per_gpu;
-  int gpu = 0;
-  cuda_check(cudaGetDevice(&gpu), "cudaGetDevice");
-  auto& s = per_gpu[gpu];
-  if (!s) s = std::make_unique<OverlapStreams>();
-  return *s;
-}
 
 }  // namespace
 
@@ -64,7 +54,7 @@ void gdn_run_overlapped(cudaStream_t stream, const SweepCounters& c, const std::
                         const std::function<void(int first, int count, cudaStream_t)>& consume) {
   SF_CHECK(streams >= 1 && streams <= kMaxOverlapStreams, "GDN core overlap: 1 to ", kMaxOverlapStreams,
            " consumer streams, got ", streams);
-  OverlapStreams& side = overlap_streams_for_thread();
+  OverlapStreams& side = per_gpu_for_thread<OverlapStreams>();
   cuda_check(cudaMemsetAsync(c.counters, 0, size_t(2) * c.nseg * sizeof(unsigned), stream),
              "zeroing the GDN overlap's counters");
   cuda_check(cudaEventRecord(side.counters_zeroed, stream), "cudaEventRecord (GDN overlap)");

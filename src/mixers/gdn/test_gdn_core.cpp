@@ -328,6 +328,29 @@ TEST(GdnCore, NullStateMeansZero) {
   }
 }
 
+// Scaling the state that enters a chunk by e^eps is adding eps to its first token's log-decay, so
+// that token's dg is the inner product of the entering state and its gradient, head by head
+// (what tests/gradient_terms.h measures a decay parameter's inner terms with).
+TEST(GdnCore, FirstTokensDecayGradientIsTheEnteringStateTimesItsGradient) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  Rng rng(seed);
+  const Problem<double> p = make_problem(rng, 2, 37, 3, 8, 6, 16);
+  const GdnDims& d = p.d;
+  const int64_t n = d.dv * d.dk;
+  for (Algo algo : {Algo::recurrent, Algo::chunked}) {
+    const Grads<double> gr = run_backward(p, algo);
+    for (int64_t b = 0; b < d.batch; ++b)
+      for (int64_t h = 0; h < d.heads; ++h) {
+        double inner = 0, magnitude = 0;
+        for (int64_t e = (b * d.heads + h) * n; e < (b * d.heads + h + 1) * n; ++e)
+          inner += gr[5][e] * p.S_in[e], magnitude += std::abs(gr[5][e] * p.S_in[e]);
+        EXPECT_NEAR(gr[4][(b * d.len) * d.heads + h], inner, 1e-12 * magnitude)
+            << (algo == Algo::chunked ? "chunked" : "recurrent") << ", sequence " << b << ", head " << h;
+      }
+  }
+}
+
 // An empty chunk passes the state and its gradient through unchanged.
 TEST(GdnCore, EmptyChunkPassesStateThrough) {
   const uint64_t seed = fresh_seed();
