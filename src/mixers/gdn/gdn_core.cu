@@ -1221,16 +1221,30 @@ __device__ T columns_from(T t, int c0) {
 
 // Epilogue pieces b4_kernel and b4_ring_kernel share, so their bits stay the same.
 
-// Adds one thread's share of <dSe, S> from eight columns of slab row r (c, c + 1, ..., c + 7).
-template <class TS>
+// The bf16 halves of a 32-bit word as fp32 (exact, as __bfloat162float), one instruction each.
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+// x0 y0 + x1 y1 as the compiler fuses it in these pieces (the second product rounded, the first
+// fused with it), spelled out for the lean epilogues of b4_ring_kernel so their bits stay these.
+__device__ __forceinline__ float pair_dot(float x0, float y0, float x1, float y1) {
+  return __fmaf_rn(x0, y0, __fmul_rn(x1, y1));
+}
+
+// Adds one thread's share of <dSe, S> from eight columns of slab row r (c, c + 1, ..., c + 7);
+// kLean: the same sum on fewer instructions.
+template <bool kLean = false, class TS>
 __device__ __forceinline__ void add_slab_dot8(float& sds, TS Sslab, TS dSslab, int r, int c) {
   const uint4 xs = *reinterpret_cast<const uint4*>(Sslab.at(r, c));
   const uint4 xd = *reinterpret_cast<const uint4*>(dSslab.at(r, c));
   const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
-    sds += fd.x * fs.x + fd.y * fs.y;
+    if constexpr (kLean) {
+      sds = __fadd_rn(sds, pair_dot(lo_bf16(wd[e]), lo_bf16(ws[e]), hi_bf16(wd[e]), hi_bf16(ws[e])));
+    } else {
+      const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
+      sds += fd.x * fs.x + fd.y * fs.y;
+    }
   }
 }
 

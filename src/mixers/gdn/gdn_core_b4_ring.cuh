@@ -96,28 +96,9 @@ __device__ void stream_ring(Issue&& issue, Body&& body) {
 // Lean epilogues (kLean: GdnCudaConfig::kB4Lean, lever b4_lean): the operations of the shared
 // pieces (add_slab_dot8, cuda::row_dot) and of the masked epilogues below in the same order with
 // the same roundings, on fewer instructions: bf16 halves widened by a shift or a mask, the row dots'
-// tile elements read as ldmatrix fragments, the causal masks as selects (no branch per element)
-// and warps whose tile the mask empties skipping their exps. The products x0 y0 + x1 y1 are spelled
-// the way the compiler fuses them in the shared pieces (the second product rounded, the first fused
-// with it), so the bits stay the same.
-
-// The bf16 halves of a 32-bit word as fp32 (exact, as __bfloat162float).
-__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
-__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
-// x0 y0 + x1 y1 as the shared pieces compile it.
-__device__ __forceinline__ float pair_dot(float x0, float y0, float x1, float y1) {
-  return __fmaf_rn(x0, y0, __fmul_rn(x1, y1));
-}
-
-// add_slab_dot8, lean.
-template <class TS>
-__device__ __forceinline__ void add_slab_dot8_lean(float& sds, TS Sslab, TS dSslab, int r, int c) {
-  const uint4 xs = *reinterpret_cast<const uint4*>(Sslab.at(r, c));
-  const uint4 xd = *reinterpret_cast<const uint4*>(dSslab.at(r, c));
-  const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
-#pragma unroll
-  for (int e = 0; e < 4; ++e) sds = __fadd_rn(sds, pair_dot(lo_bf16(wd[e]), lo_bf16(ws[e]), hi_bf16(wd[e]), hi_bf16(ws[e])));
-}
+// tile elements read as ldmatrix fragments, the causal masks as selects and warps whose tile the
+// mask empties skipping their exps; the products x0 y0 + x1 y1 spelled as the shared pieces compile
+// them (pair_dot), so the bits stay the same.
 
 // cuda::row_dot, lean: the tile's elements come as ldmatrix A fragments, which hold lane for lane the
 // pairs the accumulator holds (register h of block kb: n-tile 2 kb + h / 2, row + 8 (h % 2)), four
@@ -216,8 +197,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
               [&](int j, int slot) {
                 P::issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Spair(slot), wn * HK);
                 P::issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSpair(slot), wn * HK);
-                if constexpr (kLean) add_slab_dot8_lean(sds, Spair(slot), dSpair(slot), tid / (DK / 8), (tid % (DK / 8)) * 8);
-                else add_slab_dot8(sds, Spair(slot), dSpair(slot), tid / (DK / 8), (tid % (DK / 8)) * 8);
+                add_slab_dot8<kLean>(sds, Spair(slot), dSpair(slot), tid / (DK / 8), (tid % (DK / 8)) * 8);
               });
   // dV_new's half of the ring is free now; it loads under the Out terms (kEarly: the second pass's
   // first slabs too).
