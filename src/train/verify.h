@@ -48,9 +48,9 @@ struct VerifyColumn {
   double loss_diff = 0;
   std::vector<double> grad_diffs;  // per parameter, model.params() order
   double max_grad_diff = 0;
-  double mean_grad_diff = 0;  // over the parameters
+  double mean_grad_diff = 0;  // over the parameters of >= 64 entries (not per-head scalars)
   double update_diff = 0;  // the weights after one AdamW step from these gradients
-  double mean_update_diff = 0;  // over the parameters
+  double mean_update_diff = 0;  // the same parameters
   bool passed = true;
 };
 

@@ -3,8 +3,8 @@
 //                      side_defer,out_gate_by_core,conv_walk,head_blocks,residual_fused,keep_t,gate_steps,
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
-//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,
-//                      b4_lean
+//                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,sweep_deep,
+//                      sweep_copy_lines,b4_lean
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -95,6 +95,15 @@
 //                 of a few memory latencies each that the main stream waited for; same kernels,
 //                 same bits; l2norm_pair, add_vectors and dw_beside default since their H200 run
 //                 in the seventh session)
+//   sweep_deep    GDN core ST (quarter sweeps, copy warp): three sub-chunks of W, K and U in flight
+//                 (instead of four, 167 KiB of shared memory instead of 130; GdnCudaConfig::
+//                 sweep_stages; same bits)
+//   sweep_copy_lines  GDN core ST and B3 (quarter sweeps, copy warp): every 16-byte chunk of a tile
+//                 copied with its own predicated address (instead of tiles whose rows are all valid
+//                 copied by whole 128-byte lines, one address per row a lane copies: 548 -> 218
+//                 copy-warp instructions per ST step; GdnCudaConfig::sweep_copy_lines; same bits;
+//                 sweep_deep and sweep_copy_lines default since their H200 run in the eighth session:
+//                 ST 0.539 -> 0.455 ms at 32K)
 //   b4_lean       GDN core B4's deep ring with early slabs: its epilogues as they were (instead of the
 //                 row dots reading their tiles as ldmatrix fragments, the causal masks as selects,
 //                 warps whose tile the mask empties skipping their exps, bf16 widened by shifts, q, k
@@ -127,7 +136,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
                                            "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
-                                           "dw_beside", "b4_lean"};
+                                           "dw_beside", "sweep_deep", "sweep_copy_lines", "b4_lean"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).

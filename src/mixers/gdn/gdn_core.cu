@@ -887,17 +887,17 @@ __device__ void row_reverse_sweep(const Args& a, int b, int h, int row0, const f
 #include "mixers/gdn/gdn_core_quarter_sweeps.cuh"
 
 // Forward ST: grid (DV / (16 RG), H, B), RG x KS warps (KS = 4: the quarter sweeps; CW: and a
-// copy warp; CB > 0: that multicasts to clusters of CB blocks).
-template <int RG, int KS, bool CW, int CB = 0>
+// copy warp; CB > 0: that multicasts to clusters of CB blocks; LINES: that copies whole tiles by
+// lines, quarter_sweeps.cuh's copy_whole_tile). STAGES: sub-chunks of tiles in flight.
+template <int RG, int KS, bool CW, int CB = 0, int STAGES = row_stages<RG, KS, false>(), bool LINES = false>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(Args a) {
   extern __shared__ __align__(128) char sm[];
   const int b = blockIdx.z, h = blockIdx.y, row0 = blockIdx.x * RG * RW;
   const int64_t tile = ((int64_t(b) * a.H + h) * DV + row0) * DK;
   const float* from = a.S_in ? a.S_in + tile : nullptr;
   float* to = a.S_out ? a.S_out + tile : nullptr;
-  constexpr int stages = row_stages<RG, KS, false>();
-  if constexpr (KS == KQ) quarter_forward_sweep<RG, stages, CW, CB>(a, b, h, row0, from, to, sm);
-  else row_forward_sweep<RG, KS, stages>(a, b, h, row0, from, to, sm);
+  if constexpr (KS == KQ) quarter_forward_sweep<RG, STAGES, CW, CB, false, LINES>(a, b, h, row0, from, to, sm);
+  else row_forward_sweep<RG, KS, STAGES>(a, b, h, row0, from, to, sm);
   if constexpr (CB > 0) cuda::cluster_sync();  // no block leaves while a peer may still reach its shared memory
 }
 
@@ -905,7 +905,7 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_forward_kernel(
 // with recompute the first half of the blocks re-run the forward sweep (Hs, V_new for B4) on
 // SMs of their own, beside the reverse sweeps. kCount: both count their segments for the overlap
 // (gdn_core_overlap.cuh).
-template <int RG, int KS, bool CW, int CB = 0, bool kCount = false>
+template <int RG, int KS, bool CW, int CB = 0, bool kCount = false, bool LINES = false>
 __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel(Args a, bool recompute) {
   extern __shared__ __align__(128) char sm[];
   constexpr int tiles = DV / (RG * RW);
@@ -916,8 +916,8 @@ __global__ void __launch_bounds__(row_threads<RG, KS, CW>()) row_backward_kernel
   const float* from = forward ? (a.S_in ? a.S_in + tile : nullptr) : (a.dS_out ? a.dS_out + tile : nullptr);
   constexpr int fwd_stages = row_stages<RG, KS, false>(), rev_stages = row_stages<RG, KS, true>();
   if constexpr (KS == KQ) {
-    if (forward) quarter_forward_sweep<RG, fwd_stages, CW, CB, kCount>(a, b, h, row0, from, nullptr, sm);
-    else quarter_reverse_sweep<RG, rev_stages, CW, CB, kCount>(a, b, h, row0, from, a.dS_in + tile, sm);
+    if (forward) quarter_forward_sweep<RG, fwd_stages, CW, CB, kCount, LINES>(a, b, h, row0, from, nullptr, sm);
+    else quarter_reverse_sweep<RG, rev_stages, CW, CB, kCount, LINES>(a, b, h, row0, from, a.dS_in + tile, sm);
     if constexpr (CB > 0) cuda::cluster_sync();
   } else {
     if (forward) row_forward_sweep<RG, KS, fwd_stages>(a, b, h, row0, from, nullptr, sm);
@@ -1519,6 +1519,7 @@ int copies_of(const GdnCudaConfig& cfg) {
   return 4;
 }
 
+
 // The unsplit core's sweeps (GdnCudaConfig::Sweep), the default resolved through the environment.
 int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep >= GdnCudaConfig::kDefaultSweep && cfg.sweep <= GdnCudaConfig::kTileSweeps,
@@ -1539,6 +1540,25 @@ int sweep_of(const GdnCudaConfig& cfg) {
   SF_CHECK(!(key_split_of(cfg) == KQ && cfg.sweep_warps == 2), "GDN CUDA core: the quarter sweeps (key split 4) ",
            "need 4 or 8 warps per block, got sweep_warps = 2; ask for 4 or 8, or for key split 1 or 2");
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
+}
+
+// Whether the copy warp copies whole tiles by lines (GdnCudaConfig::sweep_copy_lines, else the
+// lever sweep_copy_lines); only the copy warp's per-block copies do (copies_of 1).
+bool lines_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.sweep_copy_lines >= -1 && cfg.sweep_copy_lines <= 1,
+           "GDN CUDA core: sweep_copy_lines must be 1 (on), -1 (off) or 0 (the lever sweep_copy_lines), got ",
+           cfg.sweep_copy_lines);
+  return cfg.sweep_copy_lines ? cfg.sweep_copy_lines > 0 : !lever_off("sweep_copy_lines");
+}
+
+// ST's copy stages (GdnCudaConfig::sweep_stages, else the lever sweep_deep: 4 unless it is off);
+// 4 only for the quarter sweeps' copy warp without multicast (others keep theirs).
+int forward_stages_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.sweep_stages == 0 || cfg.sweep_stages == 3 || cfg.sweep_stages == 4,
+           "GDN CUDA core: sweep_stages must be 3 or 4 (or 0 for the lever sweep_deep), got ", cfg.sweep_stages);
+  SF_CHECK(cfg.sweep_stages != 4 || copies_of(cfg) == 1, "GDN CUDA core: sweep_stages = 4 needs the quarter ",
+           "sweeps' copy warp without multicast (sweep_copy_warp 1, sweep_multicast -1)");
+  return cfg.sweep_stages ? cfg.sweep_stages : lever_off("sweep_deep") ? 3 : 4;
 }
 
 bool is_split(const GdnCudaConfig& cfg) { return piece_len_of(cfg) != GdnCudaConfig::kUnsplit; }
@@ -1719,13 +1739,16 @@ void launch_clusters(Kernel kernel, dim3 grid, int threads, int smem, cudaStream
 // Row sweeps: ST (forward), or B3 with B1' beside it when the forward is recomputed. CB > 0:
 // the quarter sweeps' copy warp multicasts to clusters of CB blocks (their barriers after the
 // shared memory the sweep uses). kCount: B3's quarter sweeps count their segments (a.progress).
-template <int RG, int KS, bool CW = false, int CB = 0, bool kCount = false>
+// FS: the forward's copy stages; LINES: the copy warp copies whole tiles by lines.
+template <int RG, int KS, bool CW = false, int CB = 0, bool kCount = false, int FS = row_stages<RG, KS, false>(),
+          bool LINES = false>
 void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream) {
   if constexpr (KS == KQ && !kCount)
-    if (reverse && a.progress) return row_sweeps<RG, KS, CW, CB, true>(reverse, recompute, a, stream);
+    if (reverse && a.progress) return row_sweeps<RG, KS, CW, CB, true, FS, LINES>(reverse, recompute, a, stream);
   constexpr int tiles = DV / (RG * RW), threads = row_threads<RG, KS, CW>();
   constexpr int bars = CB > 0 ? kMulticastBarrierBytes : 0;
-  constexpr int fwd_smem = RowSmem<RG, KS, row_stages<RG, KS, false>(), false>::bytes + bars;
+  constexpr int fwd_smem = RowSmem<RG, KS, FS, false>::bytes + bars;
+  static_assert(fwd_smem <= kMaxSmem, "the forward's copy stages fit in shared memory");
   constexpr int bwd_smem = RowSmem<RG, KS, row_stages<RG, KS, true>(), true>::bytes + bars;
   static_assert(CB == 0 || (CW && RG == 1 && tiles % (CB > 0 ? CB : 1) == 0), "multicast: the copy warp's one row group per block");
   const dim3 fwd_grid(tiles, a.H, a.B), bwd_grid(tiles * (recompute ? 2 : 1), a.H, a.B);
@@ -1735,8 +1758,8 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
     return launch_clusters<CB>(row_backward_kernel<RG, KS, CW, CB, kCount>, bwd_grid, threads, bwd_bytes, stream, a,
                                recompute);
   }
-  if (!reverse) return launch(row_forward_kernel<RG, KS, CW>, fwd_grid, threads, fwd_smem, stream, a);
-  launch(row_backward_kernel<RG, KS, CW, 0, kCount>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
+  if (!reverse) return launch(row_forward_kernel<RG, KS, CW, 0, FS, LINES>, fwd_grid, threads, fwd_smem, stream, a);
+  launch(row_backward_kernel<RG, KS, CW, 0, kCount, LINES>, bwd_grid, threads, bwd_bytes, stream, a, recompute);
 }
 
 // warps: per block; key_split: warps per 16 state rows (key_split_of); warps 0 takes the
@@ -1748,8 +1771,9 @@ void row_sweeps(bool reverse, bool recompute, const Args& a, cudaStream_t stream
 int row_sweep_warps(int warps, int key_split, bool reverse, bool recompute) {
   return warps ? warps : (key_split == 1 ? 2 : key_split) * (reverse && recompute && key_split > 1 ? 2 : 1);
 }
+// stages, lines: ST's copy stages (forward_stages_of) and the copy warp's whole-tile copies (lines_of).
 void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompute, const Args& a,
-                cudaStream_t stream) {
+                cudaStream_t stream, int stages = 3, bool lines = false) {
   warps = row_sweep_warps(warps, key_split, reverse, recompute);
   switch (key_split * 100 + warps) {
     case 102: return row_sweeps<2, 1>(reverse, recompute, a, stream);
@@ -1762,7 +1786,12 @@ void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompu
       switch (copies) {
         case 8: return row_sweeps<1, KQ, true, 8>(reverse, recompute, a, stream);
         case 4: return row_sweeps<1, KQ, true, 4>(reverse, recompute, a, stream);
-        case 1: return row_sweeps<1, KQ, true>(reverse, recompute, a, stream);
+        case 1:
+          if (stages == 4 && !reverse)
+            return lines ? row_sweeps<1, KQ, true, 0, false, 4, true>(reverse, recompute, a, stream)
+                         : row_sweeps<1, KQ, true, 0, false, 4>(reverse, recompute, a, stream);
+          if (lines) return row_sweeps<1, KQ, true, 0, false, 3, true>(reverse, recompute, a, stream);
+          return row_sweeps<1, KQ, true>(reverse, recompute, a, stream);
         default: return row_sweeps<1, KQ>(reverse, recompute, a, stream);
       }
     case 408: return row_sweeps<2, KQ>(reverse, recompute, a, stream);
@@ -1942,7 +1971,7 @@ void overlapped_b3_b4(const GdnCudaConfig& cfg, bool recompute, const Args& a, v
   gdn_run_overlapped(
       stream, c, overlap_plan(a.NS, swept.seg, recompute),
       cfg.overlap_streams ? cfg.overlap_streams : GdnCudaConfig::kDefaultOverlapStreams,
-      [&](cudaStream_t s) { row_sweeps(warps, KQ, copies_of(cfg), true, recompute, swept, s); },
+      [&](cudaStream_t s) { row_sweeps(warps, KQ, copies_of(cfg), true, recompute, swept, s, 3, lines_of(cfg)); },
       [&](int first, int count, cudaStream_t s) {
         Args at = a;
         at.n0 = first;
@@ -2065,12 +2094,14 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   Args a = make_args(d, cfg, workspace);
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   overlap_asked(cfg);  // refuses a bad overlap setting (the backward's) before anything runs
+  const int stages = forward_stages_of(cfg);  // and a bad sweep_stages
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
-  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps) row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream);
+  else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), false, false, a, stream, stages, lines_of(cfg));
   else switch (pick_value_tile(d, cfg.value_tile)) {
     case 16: launch(st_forward_kernel<16>, dim3(DV / 16, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<16, SWEEP_STAGES>::bytes, stream, a); break;
     case 32: launch(st_forward_kernel<32>, dim3(DV / 32, a.H, a.B), SWEEP_WARPS * 32, FwdSweepSmem<32, SWEEP_STAGES>::bytes, stream, a); break;
@@ -2120,7 +2151,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
     }
     split_sweeps(true, tile, a, stream);
   } else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
-    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), true, !sweep_kept, a, stream);
+    row_sweeps(cfg.sweep_warps, key_split_of(cfg), copies_of(cfg), true, !sweep_kept, a, stream, 3, lines_of(cfg));
   else if (sweep_kept)
     launch(st_reverse_kernel, tiles, SWEEP_WARPS * 32, BwdSweepSmem<BV_BWD, SWEEP_STAGES>::bytes, stream, a);
   else

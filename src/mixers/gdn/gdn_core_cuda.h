@@ -87,6 +87,17 @@ struct GdnCudaConfig {
   // share of the rows; -1 = every block loads them itself; 0 = the lever sweep_multicast
   // (untried: off unless STATEFLOW_LEVERS_ON names it; 8 when on). Same results, bitwise.
   int sweep_multicast = 0;
+  // ST's quarter sweeps with the copy warp and per-block copies: sub-chunks of W, K and U in
+  // flight (3 or 4; 0 = the lever sweep_deep: 4 unless STATEFLOW_LEVERS_OFF names it). Same
+  // results, bitwise.
+  int sweep_stages = 0;
+  // The copy warp's per-block copies (sweep_copy_warp, no multicast): 1 = whole tiles by lines, each
+  // lane one address per row it copies (16-byte chunks of whole 128-byte lines per instruction);
+  // -1 = every chunk by its own predicated address (TileCopy); 0 = the lever sweep_copy_lines
+  // (1 unless STATEFLOW_LEVERS_OFF names it). Tiles with rows past the sequence's end
+  // (a short last sub-chunk, the pipeline's lead-in and tail) take the predicated copies either
+  // way. Same bytes in shared memory, so the same results, bitwise.
+  int sweep_copy_lines = 0;
   // Tile sweeps: width BV of the dv tile one forward ST block owns (16, 32 or 64); 0 picks the
   // widest tile that still gives at least one block per SM. Their backward uses BV = 16.
   int value_tile = 0;

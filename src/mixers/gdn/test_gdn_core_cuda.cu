@@ -523,6 +523,41 @@ TEST_F(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   }
 }
 
+// The copy warp's whole-tile copies by lines (sweep_copy_lines) and ST with four sub-chunks of
+// tiles in flight (sweep_stages 4) put the same bytes in the same buffers, so the forward's outputs
+// and the backward from its kept sweep (B3 alone), from the saved forward and overlapped with B4
+// are bitwise those of the predicated copies three deep; with a short last sub-chunk (its tiles
+// take the predicated copies), two sequences, a poisoned workspace and cuts at 128 and 192.
+TEST_F(GdnCoreCuda, CopyWarpLinesAndDeeperForwardCopiesGiveTheSameBits) {
+  SKIP_WITHOUT_GPU();
+  const Problem p = make_problem(rng, 2, 333, 3);  // 6 sub-chunks, the last of 13 tokens
+  RunOptions old = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);
+  old.cfg.sweep_copy_warp = 1, old.cfg.sweep_multicast = -1, old.cfg.sweep_stages = 3, old.cfg.sweep_copy_lines = -1;
+  old.cfg.overlap = -1;
+  old.keep_T = old.keep_sweep = true;
+  const Gpu want = run_gpu(p, old);
+  RunOptions saved = old;
+  saved.keep_T = saved.keep_sweep = false, saved.cfg.saved_forward = true;
+  const Gpu want_saved = run_gpu(p, saved);
+  for (auto [stages, lines] : {std::pair{3, 1}, {4, -1}, {4, 1}}) {
+    SCOPED_TRACE("sweep_stages " + std::to_string(stages) + ", sweep_copy_lines " + std::to_string(lines));
+    RunOptions now = old;
+    now.cfg.sweep_stages = stages, now.cfg.sweep_copy_lines = lines;
+    now.poison_workspace = true;
+    expect_bitwise_equal(run_gpu(p, now), want);
+    expect_bitwise_equal(run_split(p, {128, 192}, now), want);
+    RunOptions overlapped = now;
+    overlapped.cfg.overlap = 1, overlapped.cfg.overlap_segment = 2;
+    expect_bitwise_equal(run_gpu(p, overlapped), want);
+    RunOptions now_saved = saved;
+    now_saved.cfg.sweep_stages = stages, now_saved.cfg.sweep_copy_lines = lines;
+    expect_bitwise_equal(run_gpu(p, now_saved), want_saved);
+  }
+  RunOptions no_copy_warp = old;
+  no_copy_warp.cfg.sweep_stages = 4, no_copy_warp.cfg.sweep_copy_warp = -1;
+  EXPECT_THROW(run_gpu(p, no_copy_warp), Error);  // four stages only with the copy warp
+}
+
 // B3 overlapped with B4 (GdnCudaConfig::overlap) changes only the schedule, so outputs and every
 // gradient are bitwise the sequential ones: the backward that re-runs the forward sweep beside B3
 // (recomputing T, or from a kept T: B4 waits for both sweeps) and the backward from a kept sweep
