@@ -4,7 +4,7 @@
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
 //                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,sweep_deep,
-//                      sweep_copy_lines,b4_lean
+//                      sweep_copy_lines,b2_lean,pre_late_v,b4_lean
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -104,6 +104,14 @@
 //                 copy-warp instructions per ST step; GdnCudaConfig::sweep_copy_lines; same bits;
 //                 sweep_deep and sweep_copy_lines default since their H200 run in the eighth session:
 //                 ST 0.539 -> 0.455 ms at 32K)
+//   b2_lean       GDN core B2: Q, K, dO and P each in shared memory, three blocks per SM (instead of
+//                 P where Q was, four blocks, dO landing under Q K^T, the causal mask's zero blocks
+//                 skipped, 16-byte stores: mixers/gdn/gdn_core_b2.cuh; GdnCudaConfig::b2; same bits;
+//                 default since its H200 run in the eighth session: 0.167 -> 0.143 ms at 32K)
+//   pre_late_v    GDN core Pre on tensor cores: K and V loaded together at the start, three blocks
+//                 per SM (instead of V loaded after the inversion into its buffers, four blocks:
+//                 mixers/gdn/gdn_core_pre.cuh; GdnCudaConfig::kPreLateV; same bits; default since
+//                 its H200 run in the eighth session: Pre 0.259 -> 0.246 ms at 32K)
 //   b4_lean       GDN core B4's deep ring with early slabs: its epilogues as they were (instead of the
 //                 row dots reading their tiles as ldmatrix fragments, the causal masks as selects,
 //                 warps whose tile the mask empties skipping their exps, bf16 widened by shifts, q, k
@@ -136,7 +144,8 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "b4_ring",     "pre_mma",     "fused_proj",
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
                                            "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
-                                           "dw_beside", "sweep_deep", "sweep_copy_lines", "b4_lean"};
+                                           "dw_beside", "sweep_deep", "sweep_copy_lines", "b2_lean", "pre_late_v",
+                                           "b4_lean"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp and sweep_multicast,
 // run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).

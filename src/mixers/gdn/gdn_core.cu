@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "kernels/cuda/cluster_copy.cuh"
@@ -212,12 +213,13 @@ __device__ inline float round_bf16(float x) { return __bfloat162float(__float2bf
 
 // Pre's inputs (pre_kernel and pre_mma_kernel): the k and v rows (one plan: DV = DK) and the copies
 // more() issues with them, loaded under the decays (load_decays; G also to the workspace).
-template <bool kPlans, class More>
+// kV: V too (pre_mma_kernel's late V loads it later).
+template <bool kPlans, bool kV = true, class More>
 __device__ void load_pre_inputs(const Args& a, Tile<C, DK> Ks, Tile<C, DV> Vs, int64_t r0, int64_t ws0, int nv,
                                 float* G, float* gam, float* beta, int tid, More&& more) {
   const BlockCopy<Tile<C, DK>, kPlans> copy_rows(tid);
   copy_rows(Ks, a.k + r0 * DK, int64_t(a.H) * DK, nv);
-  copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
+  if constexpr (kV) copy_rows(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
   more();
   cuda::cp_async_commit();
   load_decays(a, r0, nv, G, gam, beta, tid);
@@ -300,6 +302,15 @@ struct DvlocSmem {
   static constexpr int bytes = G + C * 4;
 };
 
+// P = s (Q K^T) ⊙ Gam below and on the diagonal, zero above, rounded to bf16 into Ps, from a warp's
+// 16 x 32 block of Q K^T (rows 16 wm.., columns 32 wn..): both B2 kernels.
+__device__ void store_P(Frag<16, 32>& qk, Tile<C, C> Ps, const float* G, float scale, int wm, int wn) {
+  qk.each([&](int r, int c, float& x) {
+    r += wm * 16, c += wn * 32;
+    *Ps.at(r, c) = __float2bfloat16(c <= r ? scale * x * expf(G[r] - G[c]) : 0.f);
+  });
+}
+
 template <bool kPlans>
 __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
   using S = DvlocSmem;
@@ -324,10 +335,7 @@ __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
     Frag<16, 32> qk;
     qk.fill(0.f);
     mma_acc<DK, Lay::Row, Lay::Col>(qk, Qs, wm * 16, Ks, wn * 32);
-    qk.each([&](int r, int c, float& x) {
-      r += wm * 16, c += wn * 32;
-      *Ps.at(r, c) = __float2bfloat16(c <= r ? a.scale * x * expf(G[r] - G[c]) : 0.f);
-    });
+    store_P(qk, Ps, G, a.scale, wm, wn);
   }
   __syncthreads();
   Frag<16, DV / 2> d;
@@ -335,6 +343,8 @@ __global__ void __launch_bounds__(256) dvloc_kernel(Args a) {
   mma_acc<C, Lay::Col, Lay::Row>(d, Ps, wm * 16, dOs, wn * DV / 2);
   store_rows(d, a.dVn + ws0 * DV, DV, wm * 16, wn * DV / 2, C);
 }
+
+#include "mixers/gdn/gdn_core_b2.cuh"
 
 // ---------------------------------------------------------------------------------------
 // ST sweeps: a group of NW warps owns rows [vt*BV, vt*BV + BV) of the state of one
@@ -1542,8 +1552,8 @@ int sweep_of(const GdnCudaConfig& cfg) {
   return cfg.sweep == GdnCudaConfig::kDefaultSweep ? gdn_cuda_default_sweep() : cfg.sweep;
 }
 
-// Whether the copy warp copies whole tiles by lines (GdnCudaConfig::sweep_copy_lines, else the
-// lever sweep_copy_lines); only the copy warp's per-block copies do (copies_of 1).
+// Whether whole tiles are copied by lines (GdnCudaConfig::sweep_copy_lines, else the lever
+// sweep_copy_lines); only the quarter sweeps' per-block copies with one row group a block do.
 bool lines_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_copy_lines >= -1 && cfg.sweep_copy_lines <= 1,
            "GDN CUDA core: sweep_copy_lines must be 1 (on), -1 (off) or 0 (the lever sweep_copy_lines), got ",
@@ -1552,12 +1562,12 @@ bool lines_of(const GdnCudaConfig& cfg) {
 }
 
 // ST's copy stages (GdnCudaConfig::sweep_stages, else the lever sweep_deep: 4 unless it is off);
-// 4 only for the quarter sweeps' copy warp without multicast (others keep theirs).
+// 4 only for the quarter sweeps' per-block copies with one row group a block (others keep theirs).
 int forward_stages_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.sweep_stages == 0 || cfg.sweep_stages == 3 || cfg.sweep_stages == 4,
            "GDN CUDA core: sweep_stages must be 3 or 4 (or 0 for the lever sweep_deep), got ", cfg.sweep_stages);
-  SF_CHECK(cfg.sweep_stages != 4 || copies_of(cfg) == 1, "GDN CUDA core: sweep_stages = 4 needs the quarter ",
-           "sweeps' copy warp without multicast (sweep_copy_warp 1, sweep_multicast -1)");
+  SF_CHECK(cfg.sweep_stages != 4 || copies_of(cfg) <= 1, "GDN CUDA core: sweep_stages = 4 needs the quarter ",
+           "sweeps' per-block copies (sweep_multicast -1), got sweep_multicast ", cfg.sweep_multicast);
   return cfg.sweep_stages ? cfg.sweep_stages : lever_off("sweep_deep") ? 3 : 4;
 }
 
@@ -1627,8 +1637,11 @@ Args make_args(const GdnDims& d, const GdnCudaConfig& cfg, void* workspace) {
            "GDN CUDA core: b4_slab must be 16, 32 or 64 (or 0 for automatic), got ", cfg.b4_slab);
   SF_CHECK(cfg.tile_copies >= GdnCudaConfig::kDefaultCopies && cfg.tile_copies <= GdnCudaConfig::kCopyPlans,
            "GDN CUDA core: tile_copies must be kDefaultCopies, kCopyLoops or kCopyPlans, got ", cfg.tile_copies);
-  SF_CHECK(cfg.pre >= GdnCudaConfig::kDefaultPre && cfg.pre <= GdnCudaConfig::kPreMma,
-           "GDN CUDA core: pre must be kDefaultPre, kPreScalar or kPreMma, got ", cfg.pre);
+  SF_CHECK(cfg.pre >= GdnCudaConfig::kDefaultPre && cfg.pre <= GdnCudaConfig::kPreLateV,
+           "GDN CUDA core: pre must be kDefaultPre, kPreScalar, kPreMma or kPreLateV, got ", cfg.pre);
+  SF_CHECK(cfg.pre != GdnCudaConfig::kPreLateV || cfg.tile_copies != GdnCudaConfig::kCopyLoops,
+           "GDN CUDA core: the Pre with V loaded late (pre = kPreLateV) copies tiles by plans; got tile_copies ",
+           cfg.tile_copies, ". Ask for kPreMma with it");
   const WsLayout L(d, cfg);
   char* w = static_cast<char*>(workspace);
   Args a{};
@@ -1792,7 +1805,12 @@ void row_sweeps(int warps, int key_split, int copies, bool reverse, bool recompu
                          : row_sweeps<1, KQ, true, 0, false, 4>(reverse, recompute, a, stream);
           if (lines) return row_sweeps<1, KQ, true, 0, false, 3, true>(reverse, recompute, a, stream);
           return row_sweeps<1, KQ, true>(reverse, recompute, a, stream);
-        default: return row_sweeps<1, KQ>(reverse, recompute, a, stream);
+        default:  // the sweep warps copy (sweep_copy_warp off)
+          if (stages == 4 && !reverse)
+            return lines ? row_sweeps<1, KQ, false, 0, false, 4, true>(reverse, recompute, a, stream)
+                         : row_sweeps<1, KQ, false, 0, false, 4>(reverse, recompute, a, stream);
+          if (lines) return row_sweeps<1, KQ, false, 0, false, 3, true>(reverse, recompute, a, stream);
+          return row_sweeps<1, KQ>(reverse, recompute, a, stream);
       }
     case 408: return row_sweeps<2, KQ>(reverse, recompute, a, stream);
   }
@@ -1833,25 +1851,51 @@ bool tile_plans(const GdnCudaConfig& cfg) {
                                                           : cfg.tile_copies == GdnCudaConfig::kCopyPlans;
 }
 
-// Whether Pre inverts on tensor cores (GdnCudaConfig::pre).
-bool pre_on_tensor_cores(const GdnCudaConfig& cfg) {
-  return cfg.pre == GdnCudaConfig::kDefaultPre ? !lever_off("pre_mma") : cfg.pre == GdnCudaConfig::kPreMma;
+// Which Pre runs (GdnCudaConfig::pre), the default resolved: on tensor cores unless the lever pre_mma
+// is off, with V loaded late where the lever pre_late_v is on and tile copies are by plans.
+int pre_of(const GdnCudaConfig& cfg) {
+  if (cfg.pre != GdnCudaConfig::kDefaultPre) return cfg.pre;
+  if (lever_off("pre_mma")) return GdnCudaConfig::kPreScalar;
+  return tile_plans(cfg) && !lever_off("pre_late_v") ? GdnCudaConfig::kPreLateV : GdnCudaConfig::kPreMma;
 }
 
-// Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel.
-template <bool kPlans>
+// Pre on tensor cores (gdn_core_pre.cuh), or B1 from a kept T (from_T) by its kernel; kLateV: V
+// loaded after the inversion (B1 from a kept T inverts nothing).
+template <bool kPlans, bool kLateV = false>
 void pre_mma(bool from_T, dim3 grid, const Args& a, cudaStream_t stream) {
   if (from_T) return launch(pre_mma_kernel<true, kPlans>, grid, 256, PreMmaSmem<true>::bytes, stream, a);
-  launch(pre_mma_kernel<false, kPlans>, grid, 256, PreMmaSmem<false>::bytes, stream, a);
+  using S = std::conditional_t<kLateV, PreLateVSmem, PreMmaSmem<false>>;
+  launch(pre_mma_kernel<false, kPlans, kLateV>, grid, 256, S::bytes, stream, a);
 }
 
-// Pre, or B1 from a kept T (from_T), copying tiles through plans or not, on tensor cores or not.
-void pre(bool from_T, bool plans, bool mma, dim3 grid, const Args& a, cudaStream_t stream) {
-  if (mma) return plans ? pre_mma<true>(from_T, grid, a, stream) : pre_mma<false>(from_T, grid, a, stream);
+// Pre, or B1 from a kept T (from_T), as pre_of says (kind), copying tiles through plans or not (late
+// V: by plans).
+void pre(bool from_T, bool plans, int kind, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (kind == GdnCudaConfig::kPreLateV) return pre_mma<true, true>(from_T, grid, a, stream);
+  if (kind == GdnCudaConfig::kPreMma)
+    return plans ? pre_mma<true>(from_T, grid, a, stream) : pre_mma<false>(from_T, grid, a, stream);
   if (from_T && plans) return launch(pre_kernel<true, true>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (from_T) return launch(pre_kernel<true, false>, grid, 256, PreSmem<true>::bytes, stream, a);
   if (plans) return launch(pre_kernel<false, true>, grid, 256, PreSmem<false>::bytes, stream, a);
   launch(pre_kernel<false, false>, grid, 256, PreSmem<false>::bytes, stream, a);
+}
+
+// Whether B2 runs the lean kernel (GdnCudaConfig::b2; gdn_core_b2.cuh, which copies by plans):
+// unless the config or the lever b2_lean says otherwise. Refuses a bad setting.
+bool b2_lean_of(const GdnCudaConfig& cfg) {
+  SF_CHECK(cfg.b2 >= GdnCudaConfig::kDefaultB2 && cfg.b2 <= GdnCudaConfig::kB2Lean,
+           "GDN CUDA core: b2 must be kDefaultB2, kB2Plain or kB2Lean, got ", cfg.b2);
+  const bool plans = tile_plans(cfg);
+  SF_CHECK(cfg.b2 != GdnCudaConfig::kB2Lean || plans, "GDN CUDA core: the lean B2 (b2 = kB2Lean) copies tiles ",
+           "by plans; got tile_copies ", cfg.tile_copies, ". Ask for kB2Plain with it");
+  return cfg.b2 == GdnCudaConfig::kDefaultB2 ? plans && !lever_off("b2_lean") : cfg.b2 == GdnCudaConfig::kB2Lean;
+}
+
+// B2, by the lean kernel or not.
+void b2(bool lean, bool plans, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (lean) return launch(dvloc_lean_kernel, grid, 256, DvlocLeanSmem::bytes, stream, a);
+  if (plans) return launch(dvloc_kernel<true>, grid, 256, DvlocSmem::bytes, stream, a);
+  launch(dvloc_kernel<false>, grid, 256, DvlocSmem::bytes, stream, a);
 }
 
 // Which B4 kernel runs (GdnCudaConfig::b4_kernel), the default resolved: the deep ring where the
@@ -2095,9 +2139,10 @@ void gdn_chunk_forward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __nv
   a.q = q, a.k = k, a.v = v, a.beta = beta, a.g = g, a.S_in = S_in, a.o = o, a.S_out = S_out;
   overlap_asked(cfg);  // refuses a bad overlap setting (the backward's) before anything runs
   const int stages = forward_stages_of(cfg);  // and a bad sweep_stages
+  b2_lean_of(cfg);     // and a bad B2 setting
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
-  pre(false, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
+  pre(false, tile_plans(cfg), pre_of(cfg), subs, a, stream);
   timer.mark();
   if (is_split(cfg)) split_sweeps(false, pick_piece_tile(cfg.piece_tile), a, stream);
   else if (sweep_of(cfg) == GdnCudaConfig::kRowSweeps)
@@ -2124,6 +2169,7 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   a.dq = dq, a.dk = dk, a.dv = dv, a.dbeta = dbeta, a.dg = dg, a.dS_in = dS_in;
   b4_kernel_of(cfg);  // refuses a bad B4 setting before anything runs
   overlap_asked(cfg);  // and a bad overlap setting
+  const bool lean_b2 = b2_lean_of(cfg);
   const dim3 subs(a.NS, a.H, a.B);
   StageTimer timer(stream, cfg.stage_ms);
   const dim3 tiles(DV / BV_BWD, a.H, a.B);
@@ -2131,10 +2177,9 @@ void gdn_chunk_backward_cuda(const GdnDims& d, const __nv_bfloat16* q, const __n
   // B1 forms G, W, U (and T unless kept); nothing is missing once T and the sweep are kept, unless the
   // split core re-runs its piece sweeps (they read U).
   const bool b1_needed = !cfg.saved_forward && !(cfg.kept_sweep && cfg.kept_T && !is_split(cfg));
-  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), pre_on_tensor_cores(cfg), subs, a, stream);
+  if (b1_needed) pre(cfg.kept_T, tile_plans(cfg), pre_of(cfg), subs, a, stream);
   timer.mark();
-  if (tile_plans(cfg)) launch(dvloc_kernel<true>, subs, 256, DvlocSmem::bytes, stream, a);
-  else launch(dvloc_kernel<false>, subs, 256, DvlocSmem::bytes, stream, a);
+  b2(lean_b2, tile_plans(cfg), subs, a, stream);
   timer.mark();
   if (overlaps(a.NS, cfg, !sweep_kept, stream)) {
     overlapped_b3_b4(cfg, !sweep_kept, a, workspace, WsLayout(d, cfg), stream);

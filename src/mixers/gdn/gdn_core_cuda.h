@@ -87,12 +87,13 @@ struct GdnCudaConfig {
   // share of the rows; -1 = every block loads them itself; 0 = the lever sweep_multicast
   // (untried: off unless STATEFLOW_LEVERS_ON names it; 8 when on). Same results, bitwise.
   int sweep_multicast = 0;
-  // ST's quarter sweeps with the copy warp and per-block copies: sub-chunks of W, K and U in
-  // flight (3 or 4; 0 = the lever sweep_deep: 4 unless STATEFLOW_LEVERS_OFF names it). Same
-  // results, bitwise.
+  // ST's quarter sweeps with one row group a block and per-block copies (by the copy warp or not):
+  // sub-chunks of W, K and U in flight (3 or 4; 0 = the lever sweep_deep: 4 unless
+  // STATEFLOW_LEVERS_OFF names it). Same results, bitwise.
   int sweep_stages = 0;
-  // The copy warp's per-block copies (sweep_copy_warp, no multicast): 1 = whole tiles by lines, each
-  // lane one address per row it copies (16-byte chunks of whole 128-byte lines per instruction);
+  // The quarter sweeps' per-block copies with one row group a block (no multicast), by the copy
+  // warp or shared by the sweep warps: 1 = whole tiles by lines, each lane one address per row it
+  // copies (16-byte chunks of whole 128-byte lines per instruction);
   // -1 = every chunk by its own predicated address (TileCopy); 0 = the lever sweep_copy_lines
   // (1 unless STATEFLOW_LEVERS_OFF names it). Tiles with rows past the sequence's end
   // (a short last sub-chunk, the pipeline's lead-in and tail) take the predicated copies either
@@ -139,9 +140,21 @@ struct GdnCudaConfig {
   // halves (mixers/gdn/gdn_core_pre.cuh: T within ~2^-16 relative of the scalar one before both
   // round it to bf16); kDefaultPre, the lever pre_mma (tensor cores unless STATEFLOW_LEVERS_OFF
   // names it; measured 0.349 -> 0.268 ms at 32K x 16 heads on the H200). W and U from a given T are
-  // the same bits either way, so a T kept by one serves the other's backward.
-  enum Pre { kDefaultPre = 0, kPreScalar = 1, kPreMma = 2 };
+  // the same bits either way, so a T kept by one serves the other's backward. kPreLateV: kPreMma's
+  // arithmetic with V loaded only once the inversion is done, into its buffers (50 KiB of shared
+  // memory instead of 69: four blocks per SM; tile copies by plans only); the same bits as kPreMma.
+  // kDefaultPre picks it unless STATEFLOW_LEVERS_OFF names the lever pre_late_v or copies are by
+  // loops (measured 0.259 -> 0.246 ms at 32K x 16 heads on the H200).
+  enum Pre { kDefaultPre = 0, kPreScalar = 1, kPreMma = 2, kPreLateV = 3 };
   int pre = kDefaultPre;
+  // Backward stage B2's kernel: kB2Plain, Q, K, dO and P each in shared memory (60 KiB, three
+  // blocks per SM); kB2Lean, P where Q was, dO landing under Q K^T, the causal mask's zero blocks
+  // skipped, 16-byte stores (51 KiB, four blocks per SM: mixers/gdn/gdn_core_b2.cuh; tile copies
+  // by plans only); kDefaultB2, the lever b2_lean (kB2Lean unless STATEFLOW_LEVERS_OFF names it, or
+  // copies are by loops; measured 0.167 -> 0.143 ms at 32K x 16 heads on the H200). Same results,
+  // bitwise.
+  enum B2 { kDefaultB2 = 0, kB2Plain = 1, kB2Lean = 2 };
+  int b2 = kDefaultB2;
   // Backward only: the workspace still holds what gdn_chunk_forward_cuda wrote for these same
   // inputs and S_in, so B1 and the forward-sweep recompute are skipped. Same results, bitwise.
   bool saved_forward = false;

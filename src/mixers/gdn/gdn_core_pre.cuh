@@ -55,6 +55,26 @@ struct PreMmaSmem {
   static constexpr int blocks_per_sm = kFromT ? 4 : 3;
 };
 
+// Pre with V loaded late (GdnCudaConfig::kPreLateV, lever pre_late_v): V is read only by U's
+// products at the end, so it goes into the inversion's buffers once the column solves are done
+// (with the warps' staging tiles after it): 50 KiB, four blocks per SM instead of three (registers
+// held to 64 to match), and each block's loads come in two parts, K at its start and V in its
+// middle, instead of all at once. The warps that form U load V and wait for it alone.
+struct PreLateVSmem {
+  static constexpr int k = 0;
+  static constexpr int T = k + Tile<C, DK>::bytes;
+  static constexpr int vec = T + Tile<C, C>::bytes;
+  static constexpr int A_hi = vec + 3 * C * 4;  // the inversion's buffers, as in PreMmaSmem
+  static constexpr int A_lo = A_hi + LowerTile::bytes;
+  static constexpr int Td_hi = A_lo + LowerTile::bytes;
+  static constexpr int Td_lo = Td_hi + DiagTile::bytes;
+  static constexpr int Ad = Td_lo + DiagTile::bytes;
+  static constexpr int v = A_hi;  // once the column solves are done
+  static constexpr int stage = v + Tile<C, DV>::bytes;
+  static constexpr int bytes = std::max(Ad + 4 * ADS * 4, stage + 8 * Tile<PB, PB>::bytes);
+  static constexpr int blocks_per_sm = 4;
+};
+
 // A 16 x 16 operand as the two bf16 halves of fp32 values, in A-fragment registers.
 struct SplitA {
   uint32_t hi[4], lo[4];
@@ -203,9 +223,12 @@ __device__ void triangular_rows(Tile<C, C> Ts, Tile<C, DK> X, const float* beta,
 
 // Pre with the inversion on tensor cores (and B1 from a kept T, kFromT): one block per
 // (sub-chunk, head, batch), 8 warps, the same outputs as pre_kernel (W, U bitwise from the same T).
-template <bool kFromT, bool kPlans>
-__global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mma_kernel(Args a) {
-  using S = PreMmaSmem<kFromT>;
+// kLateV (not with kFromT): V loaded after the column solves (PreLateVSmem).
+template <bool kFromT, bool kPlans, bool kLateV = false>
+__global__ void __launch_bounds__(256, kLateV ? PreLateVSmem::blocks_per_sm : PreMmaSmem<kFromT>::blocks_per_sm)
+    pre_mma_kernel(Args a) {
+  static_assert(!(kLateV && kFromT), "from a kept T there is no inversion to load V after");
+  using S = std::conditional_t<kLateV, PreLateVSmem, PreMmaSmem<kFromT>>;
   extern __shared__ __align__(128) char sm[];
   const int n = blockIdx.x, h = blockIdx.y, b = blockIdx.z, tid = threadIdx.x, warp = tid >> 5;
   const int t0 = n * C, nv = min(C, a.T - t0);
@@ -216,7 +239,7 @@ __global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mm
   auto Ts = tile_at<Tile<C, C>>(sm, S::T);
   float *G = reinterpret_cast<float*>(sm + S::vec), *gam = G + C, *beta = gam + C;
 
-  load_pre_inputs<kPlans>(a, Ks, Vs, r0, ws0, nv, G, gam, beta, tid, [&] {
+  load_pre_inputs<kPlans, !kLateV>(a, Ks, Vs, r0, ws0, nv, G, gam, beta, tid, [&] {
     if constexpr (kFromT) {
       const BlockCopy<Tile<C, C>, kPlans> copy_T(tid);
       copy_T(Ts, Tg, C);
@@ -274,6 +297,13 @@ __global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mm
     if (warp == 1) solve_column<1>(Ts, A_hi, A_lo, Td_hi, Td_lo);
     if (warp == 2) solve_column<2>(Ts, A_hi, A_lo, Td_hi, Td_lo);
     __syncthreads();
+    if constexpr (kLateV) {  // the inversion's buffers are free: V, by the warps that form U (odd)
+      if (warp & 1) {
+        const cuda::TileCopy<128, Tile<C, DV>> copy_v((warp >> 1) * 32 + (tid & 31));
+        copy_v(Vs, a.v + r0 * DV, int64_t(a.H) * DV, nv);
+        cuda::cp_async_commit();
+      }
+    }
     for (int e = tid; e < C * C / 8; e += 256) {
       const int r = e / 8, c = (e % 8) * 8;
       *reinterpret_cast<uint4*>(Tg + r * C + c) = *reinterpret_cast<const uint4*>(Ts.at(r, c));
@@ -285,6 +315,10 @@ __global__ void __launch_bounds__(256, PreMmaSmem<kFromT>::blocks_per_sm) pre_mm
   const bool outer = warp < 4;
   const auto stage = tile_at<Tile<PB, PB>>(sm, S::stage + warp * Tile<PB, PB>::bytes);
   if (warp & 1) {
+    if constexpr (kLateV) {
+      cuda::cp_async_wait_all();
+      cuda::group_sync(1, 128);  // the four U warps' shares of V have landed
+    }
     bf16* out = a.U + ws0 * DV;
     if (outer) triangular_rows<0, 3, false>(Ts, Vs, beta, gam, n0, out, stage);
     else triangular_rows<1, 2, false>(Ts, Vs, beta, gam, n0, out, stage);

@@ -138,19 +138,20 @@ __device__ void quarter_copies(int steps, Issue&& issue, OnStep&& on_step) {
 // select. On the H200 (Nsight Compute, eighth session) the copy warp was the step's critical path:
 // 548 instructions a step (SASS) for ST's 69 cp.async, issued without a pause, while the sweep
 // warps waited for it at the step's barrier (28 % of ST's stall samples, 33 % of B3's from a kept
-// sweep); by lines 218, and that wait fell to 5 % (B3: 15 %).
+// sweep); by lines 218, and that wait fell to 5 % (B3: 15 %). Without the copy warp (sweep_copy_warp
+// off) the NW sweep warps share the copies: warp w copies rows [w rows / NW, (w + 1) rows / NW).
 __device__ inline void cp_async16_whole(void* smem, const void* gmem) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(cuda::smem_u32(smem)), "l"(gmem));
 }
-template <class T>
+template <int NW = 1, class T>
 __device__ void copy_whole_tile(T tile, const bf16* g, int64_t gstride) {
-  constexpr int CPR = T::cols / 8, LPR = CPR < 8 ? CPR : 8, RPI = 32 / LPR, SEG = CPR / LPR;
-  static_assert(CPR % LPR == 0 && T::rows % RPI == 0, "lanes cover whole lines of whole rows");
-  const int l = threadIdx.x & 31, r = l / LPR, c = (l % LPR) * 8;
+  constexpr int CPR = T::cols / 8, LPR = CPR < 8 ? CPR : 8, RPI = 32 / LPR, SEG = CPR / LPR, RW = T::rows / NW;
+  static_assert(CPR % LPR == 0 && RW % RPI == 0, "each warp's lanes cover whole lines of whole rows");
+  const int l = threadIdx.x & 31, r = (NW > 1 ? (threadIdx.x >> 5) % NW * RW : 0) + l / LPR, c = (l % LPR) * 8;
   const bf16* src = g + r * gstride + c;
   bf16* dst = tile.at(r, c);
 #pragma unroll
-  for (int j = 0; j < T::rows / RPI; ++j) {
+  for (int j = 0; j < RW / RPI; ++j) {
 #pragma unroll
     for (int sg = 0; sg < SEG; ++sg) cp_async16_whole(dst + j * RPI * T::ld + sg * LPR * 8, src + sg * LPR * 8);
     src += RPI * gstride;
@@ -254,8 +255,9 @@ __device__ StageBarriers multicast_begin(char* at, int stages) {
 
 // Forward sweep (ST) with key quarters: what row_forward_sweep computes, same arguments. CW: a
 // copy warp issues the tiles (quarter_copies) instead of the sweep warps; CB > 0: it multicasts
-// the W and K tiles to a cluster of CB blocks (multicast_copies); LINES: it copies tiles whose rows
-// are all valid by copy_whole_tile. Same results, bitwise. kCount: the block counts the segments it
+// the W and K tiles to a cluster of CB blocks (multicast_copies); LINES: tiles whose rows are all
+// valid are copied by copy_whole_tile (by the copy warp, or shared by the sweep warps without it).
+// Same results, bitwise. kCount: the block counts the segments it
 // has finished (the overlap, gdn_core_overlap.cuh).
 template <int RG, int STAGES, bool CW, int CB = 0, bool kCount = false, bool LINES = false>
 __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, const float* from, float* to, char* sm) {
@@ -276,7 +278,8 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
   const cuda::TileCopy<NT, Tile<C, BV>> copy_u(tid);
 
-  static_assert(!LINES || (CW && CB == 0), "whole-tile copies by the copy warp's per-block cp.async");
+  static_assert(!LINES || CB == 0, "whole-tile copies by per-block cp.async");
+  constexpr int NW = CW ? 1 : S::NWB;  // warps sharing the whole-tile copies
   auto issue = [&](int n, int s) {  // as row_forward_sweep's: zero-fills past the last sub-chunk
     const bool live = n < a.NS;
     n = min(n, a.NS - 1);
@@ -284,9 +287,9 @@ __device__ void quarter_forward_sweep(const Args& a, int b, int h, int row0, con
     const int64_t ws0 = a.ws_row(b, h, n);
     if constexpr (LINES) {
       if (live && t0 + C <= a.T) {
-        copy_whole_tile(Wt(s), a.W + ws0 * DK, DK);
-        copy_whole_tile(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK);
-        copy_whole_tile(Ut(s), a.U + ws0 * DV + row0, DV);
+        copy_whole_tile<NW>(Wt(s), a.W + ws0 * DK, DK);
+        copy_whole_tile<NW>(Kt(s), a.k + a.tok(b, t0, h) * DK, int64_t(a.H) * DK);
+        copy_whole_tile<NW>(Ut(s), a.U + ws0 * DV + row0, DV);
         copy_g_async(Gt(s), a.G + ws0, tid, true);
         return;
       }
@@ -397,7 +400,8 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
   const cuda::TileCopy<NT, Tile<C, DK>> copy_rows(tid);
   const cuda::TileCopy<NT, Tile<C, BV>> copy_v(tid);
 
-  static_assert(!LINES || (CW && CB == 0), "whole-tile copies by the copy warp's per-block cp.async");
+  static_assert(!LINES || CB == 0, "whole-tile copies by per-block cp.async");
+  constexpr int NW = CW ? 1 : S::NWB;  // warps sharing the whole-tile copies
   auto issue = [&](int n, int s) {  // as row_reverse_sweep's: zero-fills for n < 0
     const bool live = n >= 0;
     n = max(n, 0);
@@ -405,11 +409,11 @@ __device__ void quarter_reverse_sweep(const Args& a, int b, int h, int row0, con
     const int64_t ws0 = a.ws_row(b, h, n), r0 = a.tok(b, t0, h);
     if constexpr (LINES) {
       if (nv == C) {
-        copy_whole_tile(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK);
-        copy_whole_tile(Wt(s), a.W + ws0 * DK, DK);
-        copy_whole_tile(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK);
-        copy_whole_tile(dOt(s), a.dO + r0 * DV + row0, int64_t(a.H) * DV);
-        copy_whole_tile(dVlt(s), a.dVn + ws0 * DV + row0, DV);
+        copy_whole_tile<NW>(Kt(s), a.k + r0 * DK, int64_t(a.H) * DK);
+        copy_whole_tile<NW>(Wt(s), a.W + ws0 * DK, DK);
+        copy_whole_tile<NW>(Qt(s), a.q + r0 * DK, int64_t(a.H) * DK);
+        copy_whole_tile<NW>(dOt(s), a.dO + r0 * DV + row0, int64_t(a.H) * DV);
+        copy_whole_tile<NW>(dVlt(s), a.dVn + ws0 * DV + row0, DV);
         copy_g_async(Gt(s), a.G + ws0, tid, true);
         return;
       }

@@ -523,39 +523,43 @@ TEST_F(GdnCoreCuda, QuarterSweepCopyWarpGivesTheSameBits) {
   }
 }
 
-// The copy warp's whole-tile copies by lines (sweep_copy_lines) and ST with four sub-chunks of
-// tiles in flight (sweep_stages 4) put the same bytes in the same buffers, so the forward's outputs
-// and the backward from its kept sweep (B3 alone), from the saved forward and overlapped with B4
-// are bitwise those of the predicated copies three deep; with a short last sub-chunk (its tiles
-// take the predicated copies), two sequences, a poisoned workspace and cuts at 128 and 192.
+// Whole-tile copies by lines (sweep_copy_lines; by the copy warp, or shared by the sweep warps
+// without it) and ST with four sub-chunks of tiles in flight (sweep_stages 4) put the same bytes in
+// the same buffers, so the forward's outputs and the backward from its kept sweep (B3 alone), from
+// the saved forward and overlapped with B4 are bitwise those of the predicated copies three deep;
+// with a short last sub-chunk (its tiles take the predicated copies), two sequences, a poisoned
+// workspace and cuts at 128 and 192.
 TEST_F(GdnCoreCuda, CopyWarpLinesAndDeeperForwardCopiesGiveTheSameBits) {
   SKIP_WITHOUT_GPU();
   const Problem p = make_problem(rng, 2, 333, 3);  // 6 sub-chunks, the last of 13 tokens
-  RunOptions old = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);
-  old.cfg.sweep_copy_warp = 1, old.cfg.sweep_multicast = -1, old.cfg.sweep_stages = 3, old.cfg.sweep_copy_lines = -1;
-  old.cfg.overlap = -1;
-  old.keep_T = old.keep_sweep = true;
-  const Gpu want = run_gpu(p, old);
-  RunOptions saved = old;
-  saved.keep_T = saved.keep_sweep = false, saved.cfg.saved_forward = true;
-  const Gpu want_saved = run_gpu(p, saved);
-  for (auto [stages, lines] : {std::pair{3, 1}, {4, -1}, {4, 1}}) {
-    SCOPED_TRACE("sweep_stages " + std::to_string(stages) + ", sweep_copy_lines " + std::to_string(lines));
-    RunOptions now = old;
-    now.cfg.sweep_stages = stages, now.cfg.sweep_copy_lines = lines;
-    now.poison_workspace = true;
-    expect_bitwise_equal(run_gpu(p, now), want);
-    expect_bitwise_equal(run_split(p, {128, 192}, now), want);
-    RunOptions overlapped = now;
-    overlapped.cfg.overlap = 1, overlapped.cfg.overlap_segment = 2;
-    expect_bitwise_equal(run_gpu(p, overlapped), want);
-    RunOptions now_saved = saved;
-    now_saved.cfg.sweep_stages = stages, now_saved.cfg.sweep_copy_lines = lines;
-    expect_bitwise_equal(run_gpu(p, now_saved), want_saved);
+  for (int copy_warp : {1, -1}) {
+    SCOPED_TRACE("sweep_copy_warp " + std::to_string(copy_warp));
+    RunOptions old = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);
+    old.cfg.sweep_copy_warp = copy_warp, old.cfg.sweep_multicast = -1, old.cfg.sweep_stages = 3;
+    old.cfg.sweep_copy_lines = -1, old.cfg.overlap = -1;
+    old.keep_T = old.keep_sweep = true;
+    const Gpu want = run_gpu(p, old);
+    RunOptions saved = old;
+    saved.keep_T = saved.keep_sweep = false, saved.cfg.saved_forward = true;
+    const Gpu want_saved = run_gpu(p, saved);
+    for (auto [stages, lines] : {std::pair{3, 1}, {4, -1}, {4, 1}}) {
+      SCOPED_TRACE("sweep_stages " + std::to_string(stages) + ", sweep_copy_lines " + std::to_string(lines));
+      RunOptions now = old;
+      now.cfg.sweep_stages = stages, now.cfg.sweep_copy_lines = lines;
+      now.poison_workspace = true;
+      expect_bitwise_equal(run_gpu(p, now), want);
+      expect_bitwise_equal(run_split(p, {128, 192}, now), want);
+      RunOptions overlapped = now;
+      overlapped.cfg.overlap = 1, overlapped.cfg.overlap_segment = 2;
+      expect_bitwise_equal(run_gpu(p, overlapped), want);
+      RunOptions now_saved = saved;
+      now_saved.cfg.sweep_stages = stages, now_saved.cfg.sweep_copy_lines = lines;
+      expect_bitwise_equal(run_gpu(p, now_saved), want_saved);
+    }
   }
-  RunOptions no_copy_warp = old;
-  no_copy_warp.cfg.sweep_stages = 4, no_copy_warp.cfg.sweep_copy_warp = -1;
-  EXPECT_THROW(run_gpu(p, no_copy_warp), Error);  // four stages only with the copy warp
+  RunOptions multicast = unsplit(GdnCudaConfig::kRowSweeps, 4, 4);
+  multicast.cfg.sweep_copy_warp = 1, multicast.cfg.sweep_multicast = 8, multicast.cfg.sweep_stages = 4;
+  EXPECT_THROW(run_gpu(p, multicast), Error);  // four stages only with per-block copies
 }
 
 // B3 overlapped with B4 (GdnCudaConfig::overlap) changes only the schedule, so outputs and every
@@ -833,6 +837,60 @@ TEST_F(GdnCoreCuda, PreOnTensorCoresSplitAtMultiplesOfCIsBitwiseNeutral) {
   expect_bitwise_equal(run_split(p, {128, 192}, opt), run_gpu(p, opt));
 }
 
+// What a forward with T and the sweep kept leaves in those buffers (T; G, W, V_new and the
+// entering states), as bytes.
+std::pair<std::vector<char>, std::vector<char>> forward_kept_bytes(const Problem& p, GdnCudaConfig cfg) {
+  const GdnDims& d = p.d;
+  Dev<bf16> q(p.q), k(p.k), v(p.v), o(p.v.size());
+  Dev<float> beta(p.beta), g(p.g), S_in(p.S_in), S_out(p.S_in.size());
+  Dev<char> kept_T(gdn_cuda_kept_T_bytes(d)), kept_sweep(gdn_cuda_kept_sweep_bytes(d));
+  for (auto* x : {&kept_T, &kept_sweep}) EXPECT_EQ(cudaMemset(x->p, 0xff, x->n), cudaSuccess);
+  cfg.T_buffer = reinterpret_cast<bf16*>(kept_T.p), cfg.sweep_buffer = kept_sweep.p;
+  Dev<char> ws(gdn_cuda_workspace_bytes(d, cfg));
+  EXPECT_EQ(cudaMemset(ws.p, 0xff, ws.n), cudaSuccess);
+  gdn_chunk_forward_cuda(d, q.p, k.p, v.p, beta.p, g.p, S_in.p, o.p, S_out.p, ws.p, nullptr, cfg);
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  return {kept_T.raw(), kept_sweep.raw()};
+}
+
+// Pre with V loaded late and the lean B2 against Pre on tensor cores and the plain B2: the same T,
+// G, W, V_new and entering states from the forward, and every output and gradient the same bits
+// recomputing T, from a kept T and from a kept sweep (B2 then runs alone before B3), the workspace
+// NaN-poisoned, batch 2 x 3 heads with a short last sub-chunk.
+TEST_F(GdnCoreCuda, PreWithVLoadedLateAndLeanB2GiveTheOldBits) {
+  SKIP_WITHOUT_GPU();
+  const Problem p = make_problem(rng, 2, 333, 3);
+  struct Case {
+    const char* name;
+    int pre, b2;
+  };
+  using G = GdnCudaConfig;
+  const std::vector<Case> cases = {{"late V", G::kPreLateV, G::kB2Plain},
+                                   {"lean B2", G::kPreMma, G::kB2Lean},
+                                   {"both", G::kPreLateV, G::kB2Lean}};
+  RunOptions old = unsplit();
+  old.cfg.pre = G::kPreMma, old.cfg.b2 = G::kB2Plain;
+  old.poison_workspace = true;
+  const auto old_kept = forward_kept_bytes(p, old.cfg);
+  for (int kept : {0, 1, 2}) {
+    SCOPED_TRACE(kept == 0 ? "recomputing T" : kept == 1 ? "T kept" : "T and the sweep kept");
+    RunOptions base = old;
+    base.keep_T = kept >= 1, base.keep_sweep = kept == 2;
+    const Gpu want = run_gpu(p, base);
+    for (const Case& c : cases) {
+      SCOPED_TRACE(c.name);
+      RunOptions now = base;
+      now.cfg.pre = c.pre, now.cfg.b2 = c.b2;
+      expect_bitwise_equal(run_gpu(p, now), want);
+      if (kept == 0) {
+        const auto now_kept = forward_kept_bytes(p, now.cfg);
+        EXPECT_TRUE(now_kept.first == old_kept.first) << "T";
+        EXPECT_TRUE(now_kept.second == old_kept.second) << "G, W, V_new, entering states";
+      }
+    }
+  }
+}
+
 // The row sweeps against the float64 recurrence with the layer's decays, decays near 1 and
 // near 0, batch 2 x 1 and x 3 heads: held to the band and to within 2x the tile sweeps'
 // whole-tensor error.
@@ -904,14 +962,19 @@ TEST_F(GdnCoreCuda, RejectsUnsupportedSizes) {
       EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << e.what();
     }
   }
-  GdnCudaConfig bad_pre;
-  bad_pre.pre = 3;  // kDefaultPre, kPreScalar or kPreMma
-  try {
-    gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad_pre,
-                           nullptr, bad_pre);
-    ADD_FAILURE() << "pre 3 was accepted";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("pre must be"), std::string::npos) << e.what();
+  for (auto [pre, b2, copies, word] :
+       {std::tuple{4, 0, 0, "pre must be"}, {0, 3, 0, "b2 must be"},
+        {int(GdnCudaConfig::kPreLateV), 0, int(GdnCudaConfig::kCopyLoops), "kPreMma"},
+        {0, int(GdnCudaConfig::kB2Lean), int(GdnCudaConfig::kCopyLoops), "kB2Plain"}}) {
+    GdnCudaConfig bad;  // kDefault* or a named kernel (pre 0-3, b2 0-2); the new ones copy by plans
+    bad.pre = pre, bad.b2 = b2, bad.tile_copies = copies;
+    try {
+      gdn_chunk_forward_cuda(d, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, &bad, nullptr,
+                             bad);
+      ADD_FAILURE() << "pre " << pre << ", b2 " << b2 << ", tile_copies " << copies << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(word), std::string::npos) << e.what();
+    }
   }
   GdnCudaConfig bad_slab;
   bad_slab.b4_slab = 8;  // B4 streams 16, 32 or 64 value rows at a time
