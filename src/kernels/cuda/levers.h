@@ -4,7 +4,8 @@
 //                      conv_narrow,reduce_deep,norm_staged,sweep_quarters,reduce_group,sweep_copy_warp,
 //                      tile_copies,graphs,b4_ring,pre_mma,fused_proj,fused_mlp,sweep_multicast,
 //                      b4_ring_early,core_overlap,gemm_short,l2norm_pair,add_vectors,dw_beside,sweep_deep,
-//                      sweep_copy_lines,b2_lean,pre_late_v,gates_beside,residual_epilogue,graph_priority
+//                      sweep_copy_lines,b2_lean,pre_late_v,b4_lean,gates_beside,residual_epilogue,
+//                      graph_priority
 // runs the named levers the way the code ran before them, so that one build measures each on and
 // off in one session.
 //   conv_tiles    short conv: 64-row tiles in both passes (instead of shorter forward tiles for
@@ -112,6 +113,12 @@
 //                 per SM (instead of V loaded after the inversion into its buffers, four blocks:
 //                 mixers/gdn/gdn_core_pre.cuh; GdnCudaConfig::kPreLateV; same bits; default since
 //                 its H200 run in the eighth session: Pre 0.259 -> 0.246 ms at 32K)
+//   b4_lean       GDN core B4's deep ring with early slabs: its epilogues as they were (instead of the
+//                 row dots reading their tiles as ldmatrix fragments, the causal masks as selects,
+//                 warps whose tile the mask empties skipping their exps, bf16 widened by shifts, q, k
+//                 and beta loaded after the first slabs: GdnCudaConfig::kB4Lean,
+//                 mixers/gdn/gdn_core_b4_ring.cuh; same bits; default since its H200 run in the
+//                 eighth session: B4 at 32K 0.99 -> 0.93 ms)
 //   gates_beside  GDN backward: the gates kernel (da, db, dA_log, ddt_bias) on the main stream
 //                 between the core and the L2 norms (instead of on the side stream beside the L2
 //                 norms, convs and q, k, v's input gradient, the main stream waiting for da, db only
@@ -155,7 +162,7 @@ inline const char* const kLeverNames[] = {"conv_tiles",  "norm_rows",   "gemm_ro
                                            "fused_mlp",   "sweep_multicast", "b4_ring_early",
                                            "core_overlap", "gemm_short", "l2norm_pair", "add_vectors",
                                            "dw_beside", "sweep_deep", "sweep_copy_lines", "b2_lean", "pre_late_v",
-                                           "gates_beside", "residual_epilogue", "graph_priority"};
+                                           "b4_lean", "gates_beside", "residual_epilogue", "graph_priority"};
 
 // Levers not yet made defaults (not yet run on a GPU, or, like fused_mlp, sweep_multicast and
 // graph_priority, run and passing but not worth the default): off unless STATEFLOW_LEVERS_ON names them (see above).

@@ -1231,16 +1231,30 @@ __device__ T columns_from(T t, int c0) {
 
 // Epilogue pieces b4_kernel and b4_ring_kernel share, so their bits stay the same.
 
-// Adds one thread's share of <dSe, S> from eight columns of slab row r (c, c + 1, ..., c + 7).
-template <class TS>
+// The bf16 halves of a 32-bit word as fp32 (exact, as __bfloat162float), one instruction each.
+__device__ __forceinline__ float lo_bf16(uint32_t w) { return __uint_as_float(w << 16); }
+__device__ __forceinline__ float hi_bf16(uint32_t w) { return __uint_as_float(w & 0xffff0000u); }
+// x0 y0 + x1 y1 as the compiler fuses it in these pieces (the second product rounded, the first
+// fused with it), spelled out for the lean epilogues of b4_ring_kernel so their bits stay these.
+__device__ __forceinline__ float pair_dot(float x0, float y0, float x1, float y1) {
+  return __fmaf_rn(x0, y0, __fmul_rn(x1, y1));
+}
+
+// Adds one thread's share of <dSe, S> from eight columns of slab row r (c, c + 1, ..., c + 7);
+// kLean: the same sum on fewer instructions.
+template <bool kLean = false, class TS>
 __device__ __forceinline__ void add_slab_dot8(float& sds, TS Sslab, TS dSslab, int r, int c) {
   const uint4 xs = *reinterpret_cast<const uint4*>(Sslab.at(r, c));
   const uint4 xd = *reinterpret_cast<const uint4*>(dSslab.at(r, c));
   const uint32_t ws[4] = {xs.x, xs.y, xs.z, xs.w}, wd[4] = {xd.x, xd.y, xd.z, xd.w};
 #pragma unroll
   for (int e = 0; e < 4; ++e) {
-    const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
-    sds += fd.x * fs.x + fd.y * fs.y;
+    if constexpr (kLean) {
+      sds = __fadd_rn(sds, pair_dot(lo_bf16(wd[e]), lo_bf16(ws[e]), hi_bf16(wd[e]), hi_bf16(ws[e])));
+    } else {
+      const float2 fs = cuda::unpack2(ws[e]), fd = cuda::unpack2(wd[e]);
+      sds += fd.x * fs.x + fd.y * fs.y;
+    }
   }
 }
 
@@ -1886,31 +1900,35 @@ void b2(bool lean, bool plans, dim3 grid, const Args& a, cudaStream_t stream) {
 
 // Which B4 kernel runs (GdnCudaConfig::b4_kernel), the default resolved: the deep ring where the
 // config allows it (mma.sync, 16- or 32-row steps, copies by plans) unless the lever b4_ring is
-// off, with its early slabs unless the lever b4_ring_early is off. Refuses a bad B4 setting (called
-// before anything runs).
+// off, with its early slabs unless the lever b4_ring_early is off, and with those its lean
+// epilogues unless the lever b4_lean is off. Refuses a bad B4 setting (called before anything runs).
 int b4_kernel_of(const GdnCudaConfig& cfg) {
   SF_CHECK(cfg.b4_mma >= GdnCudaConfig::kDefaultMma && cfg.b4_mma <= GdnCudaConfig::kWgmma,
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4EarlySlabs,
-           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing or kB4EarlySlabs, got ",
-           cfg.b4_kernel);
+  SF_CHECK(cfg.b4_kernel >= GdnCudaConfig::kDefaultB4Kernel && cfg.b4_kernel <= GdnCudaConfig::kB4Lean,
+           "GDN CUDA core: b4_kernel must be kDefaultB4Kernel, kB4TwoSlots, kB4DeepRing, kB4EarlySlabs or kB4Lean, ",
+           "got ", cfg.b4_kernel);
   const bool fits = mma == GdnCudaConfig::kMmaSync && cfg.b4_slab != 64 && plans;
-  if (cfg.b4_kernel == GdnCudaConfig::kB4DeepRing || cfg.b4_kernel == GdnCudaConfig::kB4EarlySlabs) {
-    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing or kB4EarlySlabs) runs mma.sync ",
-             "products on 16- or 32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ",
+  if (cfg.b4_kernel >= GdnCudaConfig::kB4DeepRing) {
+    SF_CHECK(fits, "GDN CUDA core: the deep-ring B4 (b4_kernel = kB4DeepRing, kB4EarlySlabs or kB4Lean) runs ",
+             "mma.sync products on 16- or 32-row steps with tile copies by plans; got b4_mma ", mma, ", b4_slab ",
              cfg.b4_slab, ", tile_copies ", cfg.tile_copies, ". Ask for kB4TwoSlots for the others");
     return cfg.b4_kernel;
   }
   if (cfg.b4_kernel == GdnCudaConfig::kB4TwoSlots || !fits || lever_off("b4_ring")) return GdnCudaConfig::kB4TwoSlots;
-  return lever_off("b4_ring_early") ? GdnCudaConfig::kB4DeepRing : GdnCudaConfig::kB4EarlySlabs;
+  if (lever_off("b4_ring_early")) return GdnCudaConfig::kB4DeepRing;
+  return lever_off("b4_lean") ? GdnCudaConfig::kB4EarlySlabs : GdnCudaConfig::kB4Lean;
 }
 
-// The deep-ring B4 with 16 kStep rows a step, its early slabs or not.
+// The deep-ring B4 with 16 kStep rows a step: kB4DeepRing, kB4EarlySlabs or kB4Lean.
 template <int kStep>
-void b4_ring(bool early, dim3 grid, const Args& a, cudaStream_t stream) {
-  if (early) return launch(b4_ring_kernel<kStep, true>, grid, 256, B4RingSmem<true>::bytes, stream, a);
+void b4_ring(int kernel, dim3 grid, const Args& a, cudaStream_t stream) {
+  if (kernel == GdnCudaConfig::kB4Lean)
+    return launch(b4_ring_kernel<kStep, true, true>, grid, 256, B4RingSmem<true>::bytes, stream, a);
+  if (kernel == GdnCudaConfig::kB4EarlySlabs)
+    return launch(b4_ring_kernel<kStep, true>, grid, 256, B4RingSmem<true>::bytes, stream, a);
   launch(b4_ring_kernel<kStep, false>, grid, 256, B4RingSmem<false>::bytes, stream, a);
 }
 
@@ -1932,10 +1950,8 @@ void b4(const GdnCudaConfig& cfg, dim3 grid, const Args& a, cudaStream_t stream)
            "GDN CUDA core: b4_mma must be kDefaultMma, kMmaSync or kWgmma, got ", cfg.b4_mma);
   const int mma = cfg.b4_mma == GdnCudaConfig::kDefaultMma ? gdn_cuda_default_b4_mma() : cfg.b4_mma;
   const bool plans = tile_plans(cfg);
-  if (const int kernel = b4_kernel_of(cfg); kernel != GdnCudaConfig::kB4TwoSlots) {
-    const bool early = kernel == GdnCudaConfig::kB4EarlySlabs;
-    return cfg.b4_slab == 32 ? b4_ring<2>(early, grid, a, stream) : b4_ring<1>(early, grid, a, stream);
-  }
+  if (const int kernel = b4_kernel_of(cfg); kernel != GdnCudaConfig::kB4TwoSlots)
+    return cfg.b4_slab == 32 ? b4_ring<2>(kernel, grid, a, stream) : b4_ring<1>(kernel, grid, a, stream);
   if (mma == GdnCudaConfig::kMmaSync)
     return plans ? b4_with<MmaSyncProducts, true>(cfg.b4_slab, grid, a, stream)
                  : b4_with<MmaSyncProducts, false>(cfg.b4_slab, grid, a, stream);

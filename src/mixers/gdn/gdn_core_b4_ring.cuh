@@ -51,15 +51,20 @@ struct B4RingSmem {
 };
 
 // The slabs in flight before stream_ring's first step (kSlots - kStep of them), one cp.async
-// group per step; copies issued before go with the first.
-template <int kStep, class Issue>
-__device__ void issue_ring_ahead(Issue&& issue) {
+// group per step; copies issued before go with the first, those after_first issues with the next
+// group committed.
+struct NoMoreCopies {
+  __device__ void operator()() const {}
+};
+template <int kStep, class Issue, class AfterFirst = NoMoreCopies>
+__device__ void issue_ring_ahead(Issue&& issue, AfterFirst after_first = {}) {
   constexpr int kAhead = B4RingSmem<>::kSlots - kStep;
 #pragma unroll
   for (int j = 0; j < kAhead; j += kStep) {
 #pragma unroll
     for (int i = 0; i < kStep; ++i) issue(j + i, j + i);
     cuda::cp_async_commit();
+    if (j == 0) after_first();
   }
 }
 
@@ -88,7 +93,39 @@ __device__ void stream_ring(Issue&& issue, Body&& body) {
   __syncthreads();  // the ring is free again
 }
 
-template <int kStep, bool kEarly>
+// Lean epilogues (kLean: GdnCudaConfig::kB4Lean, lever b4_lean): the operations of the shared
+// pieces (add_slab_dot8, cuda::row_dot) and of the masked epilogues below in the same order with
+// the same roundings, on fewer instructions: bf16 halves widened by a shift or a mask, the row dots'
+// tile elements read as ldmatrix fragments, the causal masks as selects and warps whose tile the
+// mask empties skipping their exps; the products x0 y0 + x1 y1 spelled as the shared pieces compile
+// them (pair_dot), so the bits stay the same.
+
+// cuda::row_dot, lean: the tile's elements come as ldmatrix A fragments, which hold lane for lane the
+// pairs the accumulator holds (register h of block kb: n-tile 2 kb + h / 2, row + 8 (h % 2)), four
+// ldmatrix for a 16 x 64 fragment instead of 64 two-byte loads; each row's sum in the same order.
+template <int WN, class T>
+__device__ __forceinline__ void row_dot_lean(Frag<16, WN>& f, T t, int m0, int n0, float* part) {
+  float s[2] = {0.f, 0.f};
+#pragma unroll
+  for (int kb = 0; kb < WN / 16; ++kb) {
+    uint32_t w[4];
+    cuda::load_a<Lay::Row>(w, t, m0, n0 + 16 * kb);
+#pragma unroll
+    for (int h = 0; h < 4; ++h) {
+      const float* x = f.x[0][2 * kb + (h >> 1)] + 2 * (h & 1);
+      s[h & 1] = __fadd_rn(s[h & 1], pair_dot(x[0], lo_bf16(w[h]), x[1], hi_bf16(w[h])));
+    }
+  }
+  const int l = threadIdx.x & 31;
+  s[0] = cuda::quad_sum(s[0]);
+  s[1] = cuda::quad_sum(s[1]);
+  if ((l & 3) == 0) {
+    part[m0 + (l >> 2)] = s[0];
+    part[m0 + (l >> 2) + 8] = s[1];
+  }
+}
+
+template <int kStep, bool kEarly, bool kLean = false>
 __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   using S = B4RingSmem<kEarly>;
   using TK = typename S::TK;
@@ -121,8 +158,11 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   const int lr = lane >> 2, ra = m0 + lr, rb = ra + 8;
 
   const int64_t ldk = int64_t(a.H) * DK, ldv = int64_t(a.H) * DV;
-  copy_rows(Qs, a.q + r0 * DK, ldk, nv);
-  copy_rows(Ks, a.k + r0 * DK, ldk, nv);
+  auto copy_q_k = [&] {
+    copy_rows(Qs, a.q + r0 * DK, ldk, nv);
+    copy_rows(Ks, a.k + r0 * DK, ldk, nv);
+  };
+  if constexpr (!kLean) copy_q_k();
   copy_rows(dOs, a.dO + r0 * DV, ldv, nv);
   copy_rows(Vns, a.Vn + ws0 * DV, DV);
   cuda::load_floats_async<256>(G, a.G + ws0, C, tid);
@@ -130,8 +170,22 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     copy_slab(Spair(slot), Hs + j * SR * DK, DK);
     copy_slab(dSpair(slot), dHs + j * SR * DK, DK);
   };
-  if (tid < C) beta[tid] = tid < nv ? a.beta[r0 + int64_t(tid) * a.H] : 0.f;
+  // beta is a plain load a thread stores only once it has arrived; lean, it goes after the first
+  // slabs are issued, and q and k (read only after the Out terms) with the second slab pair, so the
+  // first step waits for a smaller first group.
+  auto load_beta = [&] {
+    if (tid < C) beta[tid] = tid < nv ? a.beta[r0 + int64_t(tid) * a.H] : 0.f;
+  };
+  if constexpr (!kLean) load_beta();
+  issue_ring_ahead<kStep>(issue_pair, [&] {
+    if constexpr (kLean) copy_q_k();
+  });
+  if constexpr (kLean) load_beta();
   const float s = a.scale;
+  auto dot_rows = [&](auto& f, auto t, int n0, float* part) {
+    if constexpr (kLean) row_dot_lean(f, t, m0, n0, part);
+    else row_dot(f, t, m0, n0, part);
+  };
 
   // Pass 1: dq = dO S, dk = V_new dSe, and this thread's share of <dSe, S> (b4_kernel's order:
   // row tid / 16 of each slab, 8 columns from (tid % 16) * 8).
@@ -139,11 +193,11 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
   dq.fill(0.f);
   dk.fill(0.f);
   float sds = 0.f;
-  stream_ring<kStep>(issue_pair,
+  stream_ring<kStep, false>(issue_pair,
               [&](int j, int slot) {
                 P::issue<SR, Lay::Row, Lay::Row>(dq, columns_from(dOs, j * SR), m0, Spair(slot), wn * HK);
                 P::issue<SR, Lay::Row, Lay::Row>(dk, columns_from(Vns, j * SR), m0, dSpair(slot), wn * HK);
-                add_slab_dot8(sds, Spair(slot), dSpair(slot), tid / (DK / 8), (tid % (DK / 8)) * 8);
+                add_slab_dot8<kLean>(sds, Spair(slot), dSpair(slot), tid / (DK / 8), (tid % (DK / 8)) * 8);
               });
   // dV_new's half of the ring is free now; it loads under the Out terms (kEarly: the second pass's
   // first slabs too).
@@ -166,7 +220,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     const float ea = expf(GL - Ga), eb = expf(GL - Gb);
     dq.each([&](int r, int, float& x) { x *= r < 8 ? qa : qb; });
     dk.each([&](int r, int, float& x) { x *= r < 8 ? ea : eb; });
-    row_dot(dk, Ks, m0, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
+    dot_rows(dk, Ks, wn * HK, vec(S::vM + wn));  // m_c = k_c . dk_c also feeds dG_L
     P::wait();
     if constexpr (kEarly) {  // dO and V_new are read: dPG goes where dO was, v where V_new was
       __syncthreads();
@@ -176,14 +230,23 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
       const int rr = m0 + r, cc = wn * 32 + c;
       const float Gr = r < 8 ? Ga : Gb;
       const float2 Gc = *reinterpret_cast<const float2*>(G + cc);
-      put2(dPGs.at(rr, cc), cc <= rr ? s * x0 * expf(Gr - Gc.x) : 0.f, cc + 1 <= rr ? s * x1 * expf(Gr - Gc.y) : 0.f);
+      if constexpr (kLean) {  // the warp's tile is all above the diagonal unless wn * 32 <= m0 + 15
+        float v0 = 0.f, v1 = 0.f;
+        if (wn * 32 <= m0 + 15) {
+          const float e0 = s * x0 * expf(Gr - Gc.x), e1 = s * x1 * expf(Gr - Gc.y);
+          v0 = cc <= rr ? e0 : 0.f, v1 = cc + 1 <= rr ? e1 : 0.f;
+        }
+        put2(dPGs.at(rr, cc), v0, v1);
+      } else {
+        put2(dPGs.at(rr, cc), cc <= rr ? s * x0 * expf(Gr - Gc.x) : 0.f, cc + 1 <= rr ? s * x1 * expf(Gr - Gc.y) : 0.f);
+      }
     });
   }
   __syncthreads();
   P::issue<C, Lay::Row, Lay::Row>(dq, dPGs, m0, Ks, wn * HK);
   P::acc<C, Lay::Col, Lay::Row>(dk, dPGs, m0, Qs, wn * HK);
-  row_dot(dq, Qs, m0, wn * HK, vec(S::vQdq + wn));
-  row_dot(dk, Ks, m0, wn * HK, vec(S::vKdk + wn));
+  dot_rows(dq, Qs, wn * HK, vec(S::vQdq + wn));
+  dot_rows(dk, Ks, wn * HK, vec(S::vKdk + wn));
   store_rows(dq, a.dq + r0 * DK, ldk, m0, wn * HK, nv);
   __syncthreads();  // q, dO, V_new and dPG are free: phase 2's operands go there
   if constexpr (!kEarly) copy_rows(Vs, a.v + r0 * DV, ldv, nv);
@@ -223,7 +286,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     Frag<16, HK> t;
     t.fill(0.f);
     P::acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dWs, wn * HK);
-    row_dot(t, Ks, m0, wn * HK, vec(S::vTkb + wn));
+    dot_rows(t, Ks, wn * HK, vec(S::vTkb + wn));
     const float ga = beta[ra] * gam[ra], gb = beta[rb] * gam[rb];
     int idx = 0;
     dk.each([&](int r, int, float& x) {
@@ -235,7 +298,7 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
     Frag<16, HV> t;
     t.fill(0.f);
     P::acc<C, Lay::Col, Lay::Row>(t, Ts, m0, dVns, wn * HV);
-    row_dot(t, Vs, m0, wn * HV, vec(S::vTvb + wn));
+    dot_rows(t, Vs, wn * HV, vec(S::vTvb + wn));
     const float ba = beta[ra], bb = beta[rb];
     t.each([&](int r, int, float& x) { x *= r < 8 ? ba : bb; });
     store_rows(t, a.dv + r0 * DV, ldv, m0, wn * HV, nv);
@@ -272,7 +335,14 @@ __global__ void __launch_bounds__(256, 2) b4_ring_kernel(Args a) {
           const float x = da.x[0][j][e];
           float y = 0.f;
           xx[p] = 0.f;
-          if (c + p < r) {
+          if constexpr (kLean) {  // a warp's tile has an element below the diagonal iff wn * 32 <= m0 + 14
+            if (wn * 32 <= m0 + 14) {
+              const float gm = expf(Gr - (p ? Gc.y : Gc.x));
+              const float yy = -x * kk.x[0][j][e] * gm, xv = -br * x * gm;
+              y = c + p < r ? yy : 0.f;
+              xx[p] = c + p < r ? xv : 0.f;
+            }
+          } else if (c + p < r) {
             const float gm = expf(Gr - (p ? Gc.y : Gc.x));
             y = -x * kk.x[0][j][e] * gm;
             xx[p] = -br * x * gm;

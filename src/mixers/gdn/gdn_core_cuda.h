@@ -120,11 +120,14 @@ struct GdnCudaConfig {
   // only when the second pass needs it; kB4EarlySlabs: the deep ring with the second pass's first
   // slabs and v issued as soon as the first pass ends (dPG and T where dO was), same bits. The deep
   // rings run mma.sync, b4_slab 0, 16 or 32 and copies by plans only (anything else is an error).
-  // kDefaultB4Kernel: the deep ring with its early slabs where the config allows it, unless
-  // STATEFLOW_LEVERS_OFF names the lever b4_ring (two slots) or b4_ring_early (no early slabs).
-  // Measured on the H200 (docs/benchmarks.md, "B4 with a deep ring"): 1.19 -> 0.98 ms at 32K x 16
-  // heads with 16-row steps (1.07 with 32), 0.96 with the early slabs.
-  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2, kB4EarlySlabs = 3 };
+  // kB4Lean: the early slabs with leaner epilogues (row dots on ldmatrix fragments, the causal
+  // masks as selects, q, k and beta loaded after the first slabs), same bits. kDefaultB4Kernel: the
+  // deep ring with its early slabs and lean epilogues where the config allows it, unless
+  // STATEFLOW_LEVERS_OFF names the lever b4_ring (two slots), b4_ring_early (no early slabs) or
+  // b4_lean (the early slabs' epilogues). Measured on the H200 (docs/benchmarks.md, "B4 with a deep
+  // ring", "B4's lean epilogues"): 1.19 -> 0.98 ms at 32K x 16 heads with 16-row steps (1.07 with 32),
+  // 0.96 with the early slabs, 0.93 lean (0.99 for the early slabs in that call).
+  enum B4Kernel { kDefaultB4Kernel = 0, kB4TwoSlots = 1, kB4DeepRing = 2, kB4EarlySlabs = 3, kB4Lean = 4 };
   int b4_kernel = kDefaultB4Kernel;
   // How Pre, B2, Out and B4 copy their tiles to shared memory: kCopyPlans, each thread through
   // offsets computed once (cuda::TileCopy); kCopyLoops, the generic loop (the earlier code);

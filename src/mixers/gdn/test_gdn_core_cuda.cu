@@ -419,9 +419,9 @@ TEST_F(GdnCoreCuda, B4OnWgmmaGivesTheMmaSyncBits) {
 }
 
 // B4 with a deep ring (four slots of state slabs, 16 or 32 rows a step, dV_new loaded for the
-// second pass; its early slabs or not) against the two-slot B4: the same products and epilogue expressions, so every
-// output and gradient is the same bits, recomputing T and from a kept T; and a short last
-// sub-chunk stays in the float64 band.
+// second pass; its early slabs or not; its lean epilogues) against the two-slot B4: the same products
+// and epilogue operations, so every output and gradient is the same bits, recomputing T and from a
+// kept T (lean: also in calls cut at 128 and 192); and a short last sub-chunk stays in the float64 band.
 TEST_F(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
   SKIP_WITHOUT_GPU();
   const Problem p = make_problem(rng, 2, 333, 3);
@@ -434,14 +434,20 @@ TEST_F(GdnCoreCuda, B4DeepRingGivesTheTwoSlotBits) {
     two.cfg.tile_copies = deep.cfg.tile_copies = GdnCudaConfig::kCopyPlans;
     two.cfg.b4_kernel = GdnCudaConfig::kB4TwoSlots;
     const Gpu old_b4 = run_gpu(p, two);
-    for (int kernel : {GdnCudaConfig::kB4DeepRing, GdnCudaConfig::kB4EarlySlabs})
+    for (int kernel : {GdnCudaConfig::kB4DeepRing, GdnCudaConfig::kB4EarlySlabs, GdnCudaConfig::kB4Lean})
       for (int rows : {16, 32}) {
-        SCOPED_TRACE(std::to_string(rows) + " rows a step" + (kernel == GdnCudaConfig::kB4EarlySlabs ? ", early slabs" : ""));
+        SCOPED_TRACE(std::to_string(rows) + " rows a step" + (kernel == GdnCudaConfig::kB4EarlySlabs ? ", early slabs"
+                                                              : kernel == GdnCudaConfig::kB4Lean   ? ", lean"
+                                                                                                   : ""));
         deep.cfg.b4_kernel = kernel;
         deep.cfg.b4_slab = rows;
         const Gpu new_b4 = run_gpu(p, deep);
         expect_bitwise_equal(new_b4, old_b4);
         for (auto [name, err] : errors(new_b4, ref)) EXPECT_LE(err, tolerance(name)) << name;
+        if (kernel == GdnCudaConfig::kB4Lean && rows == 16) {
+          SCOPED_TRACE("lean, cut at 128 and 192");
+          expect_bitwise_equal(run_split(p, {128, 192}, deep), old_b4);
+        }
       }
   }
 }
