@@ -10,6 +10,7 @@
 #include "core/rng.h"
 #include "model/layer.h"
 #include "train/data.h"
+#include "test_util.h"
 
 namespace stateflow::testing {
 
@@ -121,8 +122,8 @@ inline SplitRun run_split(Layer& layer, const Tensor& x, int64_t batch, int64_t 
   return r;
 }
 
-// Directional central differences of loss() along random directions in the given tensors
-// (float64). Directions have unit length, and the error is measured against the gradient's
+// Directional central differences (central_difference) of loss() along random directions in
+// the given tensors (float64). Directions have unit length, and the error is measured against the gradient's
 // norm (a random direction can be nearly orthogonal to the gradient, which would make a
 // ratio to the directional derivative itself meaningless). Returns the worst
 // |fd - analytic| / max(|grad|, 1e-12).
@@ -146,12 +147,7 @@ inline double fd_check_tensors(const std::function<double()>& loss, std::vector<
       for (size_t i = 0; i < inputs.size(); ++i)
         for (int64_t j = 0; j < inputs[i].numel(); ++j) inputs[i].data<double>()[j] += s * dirs[i].data<double>()[j];
     };
-    shift(h);
-    double lp = loss();
-    shift(-2 * h);
-    double lm = loss();
-    shift(h);
-    double fd = (lp - lm) / (2 * h);
+    const double fd = central_difference(loss, shift, h);
     worst = std::max(worst, std::abs(fd - analytic) / std::max(std::sqrt(grad2), 1e-12));
   }
   return worst;
