@@ -88,9 +88,13 @@ TEST(Model, LossGradientMatchesFiniteDifferences) {
   Batch b = random_batch(rng, 2, 19, cfg.vocab_size);
   Grads g = step(m, b, 1, {7, 12});
   auto loss = [&]() { return step(m, b, 1, {19}).loss; };
+  // A wider step than the default: the second block's decay gradients (A_log, dt_bias) can be
+  // 1e-5 of the loss, where the quotient's rounding, about eps L / h, came to 2e-6 of them at
+  // h = 1e-5 (seed 16807485817198725805). At 3e-4 the worst of 30 seeds was 3e-9.
+  const double h = 3e-4;
   auto params = m.params();
   for (size_t i = 0; i < params.size(); ++i)
-    EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {g.g[i]}, rng, 1), 1e-6) << params[i]->name;
+    EXPECT_LE(fd_check_tensors(loss, {params[i]->value}, {g.g[i]}, rng, 1, h), 1e-6) << params[i]->name;
 }
 
 TEST(Model, ActivationsAreReleasedAfterBackward) {
