@@ -225,9 +225,14 @@ TEST_P(MixerConformance, GradientTermMagnitudesBoundTheGradientsTheySum) {
   int64_t below = 0, cancelling = 0;
   for (size_t i = 0; i < params.size(); ++i) {
     EXPECT_LE(max_rel_diff(params[i]->grad, whole[i]), 1e-10) << params[i]->name;
+    // Rounding is allowed at the tensor's scale, as max_rel_diff measures it: an entry that is
+    // itself 1e-9 of its tensor's largest (seen: an embedding row's, seed 6252870431319571114)
+    // differs between the two sums by more than 1e-9 of itself.
+    double largest = 0;
+    for (int64_t e = 0; e < whole[i].numel(); ++e) largest = std::max(largest, std::abs(whole[i].data<double>()[e]));
     for (int64_t e = 0; e < whole[i].numel(); ++e) {
       const double g = std::abs(whole[i].data<double>()[e]);
-      below += magnitude[i][e] < g * (1 - 1e-9);
+      below += magnitude[i][e] < g - 1e-9 * largest;
       cancelling += magnitude[i][e] > 1.01 * g;
     }
   }
