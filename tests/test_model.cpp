@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/rng.h"
+#include "per_head_scalar_band.h"
 #include "layer_testing.h"
 #include "model/embedding_layer.h"
 #include "mixers/gdn/gdn_layer.h"
@@ -39,11 +40,43 @@ Grads step(Model& m, const Batch& b, int M, const std::vector<int64_t>& lengths)
   return out;
 }
 
-void expect_same(Model& m, const Grads& a, const Grads& ref, double tol, const std::string& what) {
+// allowance: per parameter, empty or an absolute band per entry that may stand in for the
+// normwise one where it is larger.
+void expect_same(Model& m, const Grads& a, const Grads& ref, double tol, const std::string& what,
+                 const std::vector<std::vector<double>>& allowance = {}) {
   EXPECT_LE(std::abs(a.loss - ref.loss) / std::abs(ref.loss), tol) << what << ": loss";
   auto params = m.params();
+  for (size_t i = 0; i < params.size(); ++i) {
+    if (allowance.empty() || allowance[i].empty()) {
+      EXPECT_LE(max_rel_diff(a.g[i], ref.g[i]), tol) << what << ": " << params[i]->name;
+      continue;
+    }
+    const Tensor got = a.g[i].cast(DType::F64), want = ref.g[i].cast(DType::F64);
+    double largest = 0;
+    for (int64_t e = 0; e < want.numel(); ++e) largest = std::max(largest, std::abs(want.data<double>()[e]));
+    for (int64_t e = 0; e < want.numel(); ++e)
+      EXPECT_LE(std::abs(got.data<double>()[e] - want.data<double>()[e]), std::max(tol * largest, allowance[i][e]))
+          << what << ": " << params[i]->name << "[" << e << "]";
+  }
+}
+
+// GDN's decay scalars (A_log, dt_bias) in float32: each entry is a per-head sum over tokens of
+// terms that are themselves inner products over the state, and both cancel (blocks.1.mixer.A_log
+// once had a net 1/1650 of its inner terms' magnitudes), so float32 rounding shows relative to
+// those magnitudes (gradient_terms.h): 1.1e-6 of them at worst over 200 seeds, 1.2e-4 of the net
+// normwise at seed 12387268326965314202. The band: kDecayTermsBandF32 of the magnitudes.
+constexpr double kDecayTermsBandF32 = 2e-5;
+
+std::vector<std::vector<double>> decay_allowance(Model& m, const Batch& b) {
+  auto params = m.params();
+  std::vector<size_t> decay;
   for (size_t i = 0; i < params.size(); ++i)
-    EXPECT_LE(max_rel_diff(a.g[i], ref.g[i]), tol) << what << ": " << params[i]->name;
+    if (has_field(params[i]->name, "A_log") || has_field(params[i]->name, "dt_bias")) decay.push_back(i);
+  const std::vector<std::vector<double>> magnitude = gradient_term_magnitudes(m, b, decay, decay);
+  std::vector<std::vector<double>> allowance(params.size());
+  for (size_t k = 0; k < decay.size(); ++k)
+    for (double t : magnitude[k]) allowance[decay[k]].push_back(kDecayTermsBandF32 * t);
+  return allowance;
 }
 
 }  // namespace
@@ -74,9 +107,10 @@ TEST(Model, ChunkedStepEqualsUnchunkedF32) {
   Model m(cfg, DType::F32);
   const int64_t T = 45;
   Batch b = random_batch(rng, 2, T, cfg.vocab_size);
+  const std::vector<std::vector<double>> allowance = decay_allowance(m, b);
   Grads ref = step(m, b, 1, {T});
-  expect_same(m, step(m, b, 1, even_chunk_lengths(T, 4)), ref, 1e-4, "N=4");
-  expect_same(m, step(m, b, 1, {1, 13, 2, 29}), ref, 1e-4, "uneven");
+  expect_same(m, step(m, b, 1, even_chunk_lengths(T, 4)), ref, 1e-4, "N=4", allowance);
+  expect_same(m, step(m, b, 1, {1, 13, 2, 29}), ref, 1e-4, "uneven", allowance);
 }
 
 TEST(Model, LossGradientMatchesFiniteDifferences) {
