@@ -2,6 +2,7 @@
 // pieces (chaining boundary states forward and their gradients backward), and directional
 // finite differences over tensors.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -122,10 +123,17 @@ inline SplitRun run_split(Layer& layer, const Tensor& x, int64_t batch, int64_t 
   return r;
 }
 
+// The largest |entry| of a float64 tensor: the scale max_rel_diff measures a tensor's error at.
+inline double largest_abs(const Tensor& t) {
+  double largest = 0;
+  for (int64_t e = 0; e < t.numel(); ++e) largest = std::max(largest, std::abs(t.data<double>()[e]));
+  return largest;
+}
+
 // Directional central differences (central_difference) of loss() along random directions in
-// the given tensors (float64). Directions have unit length, and the error is measured against the gradient's
-// norm (a random direction can be nearly orthogonal to the gradient, which would make a
-// ratio to the directional derivative itself meaningless). Returns the worst
+// the given tensors (float64). Directions have unit length, and the error is measured against
+// the gradient's norm (a random direction can be nearly orthogonal to the gradient, which would
+// make a ratio to the directional derivative itself meaningless). Returns the worst
 // |fd - analytic| / max(|grad|, 1e-12).
 inline double fd_check_tensors(const std::function<double()>& loss, std::vector<Tensor> inputs,
                                std::vector<Tensor> grads, Rng& rng, int n_dirs = 2, double h = 1e-5) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "gradient_terms.h"
+#include "layer_testing.h"
 
 namespace stateflow::testing {
 
@@ -71,8 +72,7 @@ class PerHeadScalarBand {
       const bool decay = std::find(decay_.begin(), decay_.end(), i) != decay_.end();
       const double terms_band = decay ? kDecayInnerTermsBand : kPerHeadScalarTermsBand;
       const Tensor got = got_grads[i].cast(DType::F64), want = want_grads[i].cast(DType::F64);
-      double net = 0;
-      for (int64_t e = 0; e < want.numel(); ++e) net = std::max(net, std::abs(want.data<double>()[e]));
+      const double net = largest_abs(want);
       for (int64_t e = 0; e < got.numel(); ++e) {
         const double diff = std::abs(got.data<double>()[e] - want.data<double>()[e]),
                      terms = magnitude_ ? (*magnitude_)[k][e] : 0.0,

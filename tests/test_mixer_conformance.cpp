@@ -228,8 +228,7 @@ TEST_P(MixerConformance, GradientTermMagnitudesBoundTheGradientsTheySum) {
     // Rounding is allowed at the tensor's scale, as max_rel_diff measures it: an entry that is
     // itself 1e-9 of its tensor's largest (seen: an embedding row's, seed 6252870431319571114)
     // differs between the two sums by more than 1e-9 of itself.
-    double largest = 0;
-    for (int64_t e = 0; e < whole[i].numel(); ++e) largest = std::max(largest, std::abs(whole[i].data<double>()[e]));
+    const double largest = largest_abs(whole[i]);
     for (int64_t e = 0; e < whole[i].numel(); ++e) {
       const double g = std::abs(whole[i].data<double>()[e]);
       below += magnitude[i][e] < g - 1e-9 * largest;
@@ -289,9 +288,7 @@ TEST(PerHeadScalarBand, HoldsTheH200sGdnDecayErrorAndCatchesABlockCountedTwice) 
     if (!has_field(params[i]->name, "A_log") && !has_field(params[i]->name, "dt_bias")) continue;
     for (int64_t e = 0; e < ref[i].numel(); ++e) doubled[i].data<double>()[e] += block[i].data<double>()[e];
     if (params[i]->name != "blocks.1.mixer.A_log") continue;
-    double net = 0;
-    for (int64_t e = 0; e < ref[i].numel(); ++e) net = std::max(net, std::abs(ref[i].data<double>()[e]));
-    h200[i].data<double>()[0] += 3.06e-1 * net;
+    h200[i].data<double>()[0] += 3.06e-1 * largest_abs(ref[i]);
   }
   PerHeadScalarBand band(cpu, b, {"A_log", "dt_bias"});
   const WorstGradError held = band.worst(h200, ref), caught = band.worst(doubled, ref);

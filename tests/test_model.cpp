@@ -52,8 +52,7 @@ void expect_same(Model& m, const Grads& a, const Grads& ref, double tol, const s
       continue;
     }
     const Tensor got = a.g[i].cast(DType::F64), want = ref.g[i].cast(DType::F64);
-    double largest = 0;
-    for (int64_t e = 0; e < want.numel(); ++e) largest = std::max(largest, std::abs(want.data<double>()[e]));
+    const double largest = largest_abs(want);
     for (int64_t e = 0; e < want.numel(); ++e)
       EXPECT_LE(std::abs(got.data<double>()[e] - want.data<double>()[e]), std::max(tol * largest, allowance[i][e]))
           << what << ": " << params[i]->name << "[" << e << "]";
